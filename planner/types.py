@@ -1,0 +1,189 @@
+"""Plain data the planner takes and gives. Frozen dataclasses, no I/O.
+
+The catalog, the config loader and the engines convert their own records into these
+types; nothing here knows about files, TOML or HTTP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+class Tier(StrEnum):
+    GPU = "tier1_gpu_vram"
+    RAM = "tier2_pinned_ram"
+    SSD = "tier3_nvme_ssd"
+
+    @property
+    def rank(self) -> int:
+        """1 for the fastest tier, 3 for disk."""
+        return {Tier.GPU: 1, Tier.RAM: 2, Tier.SSD: 3}[self]
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    REALTIME_PINNED = "realtime_pinned"
+
+    @property
+    def rank(self) -> int:
+        return {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2,
+                Priority.REALTIME_PINNED: 3}[self]
+
+
+class MoeOffload(StrEnum):
+    OFF = "off"
+    AUTO = "auto"
+    ON = "on"
+
+
+class Accelerator(StrEnum):
+    NVIDIA = "NvidiaCuda"
+    METAL = "AppleMetal"
+    CPU = "Cpu"
+
+
+class Topology(StrEnum):
+    DISCRETE = "DiscretePcie"
+    UNIFIED = "UnifiedMemory"
+    CPU_ONLY = "CpuOnly"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the machine is (probed outside the planner, or simulated).
+
+    vram_bytes is 0 on a CPU-only host; on unified memory it is ignored and ram_bytes is
+    the shared pool. ram_bytes is the usable host memory (the cgroup limit when lower than
+    the physical memory).
+    """
+
+    accelerator: Accelerator
+    topology: Topology
+    vram_bytes: int
+    ram_bytes: int
+    device_name: str = ""
+    simulated: bool = False
+
+    @property
+    def unified(self) -> bool:
+        return self.topology is Topology.UNIFIED
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Bytes the scheduler may book in tier 1 and tier 2 on a machine."""
+
+    tier1_bytes: int
+    tier2_bytes: int
+    unified_memory: bool
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What placement needs to know about one model.
+
+    For a layered model (llama.cpp) the weights split into ``num_layers`` repeating blocks
+    of ``layer_bytes`` each plus ``non_layer_bytes`` (embeddings, output head); of each
+    block, ``expert_bytes_per_layer`` are Mixture-of-Experts expert tensors (0 when dense).
+    ``kv_bytes_per_token`` covers every layer (K and V, f16). A model with num_layers == 0
+    (whisper, ONNX, docling, ...) is placed whole: weights_bytes + workspace_bytes.
+    """
+
+    weights_bytes: int
+    num_layers: int = 0
+    layer_bytes: int = 0
+    non_layer_bytes: int = 0
+    expert_bytes_per_layer: int = 0
+    kv_bytes_per_token: int = 0
+    workspace_bytes: int = 0
+    projector_bytes: int = 0
+    max_context_len: int = 0
+    gpu_capable: bool = True
+
+    @property
+    def expert_bytes(self) -> int:
+        return self.expert_bytes_per_layer * self.num_layers
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """One model to place, with the memory free for it right now."""
+
+    shape: ModelShape
+    tier1_free_bytes: int
+    slots: int = 1
+    context_len: int = 4096
+    moe_offload: MoeOffload = MoeOffload.OFF
+    min_gpu_layer_ratio: float = 0.0
+    unified_memory: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The spec's LayerPlacementPlan (appendix), plus what the planner booked in all.
+
+    ``booked_tier1_bytes`` = vram_weight_bytes + vram_kv_and_workspace_bytes: what the
+    scheduler charges against the tier-1 budget while the model is resident.
+    """
+
+    primary_tier: Tier
+    gpu_layers: int = 0
+    pinned_ram_layers: int = 0
+    ssd_layers: int = 0
+    vram_weight_bytes: int = 0
+    vram_kv_and_workspace_bytes: int = 0
+    pinned_ram_bytes: int = 0
+    allocated_context_len: int = 0
+    cpu_expert_layers: int = 0
+
+    @property
+    def booked_tier1_bytes(self) -> int:
+        return self.vram_weight_bytes + self.vram_kv_and_workspace_bytes
+
+    def to_wire(self) -> dict:
+        return {
+            "primary_tier": str(self.primary_tier),
+            "gpu_layers": self.gpu_layers,
+            "pinned_ram_layers": self.pinned_ram_layers,
+            "ssd_layers": self.ssd_layers,
+            "vram_weight_bytes": self.vram_weight_bytes,
+            "vram_kv_and_workspace_bytes": self.vram_kv_and_workspace_bytes,
+            "pinned_ram_bytes": self.pinned_ram_bytes,
+            "allocated_context_len": self.allocated_context_len,
+            "cpu_expert_layers": self.cpu_expert_layers,
+        }
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Placement failed: ``needed_bytes`` would be required, ``free_bytes`` were free."""
+
+    reason: str
+    needed_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class ResidentModel:
+    """A model holding tier-1 memory, as eviction sees it."""
+
+    model_id: str
+    priority: Priority
+    booked_bytes: int
+    reload_estimate_ms: float
+    requests_per_minute: float
+    leased: bool = False
+
+
+@dataclass(frozen=True)
+class EvictionPlan:
+    """Which resident models to demote (in order) so ``needed_bytes`` fit."""
+
+    evict: tuple[str, ...] = field(default_factory=tuple)
+    fits: bool = True
+    shortfall_bytes: int = 0

@@ -1,0 +1,205 @@
+"""The typed configuration tree. Defaults live here, in code; a TOML file overrides them.
+
+Every field carries its meaning in the comment above it. `service.config` reads a file into
+this tree and validates it; nothing here does I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypnos.planner.types import MoeOffload, Priority, Tier
+
+MODALITIES = (
+    "text_generation", "vision", "speech_to_text", "text_to_speech", "embeddings",
+    "image_generation", "document_conversion", "entity_extraction",
+)
+ENGINES = ("ggml_llama", "ggml_whisper", "faster_whisper", "ggml_diffusion", "onnx_runtime",
+           "docling", "gliner")
+# The config key each catalog file role fills (spec section 6, files[].role).
+FILE_ROLES = {
+    "weights": "weights_path",
+    "aux": "aux_path",
+    "text_encoder": "text_encoder_path",
+    "tokenizer": "tokenizer_path",
+    "voices": "voices_path",
+}
+PROFILES = {
+    # name: (metric, target_ms or None)
+    "voice_assistant": ("first_audio", 1500),
+    "chat": ("first_token", 1000),
+    "batch": ("throughput", None),
+}
+
+
+@dataclass
+class KeyConfig:
+    """One [[server.keys]] entry."""
+    key: str
+    # Shown in the request log and metrics instead of the key.
+    label: str = ""
+    # May change the model pool (POST/PUT/DELETE /v1/models).
+    admin: bool = False
+    requests_per_minute: int | None = None
+    max_concurrent: int | None = None
+    # Prompt plus completion tokens per UTC day.
+    tokens_per_day: int | None = None
+
+
+@dataclass
+class TlsConfig:
+    cert: str = ""
+    key: str = ""
+
+
+@dataclass
+class RequestLogConfig:
+    # Records kept in the ring buffer.
+    capacity: int = 200
+    # off | error | warn | info | debug | trace
+    level: str = "info"
+    # Regular expressions whose matches are blanked in captured text; "*" blanks all of it.
+    redact: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9999
+    # Plain keys; each is an admin key.
+    api_keys: list[str] = field(default_factory=list)
+    keys: list[KeyConfig] = field(default_factory=list)
+    # Extra CORS origins beyond loopback; "http://host:*" wildcards the port.
+    allowed_origins: list[str] = field(default_factory=list)
+    tls: TlsConfig | None = None
+    # Require an API key on /metrics.
+    metrics_require_auth: bool = False
+    # Workload profile: voice_assistant | chat | batch (sets the implicit objective).
+    profile: str | None = None
+    # Seconds a converted document's pictures stay in the picture store.
+    document_pictures_ttl_secs: int = 3600
+    # Seconds after which an idle chat slot's KV cache is emptied (0: never).
+    kv_idle_timeout_secs: int = 0
+    request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
+
+
+@dataclass
+class LimitsConfig:
+    """Spec section 1; each default is the spec's."""
+    max_body_bytes: int = 256 * 1024**2
+    max_audio_bytes: int = 64 * 1024**2
+    max_image_bytes: int = 32 * 1024**2
+    max_document_bytes: int = 100 * 1024**2
+    max_prompt_chars: int = 1_000_000
+    max_tokens_cap: int = 8192
+    max_images_per_request: int = 4
+    request_timeout_secs: int = 900
+    max_queue_per_model: int = 8
+    allow_remote_image_urls: bool = True
+    allow_private_urls: bool = False
+    # queue | shed: with "shed", the profile's objective acts as an implicit deadline.
+    overload: str = "queue"
+
+
+@dataclass
+class SimulateConfig:
+    """Budget for another machine while the engines run on this one."""
+    vram_bytes: int = 0
+    ram_bytes: int = 0
+    unified_memory: bool = False
+
+
+@dataclass
+class HardwareConfig:
+    # Park KV state of chat slots in host memory when a model leaves tier 1.
+    kv_park: bool = False
+    kv_park_max_bytes: int = 4 * 1024**3
+    # Refuse loads (507 process_memory_cap) that would take the process above this.
+    max_process_memory_bytes: int | None = None
+    simulate: SimulateConfig | None = None
+
+
+@dataclass
+class ArchConfig:
+    """[models.arch]: values left out are read from the GGUF at load."""
+    architecture: str | None = None
+    num_layers: int | None = None
+    embedding_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | None = None
+    head_dim: int | None = None
+    context_length: int | None = None
+    expert_count: int | None = None
+    expert_used_count: int | None = None
+
+
+@dataclass
+class ImageConfig:
+    """[models.image]: defaults of the image routes for this model."""
+    steps: int = 20
+    cfg_scale: float = 3.0
+    edit: bool = False
+    sampler: str | None = None
+
+
+@dataclass
+class ModelConfig:
+    """One [[models]] entry. Paths are relative to models_dir."""
+    id: str
+    modality: str
+    engine: str
+    # The main weights file or folder; docling runs without one (its layout model is optional).
+    weights_path: str | None = None
+    # Further modalities served besides the primary one.
+    modalities: list[str] = field(default_factory=list)
+    aux_path: str | None = None
+    text_encoder_path: str | None = None
+    tokenizer_path: str | None = None
+    voices_path: str | None = None
+    priority: Priority = Priority.NORMAL
+    # Where the model is staged at startup; tier3 stages nothing.
+    initial_tier: Tier = Tier.SSD
+    # Execution slots (parallel sequences) of a text model.
+    slots: int = 1
+    # Context window funded across all slots; 0 = the model's trained context, capped at 8192.
+    context_len: int = 0
+    moe_offload: MoeOffload = MoeOffload.OFF
+    # Refuse a GPU placement with fewer than this fraction of layers on the GPU.
+    min_gpu_layer_ratio: float = 0.0
+    # On demotion from tier 1 keep the weights in tier 2 instead of dropping to disk.
+    keep_warm_in_ram: bool = True
+    enabled: bool = True
+    # Catalog variant this block came from (informational).
+    quant: str | None = None
+    # Chat template override (Jinja) for GGUFs that carry none.
+    chat_template: str | None = None
+    arch: ArchConfig = field(default_factory=ArchConfig)
+    image: ImageConfig | None = None
+
+    @property
+    def all_modalities(self) -> list[str]:
+        return [self.modality] + [m for m in self.modalities if m != self.modality]
+
+    def file_paths(self) -> dict[str, str]:
+        """Config key -> relative path for every file this model names."""
+        out = {}
+        for key in FILE_ROLES.values():
+            value = getattr(self, key)
+            if value:
+                out[key] = value
+        return out
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    models_dir: Path = Path("models")
+    models: list[ModelConfig] = field(default_factory=list)
+    config_version: int = 1
+    # The file this came from (None: built in code); the overlay sits next to it.
+    source: Path | None = None
+
+    def model(self, model_id: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.id == model_id), None)
