@@ -1,0 +1,270 @@
+"""Lineup search and scoring: which catalog models and variants serve a set of needs best.
+
+Every candidate is placed with the planner's own ``place()`` against the budgets the server
+would derive on the machine (see ``advisor.candidates`` for CPU engines and shapes).
+
+- Score (in billions of parameters): for each need a model does, its parameter count times
+  the need's weight (transcription 0.25, speech 0.1, others 1); a model placed partly off the
+  GPU (a layer split) counts ``PARTIAL_FACTOR`` of that, one with experts offloaded
+  ``EXPERT_OFFLOAD_FACTOR``; when the interactive models (chat, vision, speech, embeddings)
+  are resident together (GPU ones fully on the GPU, all within the budgets) the interactive
+  part is counted again (``CORESIDENT_BONUS``). Ties go to the larger weights (the better
+  quantization of the same model), then to the first combination found.
+- Settings tried per lineup: the catalog defaults; one slot with an 8k context on the chat
+  models; ``moe_offload = "auto"`` on a discrete GPU (MoE lineups only). A reduced setting
+  is kept only when it scores strictly better.
+- Bounded search: candidates are ranked by what they would score alone; a role that is not
+  interactive and whose candidates serve no other requested role does not interact with the
+  others, so it keeps only its best candidate; the other roles keep their best few plus the
+  smallest, as many as keep the combinations under ``MAX_COMBINATIONS``.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from hypnos.advisor.candidates import (Candidate, Machine, Settings, budget_of, make_candidate,
+                                       place_alone, place_in, settings_for)
+from hypnos.catalog.catalog import NEEDS, Catalog
+from hypnos.planner import NoFit, Placement
+
+ROLE_ORDER = ("chat", "vision", "transcription", "speech", "embeddings", "images",
+              "documents", "entities")
+ROLE_MODALITY = {
+    "chat": "text_generation", "vision": "vision", "transcription": "speech_to_text",
+    "speech": "text_to_speech", "embeddings": "embeddings", "images": "image_generation",
+    "documents": "document_conversion", "entities": "entity_extraction",
+}
+NEED_ROLES = {"voice": ("transcription", "chat", "speech")}
+ROLE_WEIGHT = {"transcription": 0.25, "speech": 0.1}
+INTERACTIVE = frozenset({"chat", "vision", "speech", "embeddings"})
+
+PARTIAL_FACTOR = 0.25
+EXPERT_OFFLOAD_FACTOR = 0.75
+CORESIDENT_BONUS = 1.0
+# Most role assignments tried (the per-role candidate lists are cut to fit).
+MAX_COMBINATIONS = 1024
+
+
+class AdvisorError(ValueError):
+    """The request cannot be answered (an unknown need, nothing asked for)."""
+
+
+class NoLineupFits(AdvisorError):
+    """A need cannot be served on the machine at all: no catalog model serves it, or its
+    smallest model does not fit the memory even alone."""
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A model of the chosen lineup: the roles it is the choice for, how it runs."""
+    cand: Candidate
+    roles: tuple[str, ...]
+    settings: Settings
+    placement: Placement
+    reduced: bool
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.placement.booked_tier1_bytes + self.placement.pinned_ram_bytes
+
+
+@dataclass(frozen=True)
+class Lineup:
+    models: tuple[Chosen, ...]
+    coresident: bool
+    score: float
+
+
+def expand_needs(needs: list[str]) -> tuple[str, ...]:
+    """Needs -> the roles to fill, in ``ROLE_ORDER``. Raises AdvisorError on an unknown need."""
+    if not needs:
+        raise AdvisorError("no needs given; known needs: " + ", ".join(NEEDS))
+    roles: set[str] = set()
+    for need in needs:
+        if need not in NEEDS:
+            raise AdvisorError(f"unknown need {need!r}; known needs: {', '.join(NEEDS)}")
+        roles.update(NEED_ROLES.get(need, (need,)))
+    return tuple(r for r in ROLE_ORDER if r in roles)
+
+
+# ----------------------------------------------------------------- evaluating a lineup
+
+def model_factor(m: Chosen) -> float:
+    """What fraction of its parameters a model's placement lets it count for."""
+    if m.cand.runs_on_cpu:
+        return 1.0
+    if m.placement.pinned_ram_layers > 0:
+        return PARTIAL_FACTOR
+    if m.placement.cpu_expert_layers > 0:
+        return EXPERT_OFFLOAD_FACTOR
+    return 1.0
+
+
+def score_lineup(models: tuple[Chosen, ...], coresident: bool) -> float:
+    """Sum over roles of weight x params x placement factor, plus the co-residency bonus."""
+    total = interactive = 0.0
+    for m in models:
+        factor = model_factor(m)
+        for role in m.roles:
+            s = ROLE_WEIGHT.get(role, 1.0) * m.cand.params_b * factor
+            total += s
+            if role in INTERACTIVE:
+                interactive += s
+    return total + (CORESIDENT_BONUS * interactive if coresident else 0.0)
+
+
+Item = tuple[Candidate, tuple[str, ...], Settings]
+
+
+def _place_pool(items: list[Item], free: int, machine: Machine) -> dict[str, Placement] | None:
+    """Place ``items`` one after another in ``free`` bytes (MoE models last, so "auto"
+    offloads only what the others leave short; larger first otherwise). None unless every
+    one is placed with all its layers in its tier."""
+    out: dict[str, Placement] = {}
+    for cand, _roles, s in sorted(items, key=lambda it: (it[0].moe, -it[0].weights_bytes)):
+        p = place_in(cand, s, free, machine)
+        if isinstance(p, NoFit) or p.pinned_ram_layers > 0:
+            return None
+        out[cand.entry.id] = p
+        free -= p.booked_tier1_bytes
+    return out
+
+
+def _place_interactive(items: list[Item], machine: Machine) -> tuple[bool, dict[str, Placement]]:
+    """Try to place the interactive models together: the tier-1 users within the tier-1
+    budget, the CPU-run ones within the tier-2 budget. (co-resident?, placements found)."""
+    inter = [it for it in items if INTERACTIVE & set(it[1])]
+    placements: dict[str, Placement] = {}
+    coresident = True
+    for in_tier1 in (True, False):
+        pool = [it for it in inter if it[0].uses_tier1 is in_tier1]
+        budget = machine.budgets.tier1_bytes if in_tier1 else machine.budgets.tier2_bytes
+        placed = _place_pool(pool, budget, machine) if pool else {}
+        if placed is None:
+            coresident = False
+        else:
+            placements.update(placed)
+    return coresident, placements
+
+
+def evaluate(assign: dict[str, Candidate], machine: Machine, reduce: bool,
+             moe_auto: bool) -> Lineup | None:
+    """The lineup ``assign`` (role -> candidate) under one setting level; None when it is
+    not valid (one entry in two variants) or a model does not fit alone."""
+    groups: dict[str, tuple[Candidate, list[str]]] = {}
+    for role, cand in assign.items():
+        seen = groups.setdefault(cand.entry.id, (cand, []))
+        if seen[0].variant.quant != cand.variant.quant:
+            return None
+        seen[1].append(role)
+    items = [(c, tuple(r), settings_for(c, r, reduce, moe_auto)) for c, r in groups.values()]
+    coresident, placements = _place_interactive(items, machine)
+    models = []
+    for cand, roles, s in items:
+        p = placements.get(cand.entry.id) or place_in(cand, s, budget_of(cand, machine), machine)
+        if isinstance(p, NoFit):
+            return None
+        base = settings_for(cand, roles, False, False)
+        reduced = (s.slots, s.context_len) != (base.slots, base.context_len)
+        models.append(Chosen(cand, roles, s, p, reduced=reduced))
+    chosen = tuple(models)
+    return Lineup(chosen, coresident, score_lineup(chosen, coresident))
+
+
+# ----------------------------------------------------------------- the search
+
+def _need_of(role: str, needs: list[str]) -> str:
+    return next(n for n in needs if role in NEED_ROLES.get(n, (n,)))
+
+
+def gib(n: int) -> str:
+    return f"{n / 1024**3:.2f}"
+
+
+def fitting_candidates(catalog: Catalog, role: str, needs: list[str],
+                       machine: Machine) -> list[tuple[Candidate, Placement]]:
+    """Every (entry, variant) serving ``role`` that fits the machine alone, with that
+    placement; NoLineupFits naming the need when there is none."""
+    modality = ROLE_MODALITY[role]
+    cands = [make_candidate(e, v, machine) for e in catalog.entries if modality in e.modalities
+             for v in e.variants]
+    need = _need_of(role, needs)
+    what = need if need == role else f"{need} ({role})"
+    if not cands:
+        raise NoLineupFits(f"need {what!r}: no catalog model serves {modality}")
+    fits, misses = [], []
+    for c in cands:
+        p = place_alone(c, (role,), machine)
+        (misses if isinstance(p, NoFit) else fits).append((c, p))
+    if fits:
+        return fits
+    cand, miss = min(misses, key=lambda cm: (cm[1].needed_bytes - cm[1].free_bytes, cm[0].spec))
+    short = miss.needed_bytes - miss.free_bytes
+    raise NoLineupFits(
+        f"need {what!r} does not fit: its smallest model {cand.spec} needs {gib(miss.needed_bytes)}"
+        f" GiB where {gib(miss.free_bytes)} GiB are available ({gib(short)} GiB short)")
+
+
+def standalone_score(cand: Candidate, p: Placement, role: str) -> float:
+    """What ``cand`` would score doing ``role`` alone (the ranking for pruning)."""
+    chosen = Chosen(cand, (role,), settings_for(cand, (role,), True, True), p, False)
+    return score_lineup((chosen,), coresident=p.pinned_ram_layers == 0)
+
+
+def ranked(fits: list[tuple[Candidate, Placement]], role: str) -> list[Candidate]:
+    order = sorted(fits, key=lambda cp: (-standalone_score(cp[0], cp[1], role),
+                                         -cp[0].weights_bytes, cp[0].spec))
+    return [c for c, _ in order]
+
+
+def prune(cands: list[Candidate], k: int) -> list[Candidate]:
+    """The first ``k`` of the ranked ``cands`` plus the smallest, as a fallback."""
+    keep = cands[:k]
+    smallest = min(cands, key=lambda c: (c.weights_bytes, c.spec))
+    return keep if smallest in keep else keep + [smallest]
+
+
+def _independent(role: str, cands: list[Candidate], roles: tuple[str, ...]) -> bool:
+    """Not interactive, and no candidate serves another requested role."""
+    others = {ROLE_MODALITY[r] for r in roles if r != role}
+    return role not in INTERACTIVE and not any(others & set(c.entry.modalities) for c in cands)
+
+
+def candidate_lists(catalog: Catalog, needs: list[str], roles: tuple[str, ...],
+                    machine: Machine) -> list[list[Candidate]]:
+    lists = [ranked(fitting_candidates(catalog, r, needs, machine), r) for r in roles]
+    linked = [i for i, r in enumerate(roles) if not _independent(r, lists[i], roles)]
+    k = 8
+    while k > 1 and math.prod(len(prune(lists[i], k)) for i in linked) > MAX_COMBINATIONS:
+        k -= 1
+    return [prune(c, k) if i in linked else c[:1] for i, c in enumerate(lists)]
+
+
+def _levels(combo: tuple[Candidate, ...], machine: Machine) -> list[tuple[bool, bool]]:
+    levels = [(False, False)]
+    if any(c.shape.num_layers > 0 for c in combo):
+        levels.append((True, False))
+    if machine.discrete and any(c.moe for c in combo):
+        levels += [(False, True), (True, True)]
+    return levels
+
+
+def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
+    """The best-scoring lineup for ``needs``. Raises AdvisorError / NoLineupFits."""
+    roles = expand_needs(needs)
+    lists = candidate_lists(catalog, needs, roles, machine)
+    best, best_key = None, None
+    for combo in itertools.product(*lists):
+        assign = dict(zip(roles, combo))
+        for reduce, moe_auto in _levels(combo, machine):
+            lineup = evaluate(assign, machine, reduce, moe_auto)
+            if lineup is None:
+                continue
+            key = (round(lineup.score, 9), sum(m.cand.weights_bytes for m in lineup.models))
+            if best_key is None or key > best_key:
+                best, best_key = lineup, key
+    if best is None:
+        raise NoLineupFits("no combination of the catalog's models fits the machine")
+    return best

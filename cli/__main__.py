@@ -1,0 +1,3 @@
+from hypnos.cli.main import main
+
+main()

@@ -1,0 +1,37 @@
+"""The ``hypnos`` command group. Commands are thin: parse, call the library, render.
+
+Exit codes: 0 success; 1 the command ran and failed (no lineup fits, a pull failed, the
+server answered an error); 2 usage error (bad option value, unknown need or model spec).
+"""
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from hypnos.cli.advise_cmd import advise
+from hypnos.cli.models_cmd import catalog_block, models
+from hypnos.cli.serve_cmd import serve
+
+
+def _version() -> str:
+    try:
+        return version("hypnos")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), prog_name="hypnos")
+def cli() -> None:
+    """Hypnos: a local inference server for models of every modality."""
+
+
+cli.add_command(serve)
+cli.add_command(advise)
+cli.add_command(models)
+cli.add_command(catalog_block)
+
+
+def main() -> None:
+    cli(prog_name="hypnos")

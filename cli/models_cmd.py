@@ -1,0 +1,109 @@
+"""``hypnos models list|pull`` and ``hypnos catalog-block``: offline catalog tools."""
+from __future__ import annotations
+
+import click
+
+from hypnos.catalog.blocks import config_block
+from hypnos.catalog.catalog import CatalogError, load_catalog
+from hypnos.catalog.pull import PullError, pull_variant
+from hypnos.catalog.state import catalog_wire
+from hypnos.cli.common import config_option, is_tty, json_option, print_json, resolve_config
+
+
+def _resolve(catalog, spec: str):
+    try:
+        return catalog.resolve(spec)
+    except CatalogError as exc:
+        raise click.BadParameter(str(exc), param_hint="SPEC") from None
+
+
+@click.command("catalog-block")
+@click.argument("spec")
+def catalog_block(spec: str) -> None:
+    """Print the [[models]] config block for SPEC (<id> or <id>:<quant>)."""
+    entry, variant = _resolve(load_catalog(), spec)
+    click.echo(config_block(entry, variant), nl=False)
+
+
+@click.group()
+def models() -> None:
+    """The model catalog: list it, pull variants into models_dir."""
+
+
+@models.command("list")
+@config_option
+@json_option
+@click.option("--modality", help="Only entries serving this modality.")
+def list_models(config_path, as_json: bool, modality: str | None) -> None:
+    """Show the catalog with what is installed in models_dir."""
+    cfg = resolve_config(config_path)
+    configured = {m.id: (m.enabled, m.weights_path) for m in cfg.models}
+    body = catalog_wire(load_catalog(), cfg.models_dir, modality=modality, configured=configured)
+    if as_json:
+        print_json(body)
+        return
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"Catalog (models_dir: {cfg.models_dir})")
+    for col in ("id", "modality", "engine", "variants", "installed", "lineup"):
+        table.add_column(col)
+    for e in body["data"]:
+        quants = ", ".join(f"{v['quant']}{'*' if v['default'] else ''}" for v in e["variants"])
+        installed = ", ".join(v["quant"] for v in e["variants"] if v["installed"]) or "-"
+        table.add_row(e["id"], e["modality"], e["engine"], quants, installed,
+                      "yes" if e["lineup"] else "")
+    Console(no_color=not is_tty()).print(table)
+
+
+@models.command("pull")
+@click.argument("specs", nargs=-1, required=True)
+@config_option
+@json_option
+@click.option("--force", is_flag=True, help="Download again even when present.")
+def pull(specs, config_path, as_json: bool, force: bool) -> None:
+    """Download catalog variants (<id> or <id>:<quant>) into models_dir."""
+    cfg = resolve_config(config_path)
+    catalog = load_catalog()
+    resolved = [_resolve(catalog, s) for s in specs]
+    results = []
+    for entry, variant in resolved:
+        try:
+            with _progress(as_json) as progress:
+                results.append(pull_variant(entry, variant, cfg.models_dir,
+                                            progress=progress, force=force))
+        except PullError as exc:
+            if as_json:
+                print_json({"error": str(exc), "done": [r.to_dict() for r in results]})
+            raise click.ClickException(str(exc)) from None
+        if not as_json:
+            r = results[-1]
+            click.echo(f"{r.spec}: {len(r.fetched)} fetched, {len(r.skipped)} already present "
+                       f"in {r.models_dir}")
+    if as_json:
+        print_json({"pulled": [r.to_dict() for r in results]})
+
+
+class _progress:
+    """A rich progress bar on a TTY; nothing otherwise (scripts and --json stay quiet)."""
+
+    def __init__(self, quiet: bool):
+        self.enabled = is_tty() and not quiet
+        self.bar = None
+        self.tasks: dict = {}
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import Progress
+        self.bar = Progress()
+        self.bar.start()
+        return self.update
+
+    def update(self, name: str, done: int, total: int | None) -> None:
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(name, total=total)
+        self.bar.update(self.tasks[name], completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()

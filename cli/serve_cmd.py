@@ -1,0 +1,77 @@
+"""``hypnos serve``: one Sanic process that owns the models."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+from hypnos.cli.common import config_option, resolve_config
+
+
+def _default_lineup(cfg, catalog):
+    from hypnos.service.lineup import default_lineup_config
+    lineup = default_lineup_config(catalog, cfg.models_dir)
+    lineup.server, lineup.limits, lineup.hardware = cfg.server, cfg.limits, cfg.hardware
+    return lineup
+
+
+def _pull_missing(cfg, catalog):
+    """Fetch the default lineup's missing files (runs in a thread while the port is open)."""
+    from hypnos.catalog.pull import PullError, pull_variant
+    log = logging.getLogger("hypnos.serve")
+    for entry in catalog.lineup():
+        try:
+            result = pull_variant(entry, entry.default_variant(), cfg.models_dir)
+            if result.fetched:
+                log.info("pulled %s: %s", entry.id, ", ".join(result.fetched))
+        except PullError as exc:
+            log.warning("could not pull %s: %s", entry.id, exc)
+
+
+@click.command()
+@config_option
+@click.option("--host", help="Address to bind (default from config: 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port (default 9999; HYPNOS_PORT).")
+@click.option("--check", is_flag=True,
+              help="Build the app, answer one in-process GET /v1/models, exit non-zero on failure.")
+def serve(config_path, host, port, check: bool) -> None:
+    """Start the server. With no config file it serves the default lineup from the catalog,
+    pulling what is missing from models_dir first."""
+    from hypnos.catalog.catalog import load_catalog
+    from hypnos.service.app import create_app
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg = resolve_config(config_path, host=host, port=port)
+    catalog = load_catalog()
+    before_stage = None
+    if cfg.source is None and not cfg.models:
+        cfg = _default_lineup(cfg, catalog)
+        before_stage = (lambda: _pull_missing(cfg, catalog)) if not check else None
+    if check:
+        sys.exit(_check(create_app(cfg, catalog=catalog, stage=False)))
+    app = create_app(cfg, catalog=catalog, before_stage=before_stage)
+    ssl = None
+    if cfg.server.tls is not None:
+        ssl = {"cert": cfg.server.tls.cert, "key": cfg.server.tls.key}
+    app.run(host=cfg.server.host, port=cfg.server.port, single_process=True,
+            access_log=False, motd=False, ssl=ssl)
+
+
+def _check(app) -> int:
+    from sanic_testing.testing import SanicASGITestClient
+
+    async def probe():
+        client = SanicASGITestClient(app)
+        _req, resp = await client.get("/v1/models")
+        return resp
+    resp = asyncio.run(probe())
+    if resp.status != 200:
+        click.echo(f"check failed: GET /v1/models answered {resp.status}: {resp.text}", err=True)
+        return 1
+    models = resp.json["data"]
+    problems = [st.problem for st in app.ctx.scheduler.models.values() if st.problem]
+    for p in problems:
+        click.echo(f"problem: {p}", err=True)
+    click.echo(f"ok: {len(models)} models configured")
+    return 1 if problems else 0

@@ -1,0 +1,311 @@
+"""Chat on llama.cpp (engine kind ``ggml_llama``) with parallel slots and prefix reuse.
+
+The high-level ``llama_cpp.Llama`` class ignores ``n_seq_max``, so this engine drives the
+low-level bindings: one context with ``spec.slots`` KV sequences (not unified: each slot gets
+``context_len / slots`` tokens), and a ``DecodeLoop`` thread that batches every active slot
+into one ``llama_decode`` per step. ``chat`` runs in the caller's thread: it renders and
+tokenizes the prompt, queues a job, and turns the token bytes it gets back into text.
+
+llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
+``EngineUnavailable("ggml_llama", "llama")``.
+"""
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import queue
+import threading
+import time
+
+from hypnos.engines.base import (
+    ChatRequest, ChatResult, ChatTimings, ContextOverflow, EngineError, EngineUnavailable,
+    LoadReport, LoadSpec, OnToken,
+)
+from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling
+
+log = logging.getLogger(__name__)
+
+DEFAULT_N_BATCH = 512
+#: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
+CANCEL_POLL_S = 0.05
+
+# ggml_log_level (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5) -> logging.
+# llama.cpp's INFO is ~150 lines per load, so it goes to DEBUG. (llama-cpp-python's own
+# _logger.py reads these numbers off by one.)
+_GGML_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING,
+                4: logging.ERROR}
+_GGML_CONT = 5
+# llama.cpp keeps one process-wide log callback; it must outlive every model, so it lives
+# here rather than on an engine.
+_log_callback = None
+
+
+def _route_llama_logs(ll) -> None:
+    """Send llama.cpp's log lines to ``logging`` instead of stderr (once per process)."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+    llama_log = logging.getLogger("hypnos.engines.llama.cpp")
+    last = [logging.DEBUG]
+
+    def forward(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        if level != _GGML_CONT:
+            last[0] = _GGML_LEVELS.get(level, logging.DEBUG)
+        message = text.decode("utf-8", "replace").rstrip()
+        if message:
+            llama_log.log(last[0], "%s", message)
+
+    _log_callback = ll.llama_log_callback(forward)
+    ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+class LlamaChatEngine:
+    """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it."""
+
+    kind = "ggml_llama"
+
+    def __init__(self) -> None:
+        self._ll = None
+        self._model = None
+        self._ctx = None
+        self._vocab = None
+        self._loop: DecodeLoop | None = None
+        self._formatter = None
+        self._bos: int | None = None
+        self.slots = 0
+        self.n_ctx_per_slot = 0
+        self._lifecycle = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self, spec: LoadSpec) -> LoadReport:
+        """Map the weights, build the context and start the decode thread. Blocks."""
+        try:
+            from llama_cpp import llama_cpp as ll
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError as exc:
+            raise EngineUnavailable("ggml_llama", "llama") from exc
+        if spec.weights_path is None or not spec.weights_path.is_file():
+            raise EngineError(f"{spec.model_id}: weights file not found: {spec.weights_path}")
+        if spec.slots < 1 or spec.slots > ll.llama_max_parallel_sequences():
+            raise EngineError(f"{spec.model_id}: slots must be 1..{ll.llama_max_parallel_sequences()}")
+        self.unload()
+        with self._lifecycle:
+            _route_llama_logs(ll)
+            ll.llama_backend_init()
+            self._ll = ll
+            t0 = time.perf_counter()
+            self._model = self._load_model(spec)
+            t1 = time.perf_counter()
+            try:
+                self._ctx = self._new_context(spec)
+                t2 = time.perf_counter()
+                self._vocab = ll.llama_model_get_vocab(self._model)
+                self._formatter = self._make_formatter(spec, Jinja2ChatFormatter)
+                self.slots = spec.slots
+                self.n_ctx_per_slot = ll.llama_n_ctx_seq(self._ctx)
+                n_batch = ll.llama_n_batch(self._ctx)
+                self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
+            except BaseException:
+                self._free_locked()
+                raise
+        return LoadReport(load_mode="mmap", weights_ms=(t1 - t0) * 1e3,
+                          context_ms=(t2 - t1) * 1e3,
+                          total_ms=(time.perf_counter() - t0) * 1e3)
+
+    def _load_model(self, spec: LoadSpec):
+        ll = self._ll
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = spec.gpu_layers
+        params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
+        model = ll.llama_model_load_from_file(str(spec.weights_path).encode(), params)
+        if not model:
+            raise EngineError(f"{spec.model_id}: llama.cpp refused {spec.weights_path.name}")
+        return model
+
+    def _new_context(self, spec: LoadSpec):
+        ll = self._ll
+        params = ll.llama_context_default_params()
+        threads = spec.threads or len(os.sched_getaffinity(0))
+        n_batch = min(int(spec.options.get("n_batch", DEFAULT_N_BATCH)), spec.context_len)
+        params.n_ctx = spec.context_len
+        params.n_seq_max = spec.slots
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.kv_unified = False              # each slot owns context_len / slots cells
+        params.no_perf = True
+        ctx = ll.llama_init_from_model(self._model, params)
+        if not ctx:
+            raise EngineError(f"{spec.model_id}: llama.cpp could not build a context of "
+                              f"{spec.context_len} tokens x {spec.slots} slots")
+        return ctx
+
+    def _make_formatter(self, spec: LoadSpec, formatter_cls):
+        ll = self._ll
+        template = spec.chat_template
+        if template is None:
+            raw = ll.llama_model_chat_template(self._model, None)
+            template = raw.decode("utf-8") if raw else None
+        if not template:
+            raise EngineError(f"{spec.model_id}: the GGUF has no chat template; "
+                              "set chat_template for this model")
+        bos = ll.llama_vocab_bos(self._vocab)
+        eos = ll.llama_vocab_eos(self._vocab)
+        self._bos = bos if bos != ll.LLAMA_TOKEN_NULL and ll.llama_vocab_get_add_bos(
+            self._vocab) else None
+        text = lambda tok: (ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
+                            if tok != ll.LLAMA_TOKEN_NULL else "")
+        return formatter_cls(template, eos_token=text(eos), bos_token=text(bos))
+
+    def unload(self) -> None:
+        """Stop the decode thread and free sampler, context and model. Idempotent; any call
+        still waiting gets an EngineError."""
+        with self._lifecycle:
+            self._free_locked()
+
+    def _free_locked(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        if self._ctx is not None:
+            self._ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            self._ll.llama_model_free(self._model)
+            self._model = None
+        self._vocab = self._formatter = None
+
+    # ------------------------------------------------------------------ requests
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes (no BOS/EOS added, special markers read as text)."""
+        return len(self._tokenize(text, parse_special=False))
+
+    def chat(self, req: ChatRequest, on_text: OnToken | None,
+             cancel: threading.Event) -> ChatResult:
+        """Generate one answer; see ``ChatEngine.chat``. Blocks in the caller's thread while
+        the decode thread works; ``on_text`` runs in this thread."""
+        t_call = time.perf_counter()
+        loop = self._loop
+        if loop is None:
+            raise EngineError("model not loaded")
+        prompt = self.render_prompt(req.messages, req.tools)
+        if len(prompt) + max(req.max_tokens, 0) > self.n_ctx_per_slot:
+            raise ContextOverflow(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds the "
+                f"context of a slot ({self.n_ctx_per_slot} tokens)")
+        if req.max_tokens <= 0:
+            return ChatResult("", "length", len(prompt), 0)
+        sampling = Sampling(req.temperature, req.top_k, req.top_p, req.seed)
+        job = Job(prompt=prompt, max_tokens=req.max_tokens, sampling=sampling,
+                  stop=threading.Event())
+        try:
+            loop.submit(job)
+        except RuntimeError as exc:
+            raise EngineError("model unloaded") from exc
+        text, finish, delivered = _collect(loop, job, on_text, cancel)
+        return ChatResult(text=text, finish_reason=finish, prompt_tokens=len(prompt),
+                          completion_tokens=delivered, cached_tokens=job.cached,
+                          timings=_timings(job, t_call))
+
+    # ------------------------------------------------------------------ prompt
+
+    def render_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat template applied to ``messages`` (with the generation prompt), as tokens."""
+        try:
+            rendered = self._formatter(messages=[_text_message(m) for m in messages],
+                                       tools=tools).prompt
+        except EngineError:
+            raise
+        except Exception as exc:                   # jinja2 errors, raise_exception(...)
+            raise EngineError(f"chat template failed: {exc}") from exc
+        tokens = self._tokenize(rendered, parse_special=True)
+        if self._bos is not None and (not tokens or tokens[0] != self._bos):
+            tokens.insert(0, self._bos)
+        return tokens
+
+    def _tokenize(self, text: str, parse_special: bool) -> list[int]:
+        ll, vocab = self._ll, self._vocab
+        if vocab is None:
+            raise EngineError("model not loaded")
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(vocab, raw, len(raw), buf, cap, False, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(vocab, raw, len(raw), buf, cap, False, parse_special)
+        if n < 0:
+            raise EngineError("tokenization failed")
+        return list(buf[:n])
+
+
+def _collect(loop: DecodeLoop, job: Job, on_text: OnToken | None,
+             cancel: threading.Event) -> tuple[str, str, int]:
+    """Turn the job's token bytes into text pieces until it ends or ``cancel`` is set.
+    Returns (text, finish_reason, tokens delivered). Incomplete UTF-8 sequences are held
+    back (and dropped if the answer ends inside one)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    parts: list[str] = []
+    delivered = 0
+    try:
+        while True:
+            if cancel.is_set():
+                job.stop.set()                     # the decode thread frees the slot
+                loop.withdraw(job)
+                return "".join(parts), "cancelled", delivered
+            try:
+                kind, value = job.events.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                continue
+            if kind == "done":
+                return "".join(parts), value, delivered
+            if kind == "error":
+                raise EngineError(value)
+            delivered += 1
+            piece = decoder.decode(value)
+            if piece:
+                parts.append(piece)
+                if on_text is not None:
+                    on_text(piece)
+    except BaseException:
+        job.stop.set()                             # e.g. on_text raised: free the slot
+        loop.withdraw(job)
+        raise
+
+
+def _text_message(message: dict) -> dict:
+    """A message whose content is plain text (array content keeps its text parts)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        kinds = {part.get("type") for part in content}
+        if kinds - {"text"}:
+            raise EngineError(f"this model takes text only, got content parts {sorted(kinds)}")
+        content = "".join(part.get("text", "") for part in content)
+    return {**message, "content": content if content is not None else ""}
+
+
+def _timings(job: Job, t_call: float) -> ChatTimings:
+    """Wall-clock timings of a job (llama_perf_context reads zeros through the bindings)."""
+    now = time.perf_counter()
+    t_assigned = job.t_assigned or now             # never got a slot: queued until now
+    t_first = job.t_first
+    t_done = job.t_done or now
+    prefill_s = (t_first - t_assigned) if t_first else 0.0
+    decode_s = (t_done - t_first) if t_first else 0.0
+    evaluated = len(job.prompt) - job.cached
+    return ChatTimings(
+        queue_ms=(t_assigned - job.t_submit) * 1e3,
+        prefill_ms=prefill_s * 1e3,
+        decode_ms=decode_s * 1e3,
+        ttft_ms=(t_first - t_call) * 1e3 if t_first else 0.0,
+        prefill_tokens_per_s=evaluated / prefill_s if prefill_s > 0 else 0.0,
+        decode_tokens_per_s=(job.sampled - 1) / decode_s if decode_s > 0 else 0.0,
+        cached_tokens=job.cached,
+        concurrent_slots=max(job.concurrent, 1),
+    )

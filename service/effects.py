@@ -1,0 +1,68 @@
+"""What the scheduler's decisions do to the machine: build and free engines, pin weights in
+RAM (tier 2), drop them from the page cache (tier 3).
+
+Every method blocks and runs in a worker thread. Tests replace `Effects` with a fake.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypnos.engines.base import LoadReport, LoadSpec
+from hypnos.engines.registry import create_engine
+from hypnos.planner.types import Placement
+from hypnos.service.hardware import process_rss
+from hypnos.service.pool import ModelState
+
+
+class Effects:
+    def __init__(self, metrics=None, threads: int | None = None):
+        self.metrics = metrics
+        self.threads = threads
+
+    def load(self, st: ModelState, placement: Placement) -> LoadReport:
+        engine = create_engine(st.cfg.engine, st.cfg.all_modalities)
+        spec = LoadSpec(
+            model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
+            context_len=placement.allocated_context_len or 4096, slots=st.cfg.slots,
+            gpu_layers=placement.gpu_layers if placement.gpu_layers else -1,
+            cpu_expert_layers=placement.cpu_expert_layers,
+            chat_template=st.cfg.chat_template, threads=self.threads)
+        before = process_rss()
+        report = engine.load(spec)
+        grown = process_rss() - before
+        st.engine = engine
+        st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
+                             "rss_growth_bytes": grown}
+        if self.metrics is not None:
+            self.metrics.promotions += 1
+        return report
+
+    def unload(self, st: ModelState) -> None:
+        engine, st.engine = st.engine, None
+        if engine is not None:
+            engine.unload()
+
+    def pin(self, st: ModelState) -> None:
+        from hypnos.engines.residency import PinnedWeights
+        st.pinned = PinnedWeights(self._files(st))
+
+    def unpin(self, st: ModelState) -> None:
+        pinned, st.pinned = st.pinned, None
+        if pinned is not None:
+            pinned.release()
+
+    def drop_pages(self, st: ModelState) -> None:
+        from hypnos.engines.residency import drop_page_cache
+        drop_page_cache(self._files(st))
+
+    def count_eviction(self, st: ModelState) -> None:
+        if self.metrics is not None:
+            self.metrics.evictions += 1
+
+    def count_load_failure(self, st: ModelState) -> None:
+        if self.metrics is not None:
+            self.metrics.load_failures += 1
+
+    @staticmethod
+    def _files(st: ModelState) -> list[Path]:
+        return [p for p in st.paths.values() if p.exists()]

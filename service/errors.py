@@ -1,0 +1,172 @@
+"""One error root and a subclass per row of the spec's error table (section 4).
+
+Routes and the scheduler raise these; `install_error_handlers` renders every one of them as
+the spec's envelope. Anything else becomes a 500 ``server_error`` naming the request id.
+"""
+from __future__ import annotations
+
+import logging
+
+from sanic import Sanic
+from sanic.exceptions import (BadRequest, HeaderNotFound, MethodNotAllowed, NotFound,
+                              PayloadTooLarge, RequestTimeout, SanicException)
+from sanic.response import json as json_response
+from sanic.response import text as text_response
+
+log = logging.getLogger("hypnos.errors")
+
+
+class HypnosError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict | None = None, with_code: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code or self.code
+        self.headers = headers or {}
+        # Auth and quota errors always carry "param" and "code" (spec section 2).
+        self.with_code = with_code or self.code is not None or param is not None
+
+    def body(self) -> dict:
+        err = {"message": self.message, "type": self.type}
+        if self.with_code:
+            err["param"] = self.param
+            err["code"] = self.code
+        return {"error": err}
+
+
+class InvalidRequest(HypnosError):
+    status, type = 400, "invalid_request_error"
+
+
+class Unauthorized(HypnosError):
+    status, type, code = 401, "invalid_request_error", "invalid_api_key"
+
+
+class PermissionDenied(HypnosError):
+    status, type = 403, "permission_denied"
+
+
+class ModelNotFound(HypnosError):
+    status, type = 404, "model_not_found"
+
+
+class ModelDisabled(HypnosError):
+    status, type = 404, "model_disabled"
+
+
+class NotFoundError(HypnosError):
+    status, type = 404, "not_found"
+
+
+class PayloadTooLargeError(HypnosError):
+    status, type = 413, "payload_too_large"
+
+
+class UnprocessableEntity(HypnosError):
+    status, type = 422, "invalid_request_error"
+
+
+class ModelBusy(HypnosError):
+    status, type = 429, "model_busy"
+
+
+class RateLimited(HypnosError):
+    status, type = 429, "rate_limit_error"
+
+
+class Cancelled(HypnosError):
+    status, type = 499, "cancelled"
+
+
+class ModelNotAvailable(HypnosError):
+    status, type = 503, "model_not_available"
+
+
+class DeadlineUnmeetable(HypnosError):
+    status, type = 503, "deadline_unmeetable"
+
+
+class EngineTimeout(HypnosError):
+    status, type = 504, "timeout"
+
+
+class InsufficientMemory(HypnosError):
+    status, type = 507, "insufficient_vram_or_ram"
+
+
+class ProcessMemoryCap(HypnosError):
+    status, type = 507, "process_memory_cap"
+
+
+class DeviceOutOfMemory(HypnosError):
+    status, type = 507, "device_out_of_memory"
+
+
+class ServerError(HypnosError):
+    status, type = 500, "server_error"
+
+
+STAGING_MESSAGE = ("Hypnos is still pre-staging its startup models; retry shortly "
+                   "(GET /ready reports when it is done)")
+
+
+def staging_error() -> ModelNotAvailable:
+    return ModelNotAvailable(STAGING_MESSAGE, headers={"Retry-After": "5"})
+
+
+def error_response(exc: HypnosError):
+    return json_response(exc.body(), status=exc.status, headers=exc.headers)
+
+
+def install_error_handlers(app: Sanic) -> None:
+    @app.exception(HypnosError)
+    async def _hypnos(request, exc: HypnosError):
+        return error_response(exc)
+
+    @app.exception(NotFound)
+    async def _not_found(request, exc):
+        return error_response(NotFoundError(
+            f"Unknown route {request.method} {request.path}; the API lives under /v1"))
+
+    @app.exception(MethodNotAllowed)
+    async def _method(request, exc):
+        return error_response(NotFoundError(
+            f"{request.method} is not allowed on {request.path}"))
+
+    @app.exception(PayloadTooLarge)
+    async def _too_large(request, exc):
+        # The body-limit layer answers plain text (spec section 4).
+        return text_response("Payload Too Large", status=413)
+
+    @app.exception(RequestTimeout)
+    async def _timeout(request, exc):
+        return text_response("Request Timeout", status=408)
+
+    @app.exception(BadRequest, HeaderNotFound)
+    async def _bad(request, exc):
+        return error_response(InvalidRequest(str(exc) or "malformed request"))
+
+    @app.exception(SanicException)
+    async def _sanic(request, exc: SanicException):
+        status = getattr(exc, "status_code", 500) or 500
+        if status >= 500:
+            return _server_error(request, exc)
+        return error_response(InvalidRequest(str(exc)))
+
+    @app.exception(Exception)
+    async def _unexpected(request, exc):
+        return _server_error(request, exc)
+
+
+def _server_error(request, exc):
+    rid = getattr(request.ctx, "request_id", "unknown")
+    log.error("unexpected error in %s %s (%s)", request.method, request.path, rid,
+              exc_info=exc)
+    return error_response(ServerError(
+        f"The server failed on this request ({type(exc).__name__}); "
+        f"report it with x-request-id {rid}"))

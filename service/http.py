@@ -1,0 +1,116 @@
+"""Cross-cutting HTTP layers: request id, CORS, API keys, readiness gate, latency, and the
+JSON body reader every route uses."""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from urllib.parse import urlparse
+
+from sanic import Request, Sanic
+from sanic.exceptions import PayloadTooLarge
+from sanic.response import empty
+
+from hypnos.service import errors
+
+EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
+           "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
+           "x-hypnos-estimated-wait-ms")
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+OPEN_PATHS = ("/health", "/ready")
+
+
+def new_request_id() -> str:
+    return "req-" + secrets.token_hex(16)
+
+
+def origin_allowed(origin: str, allowed: list[str]) -> bool:
+    try:
+        parsed = urlparse(origin)
+    except ValueError:
+        return False
+    if parsed.scheme in ("http", "https") and (parsed.hostname or "") in LOOPBACK | {"::1"}:
+        return True
+    for pattern in allowed:
+        if pattern == origin or pattern == "*":
+            return True
+        if pattern.endswith(":*") and re.fullmatch(re.escape(pattern[:-2]) + r"(:\d+)?", origin):
+            return True
+    return False
+
+
+def _cors_headers(request: Request) -> dict:
+    origin = request.headers.get("origin")
+    if not origin or not origin_allowed(origin, request.app.ctx.config.server.allowed_origins):
+        return {}
+    return {"access-control-allow-origin": origin, "vary": "Origin",
+            "access-control-allow-methods": "GET, POST, OPTIONS",
+            "access-control-allow-headers": request.headers.get(
+                "access-control-request-headers",
+                "authorization, content-type, x-hypnos-deadline-ms, x-hypnos-next-model, "
+                "x-hypnos-workflow, x-hypnos-workflow-end"),
+            "access-control-expose-headers": EXPOSED,
+            "access-control-max-age": "600"}
+
+
+def _check_key(request: Request) -> None:
+    cfg = request.app.ctx.config.server
+    keys = set(cfg.api_keys) | {k.key for k in cfg.keys}
+    path = request.path
+    if not keys or path in OPEN_PATHS or not (path.startswith("/v1") or (
+            path == "/metrics" and cfg.metrics_require_auth)):
+        return
+    header = request.headers.get("authorization", "").strip()
+    scheme, _, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="hypnos"'}
+    if not header:
+        raise errors.Unauthorized("Missing API key. Send it as `Authorization: Bearer <key>` "
+                                  "(server.api_keys).", headers=challenge)
+    if scheme.lower() != "bearer" or token.strip() not in keys:
+        raise errors.Unauthorized("Invalid API key.", headers=challenge)
+    request.ctx.api_key = token.strip()
+
+
+def install_http_layers(app: Sanic) -> None:
+    @app.on_request(priority=100)
+    async def _start(request: Request):
+        request.ctx.request_id = new_request_id()
+        request.ctx.started = time.monotonic()
+        if request.method == "OPTIONS":
+            return empty(204, headers=_cors_headers(request))
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > request.app.config.REQUEST_MAX_SIZE:
+            raise PayloadTooLarge("Payload Too Large")
+        _check_key(request)
+
+    @app.on_response(priority=100)
+    async def _finish(request: Request, response):
+        response.headers["x-request-id"] = getattr(request.ctx, "request_id", None) \
+            or new_request_id()
+        for k, v in _cors_headers(request).items():
+            response.headers.setdefault(k, v)
+        started = getattr(request.ctx, "started", None)
+        route = request.route.path if request.route else None
+        if started is not None and route is not None:
+            request.app.ctx.latency.record("/" + route.lstrip("/"),
+                                           (time.monotonic() - started) * 1000)
+
+
+def require_ready(request: Request) -> None:
+    """Inference and placement routes answer 503 + Retry-After while startup staging runs."""
+    if not request.app.ctx.ready:
+        raise errors.staging_error()
+
+
+def json_body(request: Request) -> dict:
+    """The request's JSON object, or a 400 naming what is wrong."""
+    if not request.body:
+        raise errors.InvalidRequest("The request body is empty; send a JSON object")
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise errors.InvalidRequest("The request body must be a JSON object")
+    return body

@@ -1,0 +1,171 @@
+"""POST /v1/chat/completions (spec 7): non-streaming and SSE streaming."""
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.engines.base import ChatResult, ContextOverflow, EngineError
+from hypnos.service import errors
+from hypnos.service.chat_request import ChatParams, parse_chat
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.telemetry import engine_timings, telemetry
+
+bp = Blueprint("chat")
+KEEPALIVE_SECS = 10.0
+
+
+def _check_model(request: Request, params: ChatParams):
+    st = request.app.ctx.scheduler.get(params.model)
+    mods = st.cfg.all_modalities
+    if "text_generation" not in mods and "vision" not in mods:
+        raise errors.InvalidRequest(f"The model '{params.model}' does not serve chat "
+                                    f"(its modality is {st.cfg.modality})", param="model")
+    for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
+        if params.media.get(part) and needed not in mods:
+            raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
+                                        f"(it does not serve {needed})", param="messages")
+    if params.media:
+        raise errors.InvalidRequest("Media parts are not supported by this version's "
+                                    "llama.cpp engine yet", param="messages")
+    if params.request.tools and params.tool_choice != "none":
+        raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling format "
+                                    "in Hypnos", param="tools")
+    params.request.tools = None
+    return st
+
+
+def _deadline(request: Request) -> float | None:
+    raw = request.headers.get("x-hypnos-deadline-ms")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds")
+
+
+def _usage(r: ChatResult) -> dict:
+    usage = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+             "total_tokens": r.prompt_tokens + r.completion_tokens}
+    if r.cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": r.cached_tokens}
+    return usage
+
+
+def _wait_headers(lease) -> dict:
+    if lease.estimated_wait_ms is None:
+        return {}
+    return {"x-hypnos-estimated-wait-ms": f"{lease.estimated_wait_ms:.0f}"}
+
+
+async def _run_engine(lease, params, on_text, cancel: threading.Event) -> ChatResult:
+    """Run the blocking engine call in a thread; a cancelled caller (client gone) sets the
+    cancel flag and waits for the engine to stop at its next token, so the slot is free when
+    the lease ends."""
+    task = asyncio.ensure_future(asyncio.to_thread(lease.engine.chat, params.request,
+                                                   on_text, cancel))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel.set()
+        await asyncio.wait({task})
+        raise
+
+
+def _engine_error(exc: Exception) -> errors.HypnosError:
+    if isinstance(exc, ContextOverflow):
+        return errors.InvalidRequest(str(exc), param="messages")
+    return errors.ServerError(f"The engine failed: {exc}")
+
+
+@bp.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    require_ready(request)
+    params = parse_chat(json_body(request), request.app.ctx.config.limits)
+    _check_model(request, params)
+    sched = request.app.ctx.scheduler
+    async with sched.lease(params.model, deadline_ms=_deadline(request),
+                           context_len=params.estimated_ctx()) as lease:
+        if params.stream:
+            return await _stream(request, params, lease)
+        cancel = threading.Event()
+        started = time.monotonic()
+        try:
+            result = await _run_engine(lease, params, None, cancel)
+        except EngineError as exc:
+            raise _engine_error(exc) from None
+        inference_ms = (time.monotonic() - started) * 1000
+        placement = sched.placement_of(lease.model).to_wire()
+        result.timings.queue_ms += lease.queue_ms
+        body = {
+            "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
+            "created": int(time.time()), "model": params.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                         "finish_reason": result.finish_reason}],
+            "usage": _usage(result),
+            "hypnos_telemetry": telemetry(lease, placement, inference_ms,
+                                          engine_timings(result.timings)),
+        }
+        request.ctx.result = result
+        return json_response(body, headers=_wait_headers(lease))
+
+
+def _chunk(base: dict, delta: dict, finish=None, **extra) -> str:
+    payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+               **extra}
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def _stream(request: Request, params: ChatParams, lease):
+    base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": params.model}
+    response = await request.respond(content_type="text/event-stream",
+                                     headers={"cache-control": "no-cache",
+                                              **_wait_headers(lease)})
+    await response.send(_chunk(base, {"role": "assistant", "content": ""}))
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+    started = time.monotonic()
+    task = asyncio.ensure_future(_run_engine(
+        lease, params, lambda piece: loop.call_soon_threadsafe(queue.put_nowait, piece),
+        cancel))
+    task.add_done_callback(lambda _t: queue.put_nowait(None))
+    try:
+        while True:
+            try:
+                piece = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
+            except asyncio.TimeoutError:
+                await response.send(": keep-alive\n\n")
+                continue
+            if piece is None:
+                break
+            await response.send(_chunk(base, {"content": piece}))
+        result = task.result()
+    except EngineError as exc:
+        err = _engine_error(exc)
+        await response.send(_chunk(base, {}, "error",
+                                   error={"message": err.message, "type": "server_error"}))
+        await response.send("data: [DONE]\n\n")
+        await response.eof()
+        return response
+    except asyncio.CancelledError:
+        cancel.set()
+        await asyncio.wait({task})
+        raise
+    inference_ms = (time.monotonic() - started) * 1000
+    placement = request.app.ctx.scheduler.placement_of(lease.model).to_wire()
+    result.timings.queue_ms += lease.queue_ms
+    tele = telemetry(lease, placement, inference_ms, engine_timings(result.timings))
+    await response.send(_chunk(base, {}, result.finish_reason, usage=_usage(result),
+                               hypnos_telemetry=tele))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
+    request.ctx.result = result
+    return response

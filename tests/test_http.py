@@ -1,0 +1,263 @@
+"""HTTP behaviour through Sanic's ASGI client: request ids, CORS, keys, staging, limits and
+the error envelope on every route."""
+import json
+import re
+import threading
+
+import pytest
+from sanic import Sanic
+
+from conftest import MODELS_DIR
+from hypnos.catalog.catalog import load_catalog
+from hypnos.service.app import create_app
+from hypnos.service.config import parse_config
+
+Sanic.test_mode = True
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+models_dir = "{models}"
+[[models]]
+id = "chat"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+[[models]]
+id = "missing"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "nowhere/missing.gguf"
+[[models]]
+id = "off"
+modality = "embeddings"
+engine = "onnx_runtime"
+weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+enabled = false
+"""
+
+
+def config(extra: str = "", **limits):
+    import tomllib
+    top, _, rest = CONFIG.format(models=MODELS_DIR).partition("[[models]]")
+    data = tomllib.loads(top + extra + "\n[[models]]" + rest)
+    cfg = parse_config(data)
+    for k, v in limits.items():
+        setattr(cfg.limits, k, v)
+    return cfg
+
+
+def app_for(cfg=None, **kw):
+    return create_app(cfg or config(), catalog=load_catalog(), stage=False, **kw)
+
+
+async def call(app, method, path, **kw):
+    _req, resp = await getattr(app.asgi_client, method)(path, **kw)
+    return resp
+
+
+def assert_envelope(resp, status, type_):
+    assert resp.status == status, resp.text
+    err = resp.json["error"]
+    assert err["type"] == type_ and isinstance(err["message"], str) and err["message"]
+    return err
+
+
+async def test_health_ready_and_request_id():
+    app = app_for()
+    resp = await call(app, "get", "/health")
+    assert resp.status == 200 and resp.json["status"] == "ok" and resp.json["service"] == "hypnos"
+    assert re.fullmatch(r"req-[0-9a-f]{32}", resp.headers["x-request-id"])
+    assert (await call(app, "get", "/ready")).json == {"ready": True}
+
+
+async def test_staging_gates_inference_but_not_listing():
+    gate = threading.Event()
+    app = create_app(config(), catalog=load_catalog(), before_stage=gate.wait)
+    try:
+        resp = await call(app, "get", "/ready")
+        assert resp.status == 503 and resp.json["ready"] is False
+        resp = await call(app, "post", "/v1/chat/completions",
+                          json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+        assert_envelope(resp, 503, "model_not_available")
+        assert resp.headers["retry-after"] == "5"
+        assert (await call(app, "get", "/v1/models")).status == 200
+        assert (await call(app, "get", "/v1/memory/status")).status == 200
+    finally:
+        gate.set()
+
+
+async def test_models_list_hides_disabled():
+    resp = await call(app_for(), "get", "/v1/models")
+    ids = [m["id"] for m in resp.json["data"]]
+    assert ids == ["chat", "missing"]
+    m = resp.json["data"][0]
+    assert m["object"] == "model" and m["modality"] == "text_generation"
+    assert m["current_tier"] == "tier3_nvme_ssd" and m["active_leases"] == 0
+    assert set(m["placement"]) >= {"primary_tier", "gpu_layers", "allocated_context_len"}
+
+
+async def test_unknown_route_and_method_are_openai_shaped_404():
+    app = app_for()
+    assert_envelope(await call(app, "get", "/v1/nope"), 404, "not_found")
+    assert_envelope(await call(app, "get", "/v1/chat/completions"), 404, "not_found")
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("{", "not valid JSON"),
+    ("[]", "JSON object"),
+    ('{"messages": []}', "'model'"),
+    ('{"model": "chat", "messages": []}', "non-empty"),
+    ('{"model": "chat", "messages": [{"role": "wizard", "content": "x"}]}', "role"),
+    ('{"model": "chat", "messages": [{"role": "user", "content": 5}]}', "content"),
+    ('{"model": "chat", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
+     "temperature"),
+    ('{"model": "chat", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+     "max_tokens"),
+    ('{"model": "chat", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+     "stream"),
+])
+async def test_malformed_chat_bodies_are_400_naming_the_field(body, fragment):
+    resp = await call(app_for(), "post", "/v1/chat/completions", content=body)
+    err = assert_envelope(resp, 400, "invalid_request_error")
+    assert fragment in err["message"]
+
+
+async def test_model_errors():
+    app = app_for()
+    msg = [{"role": "user", "content": "hi"}]
+    assert_envelope(await call(app, "post", "/v1/chat/completions",
+                               json={"model": "nope", "messages": msg}), 404, "model_not_found")
+    assert_envelope(await call(app, "post", "/v1/chat/completions",
+                               json={"model": "off", "messages": msg}), 404, "model_disabled")
+    err = assert_envelope(await call(app, "post", "/v1/chat/completions",
+                                     json={"model": "missing", "messages": msg}),
+                          503, "model_not_available")
+    assert "models_dir" in err["message"]
+
+
+async def test_prompt_limit_and_body_limit():
+    app = app_for(config(max_prompt_chars=10))
+    resp = await call(app, "post", "/v1/chat/completions",
+                      json={"model": "chat", "messages": [{"role": "user", "content": "x" * 11}]})
+    assert "max_prompt_chars" in assert_envelope(resp, 400, "invalid_request_error")["message"]
+    app = app_for(config(max_body_bytes=1000))
+    resp = await call(app, "post", "/v1/chat/completions", content="x" * 5000)
+    assert resp.status == 413
+
+
+async def test_cors_loopback_and_configured_origins():
+    app = app_for(config('[server]\nallowed_origins = ["http://lab.example:*"]\n'))
+    for origin in ("http://localhost:5173", "http://127.0.0.1:3000", "http://lab.example:8080"):
+        resp = await call(app, "options", "/v1/models", headers={
+            "origin": origin, "access-control-request-method": "POST"})
+        assert resp.status == 204
+        assert resp.headers["access-control-allow-origin"] == origin
+        assert "POST" in resp.headers["access-control-allow-methods"]
+        assert "DELETE" not in resp.headers["access-control-allow-methods"]
+    resp = await call(app, "get", "/v1/models", headers={"origin": "http://localhost:1"})
+    assert "x-hypnos-switch-ms" in resp.headers["access-control-expose-headers"]
+    resp = await call(app, "get", "/v1/models", headers={"origin": "http://evil.example"})
+    assert "access-control-allow-origin" not in resp.headers
+
+
+async def test_api_keys():
+    app = app_for(config('[server]\napi_keys = ["sekrit"]\n'))
+    resp = await call(app, "get", "/v1/models")
+    err = assert_envelope(resp, 401, "invalid_request_error")
+    assert err["code"] == "invalid_api_key" and err["param"] is None
+    assert resp.headers["www-authenticate"] == 'Bearer realm="hypnos"'
+    assert (await call(app, "get", "/v1/models",
+                       headers={"authorization": "Bearer wrong"})).status == 401
+    assert (await call(app, "get", "/v1/models",
+                       headers={"authorization": "  bearer sekrit "})).status == 200
+    assert (await call(app, "get", "/health")).status == 200
+
+
+async def test_memory_status_fields():
+    resp = await call(app_for(), "get", "/v1/memory/status")
+    body = resp.json
+    assert body["capabilities"]["accelerator"] in ("NvidiaCuda", "AppleMetal", "Cpu")
+    for key in ("tier1_vram_used_bytes", "tier1_vram_free_bytes", "tier1_vram_real_free_bytes",
+                "tier2_pinned_ram_used_bytes", "process_footprint_bytes", "recent_evictions",
+                "latency", "kv_park"):
+        assert key in body
+    chat = next(m for m in body["models"] if m["id"] == "chat")
+    assert chat["total_weight_bytes"] > 90_000_000 and chat["engine"] == "ggml_llama"
+    assert chat["current_tier"] == "tier3_nvme_ssd" and chat["reload_estimate_ms"] > 0
+
+
+async def test_simulated_hardware_is_reported():
+    cfg = config("[hardware.simulate]\nvram_bytes = 8589934592\nram_bytes = 34359738368\n")
+    caps = (await call(app_for(cfg), "get", "/v1/memory/status")).json["capabilities"]
+    assert caps["simulated"] is True and caps["total_vram_bytes"] == 8 * 2**30
+    assert caps["usable_vram_budget_bytes"] == 8 * 2**30 - 512 * 2**20
+
+
+@pytest.mark.parametrize("body,status,type_", [
+    ({"model": "chat", "target_tier": "tier9"}, 400, "invalid_request_error"),
+    ({"target_tier": "tier2_pinned_ram"}, 400, "invalid_request_error"),
+    ({"model": "nope", "target_tier": "tier2_pinned_ram"}, 404, "model_not_found"),
+    ({"model": "off", "target_tier": "tier2_pinned_ram"}, 404, "model_disabled"),
+])
+async def test_memory_tier_errors(body, status, type_):
+    assert_envelope(await call(app_for(), "post", "/v1/memory/tier", json=body), status, type_)
+
+
+async def test_memory_tier_pins_and_drops_real_weights():
+    app = app_for()
+    resp = await call(app, "post", "/v1/memory/tier",
+                      json={"model": "chat", "target_tier": "tier2_pinned_ram"})
+    assert resp.status == 200 and resp.json["current_tier"] == "tier2_pinned_ram"
+    assert resp.json["placement"]["primary_tier"] == "tier2_pinned_ram"
+    status = (await call(app, "get", "/v1/memory/status")).json
+    assert status["tier2_pinned_ram_used_bytes"] >= 90_000_000
+    resp = await call(app, "post", "/v1/memory/tier",
+                      json={"model": "chat", "target_tier": "tier3_nvme_ssd"})
+    assert resp.json["current_tier"] == "tier3_nvme_ssd"
+    status = (await call(app, "get", "/v1/memory/status")).json
+    assert status["tier2_pinned_ram_used_bytes"] == 0
+
+
+async def test_catalog_route_and_modality_filter():
+    app = app_for()
+    body = (await call(app, "get", "/v1/models/catalog")).json
+    assert body["object"] == "list" and body["catalog_version"] == 1
+    entry = next(e for e in body["data"] if e["id"] == "smollm2:135m")
+    variant = entry["variants"][0]
+    assert variant["installed"] is True and variant["files"][0]["present"] is True
+    assert "[[models]]" in variant["config_block"]
+    only = (await call(app, "get", "/v1/models/catalog?modality=speech_to_text")).json["data"]
+    assert only and all("speech_to_text" in [e["modality"], *e["additional_modalities"]]
+                        for e in only)
+
+
+async def test_advisor_route():
+    app = app_for()
+    resp = await call(app, "post", "/v1/advisor",
+                      json={"needs": ["chat"], "vram_bytes": 24 * 2**30, "ram_bytes": 64 * 2**30})
+    assert resp.status == 200, resp.text
+    assert {"machine", "budgets", "models", "specs", "config"} <= set(resp.json)
+    assert_envelope(await call(app, "post", "/v1/advisor", json={"needs": ["flying"]}),
+                    400, "invalid_request_error")
+    assert_envelope(await call(app, "post", "/v1/advisor", json={}), 400,
+                    "invalid_request_error")
+
+
+async def test_every_route_answers_bad_input_with_the_envelope():
+    """Walk every registered route with a malformed body: never a 500, always the envelope."""
+    app = app_for()
+    app.router.finalize() if not app.router.finalized else None
+    seen = 0
+    for route in app.router.routes:
+        path = "/" + route.path.lstrip("/")
+        path = re.sub(r"<[^>]+>", "nope", path)
+        for method in route.methods:
+            if method in ("HEAD", "OPTIONS"):
+                continue
+            kw = {"content": "{not json"} if method in ("POST", "PUT") else {}
+            resp = await call(app, method.lower(), path, **kw)
+            seen += 1
+            assert resp.status < 500, f"{method} {path}: {resp.status} {resp.text}"
+            if resp.status >= 400:
+                assert_envelope(resp, resp.status, resp.json["error"]["type"])
+    assert seen >= 9

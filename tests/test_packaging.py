@@ -1,0 +1,51 @@
+"""Packaging: every package folder is listed, and the CLI starts without engine libraries."""
+import json
+import subprocess
+import sys
+import tomllib
+
+from conftest import ROOT
+
+HEAVY = ("llama_cpp", "torch", "onnxruntime", "docling", "faster_whisper", "gliner",
+         "ctranslate2", "kokoro_onnx", "stable_diffusion_cpp")
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = {cfg["package-dir"][p] for p in cfg["packages"]}
+    assert set(cfg["packages"]) == set(cfg["package-dir"])
+    on_disk = {str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/__init__.py")
+               if ".venv" not in p.parts and "tests" not in p.parts and "build" not in p.parts}
+    assert on_disk == listed, f"folders with __init__.py not in pyproject: {on_disk - listed}"
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_cli_help_and_advise_import_no_engine_library():
+    code = """
+from click.testing import CliRunner
+from hypnos.cli.main import cli
+r = CliRunner().invoke(cli, ["--help"]); assert r.exit_code == 0, r.output
+r = CliRunner().invoke(cli, ["advise", "--needs", "chat", "--vram", "24G", "--ram", "64G", "--json"])
+assert r.exit_code == 0, r.output
+"""
+    loaded = _modules_after(code)
+    assert not [m for m in HEAVY if m in loaded]
+
+
+def test_no_bare_top_level_package_names_installed():
+    """`import service` must not work: only hypnos.service is installed."""
+    proc = subprocess.run([sys.executable, "-c", "import service"], capture_output=True,
+                          cwd="/")
+    assert proc.returncode != 0
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "hypnos.cli", "--version"],
+                          capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0 and "hypnos" in proc.stdout

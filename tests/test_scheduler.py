@@ -1,0 +1,244 @@
+"""The scheduler driven by a fake engine: leases, queueing, eviction order, 507s, moves.
+
+The fake records every effect and proves "a model was never unloaded while it was serving".
+"""
+import asyncio
+import threading
+
+import pytest
+
+from hypnos.engines.base import LoadReport
+from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
+                                  Topology)
+from hypnos.service import errors
+from hypnos.service.config_schema import Config, ModelConfig
+from hypnos.service.pool import ModelState
+from hypnos.service.scheduler import Scheduler
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeEffects:
+    def __init__(self, load_delay=0.0):
+        self.log = []
+        self.load_delay = load_delay
+        self.serving: set[str] = set()
+        self.violations = []
+        self.lock = threading.Lock()
+
+    def load(self, st, placement):
+        import time
+        time.sleep(self.load_delay)
+        with self.lock:
+            self.log.append(("load", st.id))
+        st.engine = object()
+        return LoadReport(total_ms=self.load_delay * 1000)
+
+    def unload(self, st):
+        if st.id in self.serving:
+            self.violations.append(st.id)
+        self.log.append(("unload", st.id))
+        st.engine = None
+
+    def pin(self, st):
+        self.log.append(("pin", st.id))
+        st.pinned = type("P", (), {"bytes": st.weight_bytes, "locked": False,
+                                   "release": lambda self: None})()
+
+    def unpin(self, st):
+        self.log.append(("unpin", st.id))
+        st.pinned = None
+
+    def drop_pages(self, st):
+        self.log.append(("drop", st.id))
+
+    def count_eviction(self, st):
+        pass
+
+    def count_load_failure(self, st):
+        pass
+
+
+# A discrete GPU whose tier 1 budget (VRAM - 512 MiB) is 1000 MiB.
+GPU = Hardware(Accelerator.NVIDIA, Topology.DISCRETE, (512 + 1000) * MIB, 64 * 1024 * MIB,
+               "fake", simulated=True)
+
+
+def make(models, effects=None, max_queue=8, hw=GPU):
+    cfg = Config(models=[m for m, _ in models])
+    cfg.limits.max_queue_per_model = max_queue
+    sched = Scheduler(cfg, hw, effects or FakeEffects())
+    for m, mib in models:
+        sched.add(ModelState(cfg=m, paths={}, shape=ModelShape(weights_bytes=mib * MIB)))
+    return sched
+
+
+def model(mid, priority=Priority.NORMAL, slots=1, warm=True):
+    return ModelConfig(id=mid, modality="text_generation", engine="ggml_llama",
+                       weights_path=f"{mid}.gguf", priority=priority, slots=slots,
+                       keep_warm_in_ram=warm)
+
+
+async def test_concurrent_first_requests_load_once():
+    fx = FakeEffects(load_delay=0.05)
+    sched = make([(model("a", slots=4), 100)], fx)
+
+    async def one():
+        async with sched.lease("a") as lease:
+            return lease.previous_tier
+    tiers = await asyncio.gather(*[one() for _ in range(4)])
+    assert fx.log.count(("load", "a")) == 1
+    assert Tier.SSD in tiers and sched.models["a"].tier is Tier.GPU
+
+
+async def test_two_models_that_fit_one_evict_each_other():
+    fx = FakeEffects()
+    sched = make([(model("a"), 600), (model("b"), 600)], fx)
+    async with sched.lease("a") as lease:
+        assert lease.previous_tier is Tier.SSD and lease.evicted == []
+    async with sched.lease("b") as lease:
+        assert lease.evicted == ["a"]
+        assert lease.previous_tier is Tier.SSD
+    assert sched.models["a"].tier is Tier.RAM      # keep_warm_in_ram
+    assert sched.recent_evictions[-1]["model"] == "a"
+    assert sched.recent_evictions[-1]["for_model"] == "b"
+    assert sched.recent_evictions[-1]["reason"] == "memory_budget"
+    async with sched.lease("a") as lease:
+        assert lease.previous_tier is Tier.RAM and lease.evicted == ["b"]
+    assert not fx.violations
+
+
+async def test_leased_model_is_never_evicted_507_instead():
+    fx = FakeEffects()
+    sched = make([(model("a"), 600), (model("b"), 600)], fx)
+    async with sched.lease("a"):
+        fx.serving.add("a")
+        with pytest.raises(errors.InsufficientMemory) as exc:
+            async with sched.lease("b"):
+                pass
+        assert exc.value.status == 507
+        fx.serving.discard("a")
+    assert ("unload", "a") not in fx.log
+    assert sched.models["b"].leases == 0 and sched.models["a"].leases == 0
+
+
+async def test_model_too_big_for_the_machine_is_507():
+    sched = make([(model("huge"), 5000)])
+    with pytest.raises(errors.InsufficientMemory, match="does not fit this machine"):
+        async with sched.lease("huge"):
+            pass
+
+
+async def test_eviction_prefers_low_priority():
+    fx = FakeEffects()
+    sched = make([(model("low", Priority.LOW), 400), (model("high", Priority.HIGH), 400),
+                  (model("new"), 400)], fx)
+    async with sched.lease("high"):
+        pass
+    async with sched.lease("low"):
+        pass
+    async with sched.lease("new") as lease:
+        assert lease.evicted == ["low"]
+
+
+async def test_realtime_pinned_is_never_evicted():
+    sched = make([(model("rt", Priority.REALTIME_PINNED), 600), (model("b"), 600)])
+    async with sched.lease("rt"):
+        pass
+    with pytest.raises(errors.InsufficientMemory):
+        async with sched.lease("b"):
+            pass
+
+
+async def test_queue_beyond_max_is_model_busy():
+    fx = FakeEffects()
+    sched = make([(model("a", slots=1), 100)], fx, max_queue=1)
+    gate = asyncio.Event()
+
+    async def hold():
+        async with sched.lease("a"):
+            await gate.wait()
+    first = asyncio.create_task(hold())
+    second = asyncio.create_task(hold())      # queued behind the one slot
+    await asyncio.sleep(0.05)
+    with pytest.raises(errors.ModelBusy):
+        async with sched.lease("a"):
+            pass
+    gate.set()
+    await asyncio.gather(first, second)
+    assert sched.models["a"].leases == 0
+
+
+async def test_slots_bound_concurrency():
+    sched = make([(model("a", slots=2), 100)])
+    active, peak = 0, 0
+
+    async def one():
+        nonlocal active, peak
+        async with sched.lease("a"):
+            active += 1
+            peak = max(peak, active)
+            await asyncio.sleep(0.02)
+            active -= 1
+    await asyncio.gather(*[one() for _ in range(6)])
+    assert peak == 2
+
+
+async def test_demotion_without_keep_warm_goes_to_disk():
+    fx = FakeEffects()
+    sched = make([(model("a", warm=False), 600), (model("b"), 600)], fx)
+    async with sched.lease("a"):
+        pass
+    async with sched.lease("b"):
+        pass
+    assert sched.models["a"].tier is Tier.SSD
+    assert ("drop", "a") in fx.log and ("pin", "a") not in fx.log
+
+
+async def test_move_refused_while_leased_and_moves_when_idle():
+    fx = FakeEffects()
+    sched = make([(model("a"), 100)], fx)
+    async with sched.lease("a"):
+        with pytest.raises(errors.ModelBusy):
+            await sched.move("a", Tier.SSD)
+    await sched.move("a", Tier.RAM)
+    assert sched.models["a"].tier is Tier.RAM and sched.models["a"].pinned is not None
+    await sched.move("a", Tier.SSD)
+    assert sched.models["a"].tier is Tier.SSD and sched.models["a"].pinned is None
+    await sched.move("a", Tier.GPU)
+    assert sched.models["a"].tier is Tier.GPU
+
+
+async def test_unknown_and_disabled_models():
+    sched = make([(model("a"), 100)])
+    with pytest.raises(errors.ModelNotFound):
+        async with sched.lease("nope"):
+            pass
+    sched.models["a"].enabled = False
+    with pytest.raises(errors.ModelDisabled):
+        async with sched.lease("a"):
+            pass
+
+
+async def test_deadline_unmeetable_when_the_estimate_is_longer():
+    sched = make([(model("a"), 3000 * 0 + 900)])
+    st = sched.models["a"]
+    st.stats.load_ms[Tier.SSD] = 5000.0
+    st.cfg.keep_warm_in_ram = False
+    with pytest.raises(errors.DeadlineUnmeetable) as exc:
+        async with sched.lease("a", deadline_ms=100):
+            pass
+    assert "Retry-After" in exc.value.headers
+    async with sched.lease("a", deadline_ms=60000):
+        pass
+
+
+async def test_requests_per_minute_and_service_time_are_measured():
+    sched = make([(model("a"), 100)])
+    for _ in range(3):
+        async with sched.lease("a"):
+            await asyncio.sleep(0.01)
+    st = sched.models["a"]
+    assert st.stats.served == 3
+    assert st.stats.requests_per_minute() > 0
+    assert st.stats.service_ms >= 5
