@@ -62,7 +62,16 @@ def _route_llama_logs(ll) -> None:
 
 
 class LlamaChatEngine:
-    """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it."""
+    """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
+
+    ``chat`` may be called from up to ``slots`` threads at once (more wait, FIFO, and report
+    the wait as ``queue_ms``). ``unload`` must not overlap a ``chat`` call (the scheduler's
+    lease guarantees that); a call still waiting then gets an EngineError. The context is
+    sized once at load: ``ChatRequest.num_ctx`` is the scheduler's business, not read here.
+    ``spec.threads`` defaults to every CPU this process may use; ``spec.gpu_layers`` is
+    passed on (ignored by a CPU build); ``cpu_expert_layers`` is not supported by these
+    bindings (tensor buffer overrides are unexposed) and is ignored.
+    """
 
     kind = "ggml_llama"
 
@@ -89,8 +98,9 @@ class LlamaChatEngine:
             raise EngineUnavailable("ggml_llama", "llama") from exc
         if spec.weights_path is None or not spec.weights_path.is_file():
             raise EngineError(f"{spec.model_id}: weights file not found: {spec.weights_path}")
-        if spec.slots < 1 or spec.slots > ll.llama_max_parallel_sequences():
-            raise EngineError(f"{spec.model_id}: slots must be 1..{ll.llama_max_parallel_sequences()}")
+        max_slots = ll.llama_max_parallel_sequences()
+        if not 1 <= spec.slots <= max_slots:
+            raise EngineError(f"{spec.model_id}: slots must be 1..{max_slots}, not {spec.slots}")
         self.unload()
         with self._lifecycle:
             _route_llama_logs(ll)
@@ -194,6 +204,8 @@ class LlamaChatEngine:
         if loop is None:
             raise EngineError("model not loaded")
         prompt = self.render_prompt(req.messages, req.tools)
+        if not prompt:
+            raise EngineError("the chat template rendered an empty prompt")
         if len(prompt) + max(req.max_tokens, 0) > self.n_ctx_per_slot:
             raise ContextOverflow(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds the "
@@ -216,6 +228,8 @@ class LlamaChatEngine:
 
     def render_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat template applied to ``messages`` (with the generation prompt), as tokens."""
+        if self._formatter is None:
+            raise EngineError("model not loaded")
         try:
             rendered = self._formatter(messages=[_text_message(m) for m in messages],
                                        tools=tools).prompt

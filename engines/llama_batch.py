@@ -2,9 +2,10 @@
 
 ``DecodeLoop`` owns a llama context for its whole life. Each slot is one KV sequence
 (``seq_id`` = slot index) and remembers the tokens in its KV. Callers ``submit`` a ``Job``
-from any thread; the job waits (FIFO) for a free slot, gets the free slot whose KV best serves its
-prompt (``pick_slot``), and from then on the decode thread evaluates every active slot's
-pending tokens in one ``llama_decode`` per step (prompt tails chunked to ``n_batch``).
+from any thread; the job waits (FIFO) for a free slot, gets the free slot whose KV best
+serves its prompt (``pick_slot``; only the tail after the common prefix is evaluated), and
+from then on the decode thread evaluates every active slot's pending tokens in one
+``llama_decode`` per step (prompt tails chunked to ``n_batch``).
 
 Everything the decode thread learns about a job goes through ``job.events`` (a Queue):
 ``("token", bytes)`` per generated token, then ``("done", finish_reason)`` or
@@ -145,7 +146,7 @@ class DecodeLoop:
         self.ll.llama_batch_free(self.batch)
 
     def _assign_locked(self) -> None:
-        """Give waiting jobs (FIFO) the free slot with the longest common prefix."""
+        """Give waiting jobs (FIFO) the free slot ``pick_slot`` prefers."""
         free = [s for s in self.slots if s.job is None]
         while self.waiting and free:
             job = self.waiting.popleft()

@@ -68,6 +68,10 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:
         shape, problem = ModelShape(weights_bytes=0), f"The model '{m.id}' cannot be read: {exc}"
+    from hypnos.engines.registry import is_available
+    if not is_available(m.engine):
+        problem = (f"The model '{m.id}' needs engine {m.engine}, which this version of "
+                   "Hypnos does not implement yet")
     st = ModelState(cfg=m, paths=paths, shape=shape)
     st.problem = problem
     return st

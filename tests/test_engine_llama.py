@@ -9,7 +9,7 @@ import pytest
 
 from hypnos.engines.base import ChatRequest, ContextOverflow, EngineError, LoadSpec
 from hypnos.engines.llama import LlamaChatEngine, _collect
-from hypnos.engines.llama_batch import Job, Sampling
+from hypnos.engines.llama_batch import Job, Sampling, Slot, pick_slot
 
 MODEL = (Path(__file__).resolve().parents[1]
          / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -29,7 +29,9 @@ STORY = [{"role": "user", "content": "Write a long story about a dragon and a kn
 def engine():
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (hypnos[llama])")
     eng = LlamaChatEngine()
-    report = eng.load(LoadSpec("smollm2", MODEL, context_len=4096, slots=2, threads=2))
+    # One thread: a multi-threaded ggml decode slows down by orders of magnitude when other
+    # processes hold the cores (its workers spin at barriers), and CI shares its 2 cores.
+    report = eng.load(LoadSpec("smollm2", MODEL, context_len=4096, slots=2, threads=1))
     assert report.load_mode == "mmap"
     assert report.weights_ms > 0 and report.context_ms > 0
     assert report.total_ms >= report.weights_ms + report.context_ms
@@ -116,6 +118,9 @@ def test_shared_system_prompt_is_reused(engine):
               "children with short sentences, simple words and one example each time. " * 3}
     first, _ = ask(engine, [system, {"role": "user", "content": "Why is the sky blue?"}],
                    max_tokens=8, temperature=0)
+    # An unrelated request in between takes the other slot (it shares only a few template
+    # tokens with the cached conversation), so the long prefix survives.
+    ask(engine, [{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0)
     second, _ = ask(engine, [system, {"role": "user", "content": "Why do cats purr?"}],
                     max_tokens=8, temperature=0)
     assert second.cached_tokens > 40
@@ -172,8 +177,38 @@ def test_incomplete_utf8_is_held_back():
 def test_unload_is_idempotent_and_chat_after_it_fails():
     pytest.importorskip("llama_cpp")
     eng = LlamaChatEngine()
-    eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=2))
+    eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=1))
     eng.unload()
     eng.unload()
     with pytest.raises(EngineError):
         ask(eng, STORY, max_tokens=2)
+
+
+def test_pick_slot_prefers_a_real_prefix_match_then_the_least_recent_slot():
+    cached = Slot(0, tokens=list(range(100)), last_used=5.0)
+    other = Slot(1, tokens=[0, 1, 900, 901, 902, 903], last_used=9.0)
+    empty = Slot(2)
+    # Most of the cached conversation is reused: that slot wins.
+    assert pick_slot([cached, other, empty], list(range(90)) + [7, 7]) is cached
+    # A short unrelated prompt sharing two template tokens takes the empty slot.
+    assert pick_slot([cached, other, empty], [0, 1, 5, 6, 7, 8, 9, 10]) is empty
+    # With no empty slot, the least recently used one.
+    assert pick_slot([cached, other], [0, 1, 5, 6, 7, 8, 9, 10]) is cached
+    assert pick_slot([other, Slot(3, tokens=[4], last_used=1.0)], [0, 1, 2, 3]) is other
+
+
+def test_spec_chat_template_overrides_the_gguf_one():
+    pytest.importorskip("llama_cpp")
+    eng = LlamaChatEngine()
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=1,
+                      chat_template=template))
+    try:
+        tokens = eng.render_prompt([{"role": "user", "content": [
+            {"type": "text", "text": "Hello"}, {"type": "text", "text": " there"}]}])
+        assert len(tokens) == eng.count_tokens("[user] Hello there\n")
+        with pytest.raises(EngineError, match="text only"):
+            eng.render_prompt([{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:,"}}]}])
+    finally:
+        eng.unload()

@@ -9,7 +9,8 @@ import pytest
 
 from hypnos.engines.gguf_meta import read_gguf_meta
 
-SMOLLM2 = Path(__file__).resolve().parents[1] / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2 = (Path(__file__).resolve().parents[1]
+           / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def write_tiny_moe(path: Path, layers: int = 2, vocab: int = 10_000) -> dict[str, int]:

@@ -1,8 +1,6 @@
 """`hypnos serve` as a real process on 127.0.0.1, driven by the official `openai` client, on
 the real SmolLM2-135M model of the default lineup."""
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +11,9 @@ import pytest
 
 from conftest import MODELS_DIR, ROOT, require_smollm2
 
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import ServerProcess  # noqa: E402
+
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 # SmolLM2-135M answers this one right under greedy decoding only with a terse system prompt.
 QUESTION = [{"role": "system", "content": "Answer in one short sentence."},
@@ -20,55 +21,15 @@ QUESTION = [{"role": "system", "content": "Answer in one short sentence."},
 GGUF = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServerProcess):
     def __init__(self, tmp_path, config: str):
         require_smollm2()
-        self.port = free_port()
-        self.path = tmp_path / "hypnos.toml"
-        self.path.write_text(f'models_dir = "{MODELS_DIR}"\n' + config)
-        self.log = open(tmp_path / "server.log", "w+")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env.pop("HYPNOS_API_KEYS", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hypnos.cli", "serve", "--config", str(self.path),
-             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, env=env,
-            cwd=ROOT)
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.wait_ready()
-
-    def wait_ready(self, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                if httpx.get(self.base + "/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.log.seek(0)
-        raise AssertionError("server did not become ready:\n" + self.log.read()[-4000:])
+        path = tmp_path / "hypnos.toml"
+        path.write_text(f'models_dir = "{MODELS_DIR}"\n' + config)
+        super().__init__(path, tmp_path / "server.log", ready_timeout=120)
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0)
-
-    def status(self) -> dict:
-        return httpx.get(self.base + "/v1/memory/status", timeout=10).json()
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 CHAT = f"""

@@ -1,0 +1,72 @@
+"""Start `hypnos serve` as a real process on 127.0.0.1 and talk to it (benchmarks and the
+end-to-end tests share this)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """``hypnos serve --config <path>`` on a free port; ``stop()`` ends it."""
+
+    def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w+")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        env.pop("HYPNOS_API_KEYS", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hypnos.cli", "serve", "--config", str(config_path),
+             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, env=env,
+            cwd=ROOT)
+        self.wait_ready(ready_timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if httpx.get(self.base + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.log.seek(0)
+        raise RuntimeError("server did not become ready:\n" + self.log.read()[-4000:])
+
+    def get(self, path: str) -> dict:
+        return httpx.get(self.base + path, timeout=60).json()
+
+    def post(self, path: str, body: dict, timeout: float = 600) -> httpx.Response:
+        return httpx.post(self.base + path, json=body, timeout=timeout)
+
+    def status(self) -> dict:
+        return self.get("/v1/memory/status")
+
+    def rss(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()

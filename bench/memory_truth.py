@@ -1,0 +1,70 @@
+"""Memory truth: for each model of the default lineup, the bytes the planner booked against
+the measured growth of the server process's resident memory when the engine loaded it and
+served one request. Passes when within 5 % or 256 MiB, whichever is larger.
+
+    python bench/memory_truth.py [--models-dir models]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import ROOT, ServerProcess  # noqa: E402
+
+MIB = 2**20
+PROBES = {  # modality -> (route, body) used to make the engine do real work once
+    "text_generation": ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models-dir", type=Path, default=ROOT / "models")
+    args = ap.parse_args()
+    from hypnos.catalog.catalog import load_catalog
+    from hypnos.service.lineup import default_lineup_text
+    tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-"))
+    text = default_lineup_text(load_catalog()).replace(
+        'models_dir = "models"', f'models_dir = "{args.models_dir}"')
+    text = text.replace('initial_tier = "tier1_gpu_vram"', 'initial_tier = "tier3_nvme_ssd"')
+    text = text.replace('initial_tier = "tier2_pinned_ram"', 'initial_tier = "tier3_nvme_ssd"')
+    (tmp / "hypnos.toml").write_text(text)
+    srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log")
+    rows = []
+    try:
+        for m in srv.status()["models"]:
+            if m.get("problem"):
+                rows.append((m["id"], None, None, m["problem"]))
+                continue
+            before = srv.rss()
+            r = srv.post("/v1/memory/tier", {"model": m["id"], "target_tier": "tier1_gpu_vram"})
+            if r.status_code != 200:
+                rows.append((m["id"], None, None, r.json()["error"]["message"]))
+                continue
+            route, body = PROBES.get(m["modality"], (None, None))
+            if route:
+                srv.post(route, {"model": m["id"], **body}).raise_for_status()
+            grown = srv.rss() - before
+            p = r.json()["placement"]
+            booked = p["vram_weight_bytes"] + p["vram_kv_and_workspace_bytes"]
+            rows.append((m["id"], booked, grown, ""))
+            srv.post("/v1/memory/tier", {"model": m["id"], "target_tier": "tier3_nvme_ssd"})
+    finally:
+        srv.stop()
+    print(f"{'model':<18}{'booked MiB':>12}{'RSS growth MiB':>16}{'diff':>9}  verdict")
+    for mid, booked, grown, note in rows:
+        if booked is None:
+            print(f"{mid:<18}{'-':>12}{'-':>16}{'-':>9}  not measured: {note}")
+            continue
+        diff = grown - booked
+        ok = abs(diff) <= max(0.05 * booked, 256 * MIB)
+        print(f"{mid:<18}{booked / MIB:>12.1f}{grown / MIB:>16.1f}{diff / MIB:>+9.1f}  "
+              f"{'within 5 % or 256 MiB' if ok else 'OUTSIDE the tolerance'}")
+
+
+if __name__ == "__main__":
+    main()
