@@ -206,14 +206,16 @@ class LlamaChatEngine:
         prompt = self.render_prompt(req.messages, req.tools)
         if not prompt:
             raise EngineError("the chat template rendered an empty prompt")
-        if len(prompt) + max(req.max_tokens, 0) > self.n_ctx_per_slot:
+        if len(prompt) >= self.n_ctx_per_slot:
             raise ContextOverflow(
-                f"prompt ({len(prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds the "
-                f"context of a slot ({self.n_ctx_per_slot} tokens)")
-        if req.max_tokens <= 0:
+                f"the prompt ({len(prompt)} tokens) does not fit the context of a slot "
+                f"({self.n_ctx_per_slot} tokens); send a larger num_ctx")
+        # Generation stops at the end of the slot's context (finish_reason "length").
+        max_tokens = min(req.max_tokens, self.n_ctx_per_slot - len(prompt))
+        if max_tokens <= 0:
             return ChatResult("", "length", len(prompt), 0)
         sampling = Sampling(req.temperature, req.top_k, req.top_p, req.seed)
-        job = Job(prompt=prompt, max_tokens=req.max_tokens, sampling=sampling,
+        job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                   stop=threading.Event())
         try:
             loop.submit(job)

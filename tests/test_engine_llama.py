@@ -152,8 +152,12 @@ def test_prompt_beyond_the_slot_context_overflows(engine):
     assert engine.count_tokens(long_text) >= 2100
     with pytest.raises(ContextOverflow):
         ask(engine, [{"role": "user", "content": long_text}], max_tokens=8)
-    with pytest.raises(ContextOverflow):          # prompt fits, prompt + max_tokens does not
-        ask(engine, STORY, max_tokens=2040)
+    # The prompt fits but prompt + max_tokens does not: generation stops at the context's end.
+    result, _ = ask(engine, [{"role": "user", "content": "apple " * 2000}], max_tokens=500,
+                    temperature=0)
+    assert result.finish_reason == "length"
+    assert result.prompt_tokens + result.completion_tokens <= engine.n_ctx_per_slot
+    assert result.completion_tokens < 500
 
 
 def test_count_tokens(engine):

@@ -261,3 +261,44 @@ async def test_every_route_answers_bad_input_with_the_envelope():
             if resp.status >= 400:
                 assert_envelope(resp, resp.status, resp.json["error"]["type"])
     assert seen >= 9
+
+
+class _FailingEngine:
+    """Emits one piece, then fails: the only way to reach the in-stream error path without
+    breaking a real model mid-generation."""
+
+    def chat(self, req, on_text, cancel):
+        from hypnos.engines.base import EngineError
+        on_text("Hel")
+        raise EngineError("decode failed (injected)")
+
+
+class _FailingEffects:
+    def load(self, st, placement):
+        from hypnos.engines.base import LoadReport
+        st.engine = _FailingEngine()
+        return LoadReport()
+
+    def unload(self, st):
+        st.engine = None
+
+    def count_eviction(self, st):
+        pass
+
+    def count_load_failure(self, st):
+        pass
+
+
+async def test_engine_failure_mid_stream_is_an_error_chunk_then_done():
+    app = app_for(effects=_FailingEffects())
+    body = {"model": "chat", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    resp = await call(app, "post", "/v1/chat/completions", json=body)
+    assert resp.status == 200
+    events = [ln[len("data: "):] for ln in resp.text.splitlines() if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["choices"][0]["finish_reason"] == "error"
+    assert last["error"]["type"] == "server_error" and "injected" in last["error"]["message"]
+    assert json.loads(events[1])["choices"][0]["delta"]["content"] == "Hel"
+    resp = await call(app, "post", "/v1/chat/completions", json={**body, "stream": False})
+    assert_envelope(resp, 500, "server_error")

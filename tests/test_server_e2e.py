@@ -130,6 +130,21 @@ def test_errors_through_the_openai_client(server):
         client.chat.completions.create(model="smol", messages=[])
 
 
+def test_larger_num_ctx_rebuilds_the_context(server):
+    """Runs after the other module tests: it leaves the model with a larger context."""
+    client = server.client()
+    small = client.chat.completions.create(model="smol", messages=QUESTION, max_tokens=2)
+    assert small.model_extra["hypnos_telemetry"]["tier_switch_latency_ms"] == 0
+    big = client.chat.completions.create(model="smol", messages=QUESTION, max_tokens=2,
+                                         extra_body={"num_ctx": 3000})
+    tele = big.model_extra["hypnos_telemetry"]
+    assert tele["tier_switch_latency_ms"] > 0
+    assert tele["placement"]["allocated_context_len"] == 6000      # 3000 per slot x 2 slots
+    again = client.chat.completions.create(model="smol", messages=QUESTION, max_tokens=2,
+                                           extra_body={"num_ctx": 2500})
+    assert again.model_extra["hypnos_telemetry"]["tier_switch_latency_ms"] == 0
+
+
 def booked_bytes(slots, ctx) -> int:
     from hypnos.engines.gguf_meta import read_gguf_meta
     from hypnos.planner import PlacementRequest, place
