@@ -88,9 +88,10 @@ class Scheduler:
         st = self.get(model_id)
         if st.problem:
             raise errors.ModelNotAvailable(st.problem)
-        if st.waiting >= self.config.limits.max_queue_per_model + st.cfg.slots:
+        queued = max(0, st.leases - st.cfg.slots)
+        if queued >= self.config.limits.max_queue_per_model:
             raise errors.ModelBusy(
-                f"The model '{model_id}' has {st.waiting} requests waiting "
+                f"The model '{model_id}' has {queued} requests queued "
                 f"(max_queue_per_model {self.config.limits.max_queue_per_model}); retry later")
         estimate = st.estimated_wait_ms()
         if deadline_ms is not None and estimate is not None and estimate > deadline_ms:
