@@ -161,9 +161,8 @@ def budget_of(cand: Candidate, machine: Machine) -> int:
     return machine.budgets.tier1_bytes if cand.uses_tier1 else machine.budgets.tier2_bytes
 
 
-def place_alone(cand: Candidate, roles, machine: Machine,
-                reduce: bool = True) -> Placement | NoFit:
+def place_alone(cand: Candidate, roles, machine: Machine) -> Placement | NoFit:
     """The most forgiving placement of ``cand`` alone (reduced chat settings, MoE auto)."""
-    s = settings_for(cand, roles, reduce=reduce, moe_auto=machine.discrete)
+    s = settings_for(cand, roles, reduce=True, moe_auto=machine.discrete)
     return place_in(cand, s, budget_of(cand, machine), machine)
 

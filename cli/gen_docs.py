@@ -43,7 +43,7 @@ def _commands(group: click.Group, prefix: str):
 
 
 def man_page() -> str:
-    ctx = click.Context(cli, info_name="hypnos")
+    ctx = click.Context(cli, info_name="hypnos", **cli.context_settings)
     lines = ['.TH HYPNOS 1 "" "hypnos" "User Commands"', ".SH NAME",
              "hypnos \\- " + _esc((cli.help or "").split("\n")[0].split(": ", 1)[-1]),
              ".SH SYNOPSIS", ".B hypnos", "COMMAND [OPTIONS] [ARGS]...", ".SH COMMANDS"]
@@ -51,11 +51,13 @@ def man_page() -> str:
         sub = click.Context(cmd, info_name=path, parent=ctx)
         lines += [".TP", f".B {_esc(path)} {_esc(' '.join(cmd.collect_usage_pieces(sub)))}",
                   _esc(" ".join((cmd.help or "").split()))]
-        for param in cmd.get_params(sub):
+        for param in cmd.params:       # the help option is described once, below
             record = param.get_help_record(sub)
             if record:
                 lines += [".RS", ".TP", f".B {_esc(record[0])}", _esc(record[1]), ".RE"]
-    lines += [".SH EXIT STATUS"]
+    lines += [".SH OPTIONS", ".TP", ".B \\-h, \\-\\-help",
+              "Every command shows its help and exits.", ".TP", ".B \\-\\-version",
+              "Print the version and exit.", ".SH EXIT STATUS"]
     for code, meaning in EXIT_CODES:
         lines += [".TP", f".B {code}", _esc(meaning)]
     lines += [".SH ENVIRONMENT", ".TP", ".B HYPNOS_CONFIG", "config file (like \\-\\-config)",

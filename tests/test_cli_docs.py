@@ -1,4 +1,6 @@
 """completions/ and man/ are generated from the click command tree and must be current."""
+import difflib
+
 import click
 
 from conftest import ROOT
@@ -10,7 +12,9 @@ def test_generated_files_are_up_to_date():
     for rel, text in generated().items():
         path = ROOT / rel
         assert path.exists(), f"{rel} is missing: run python -m hypnos.cli.gen_docs"
-        assert path.read_text() == text, f"{rel} is stale: run python -m hypnos.cli.gen_docs"
+        diff = "".join(difflib.unified_diff(path.read_text().splitlines(True),
+                                            text.splitlines(True), rel, "generated"))
+        assert not diff, f"{rel} is stale: run python -m hypnos.cli.gen_docs\n{diff}"
 
 
 def test_every_command_and_option_is_in_the_man_page():
