@@ -117,3 +117,75 @@ class ChatEngine(Engine, Protocol):
 
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes (no special tokens added)."""
+
+
+# ------------------------------------------------------------------- embeddings
+
+@dataclass
+class EmbedResult:
+    vectors: list[list[float]]          # one per input, in input order
+    prompt_tokens: int
+
+
+class Embedder(Engine, Protocol):
+    def embed(self, texts: list[str], cancel: threading.Event) -> EmbedResult:
+        """Embed every text (batched inside). Raises ContextOverflow when one text is longer
+        than the model accepts and cannot be truncated by the model's own rules."""
+
+
+# ---------------------------------------------------------------- transcription
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    text: str
+
+
+@dataclass
+class TranscribeRequest:
+    audio: bytes                        # the uploaded file, any container PyAV decodes
+    language: str | None = None
+    prompt: str | None = None
+    hotwords: list[str] = field(default_factory=list)
+    filename: str | None = None
+
+
+@dataclass
+class TranscribeResult:
+    text: str
+    language: str | None
+    duration_secs: float
+    segments: list[Segment] = field(default_factory=list)
+    processing_ms: float = 0.0
+
+
+class AudioDecodeError(EngineError):
+    """The audio could not be decoded (a 400)."""
+
+
+class Transcriber(Engine, Protocol):
+    def transcribe(self, req: TranscribeRequest, cancel: threading.Event) -> TranscribeResult:
+        """Transcribe the whole file. Raises AudioDecodeError for undecodable input."""
+
+
+# ----------------------------------------------------------------------- speech
+
+@dataclass
+class SpeechRequest:
+    text: str
+    voice: str = "alloy"
+    speed: float = 1.0
+    language: str = "en"
+
+
+OnAudio = Callable[[bytes], None]      # 16-bit little-endian mono PCM at sample_rate
+
+
+class Speaker(Engine, Protocol):
+    sample_rate: int
+
+    def synthesize(self, req: SpeechRequest, on_audio: OnAudio,
+                   cancel: threading.Event) -> float:
+        """Synthesize phrase by phrase, calling ``on_audio`` with each phrase's PCM (and the
+        silence between phrases) as soon as it is ready. Returns the audio seconds made."""

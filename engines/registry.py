@@ -1,36 +1,53 @@
-"""Engine kind -> engine class. Modules are imported only when a model of that kind loads,
-so a missing optional library is a 503 naming its extra, not an ImportError at start-up."""
+"""(engine kind, modality) -> engine class. Modules are imported only when a model of that
+kind loads, so a missing optional library is a 503 naming its extra, not an ImportError at
+start-up."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from hypnos.engines.base import EngineUnavailable
 
-# kind -> (module, class, pip extra)
+# (kind, primary modality) -> (module, class, pip extra); modality None matches any.
 ENGINES = {
-    "ggml_llama": ("hypnos.engines.llama", "LlamaChatEngine", "llama"),
+    ("ggml_llama", None): ("hypnos.engines.llama", "LlamaChatEngine", "llama"),
+    ("ggml_llama", "embeddings"): ("hypnos.engines.llama_embed", "LlamaEmbedder", "llama"),
+    ("onnx_runtime", "embeddings"): ("hypnos.engines.onnx_embed", "OnnxEmbedder", "embeddings"),
+    ("onnx_runtime", "text_to_speech"): ("hypnos.engines.kokoro", "KokoroSpeaker", "tts"),
+    ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
 }
 PLANNED = {
-    "faster_whisper": "stt", "ggml_whisper": "stt", "onnx_runtime": "tts",
-    "docling": "docs", "gliner": "ner", "ggml_diffusion": "images",
+    "ggml_whisper": "stt", "docling": "docs", "gliner": "ner", "ggml_diffusion": "images",
 }
 
 
 class EngineNotBuilt(EngineUnavailable):
     """The engine kind is valid but this version of Hypnos has no implementation of it."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, modality: str | None = None):
         self.engine = kind
         self.extra = PLANNED.get(kind, "")
-        Exception.__init__(self, f"engine {kind} is not implemented in this version of Hypnos")
+        what = f"engine {kind}" + (f" for {modality}" if modality else "")
+        Exception.__init__(self, f"{what} is not implemented in this version of Hypnos")
 
 
-def create_engine(kind: str, modalities: list[str] | None = None):
-    if kind not in ENGINES:
-        raise EngineNotBuilt(kind)
-    module, cls, _extra = ENGINES[kind]
+def _entry(kind: str, modality: str | None):
+    return ENGINES.get((kind, modality)) or ENGINES.get((kind, None))
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def create_engine(kind: str, modality: str | None = None):
+    """A new, unloaded engine for a model of ``kind`` whose primary modality is ``modality``."""
+    entry = _entry(kind, modality)
+    if entry is None or not _module_exists(entry[0]):
+        raise EngineNotBuilt(kind, modality)
+    module, cls, _extra = entry
     return getattr(importlib.import_module(module), cls)()
 
 
-def is_available(kind: str) -> bool:
-    return kind in ENGINES
+def is_available(kind: str, modality: str | None = None) -> bool:
+    entry = _entry(kind, modality)
+    return entry is not None and _module_exists(entry[0])

@@ -7,6 +7,7 @@ background afterwards (``/ready`` answers 503 until then, spec section 3).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import logging
 import time
@@ -30,6 +31,9 @@ from hypnos.service.telemetry import LatencyBook
 log = logging.getLogger("hypnos.app")
 _names = itertools.count()
 WHOLE_MODEL_WORKSPACE = 64 * 2**20
+# One module per route family, each exposing ``bp``.
+ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_embeddings",
+                 "route_transcriptions", "route_speech")
 CPU_ENGINES = ("faster_whisper", "onnx_runtime", "docling", "gliner")
 
 
@@ -69,7 +73,7 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
     except (ValueError, OSError) as exc:
         shape, problem = ModelShape(weights_bytes=0), f"The model '{m.id}' cannot be read: {exc}"
     from hypnos.engines.registry import is_available
-    if not is_available(m.engine):
+    if not is_available(m.engine, m.modality):
         problem = (f"The model '{m.id}' needs engine {m.engine}, which this version of "
                    "Hypnos does not implement yet")
     st = ModelState(cfg=m, paths=paths, shape=shape)
@@ -104,9 +108,8 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
         sched.add(build_state(config, m))
     install_http_layers(app)
     install_error_handlers(app)
-    from hypnos.service import route_chat, route_memory, route_status
-    for bp in (route_status.bp, route_memory.bp, route_chat.bp):
-        app.blueprint(bp)
+    for name in ROUTE_MODULES:
+        app.blueprint(importlib.import_module(f"hypnos.service.{name}").bp)
 
     if stage:
         @app.after_server_start

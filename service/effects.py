@@ -20,7 +20,7 @@ class Effects:
         self.threads = threads
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
-        engine = create_engine(st.cfg.engine, st.cfg.all_modalities)
+        engine = create_engine(st.cfg.engine, st.cfg.modality)
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or 4096, slots=st.cfg.slots,
