@@ -23,10 +23,11 @@ from hypnos.service.config import resolve_model_file
 from hypnos.service.config_schema import Config, ModelConfig
 from hypnos.service.effects import Effects
 from hypnos.service.errors import install_error_handlers
-from hypnos.service.http import install_http_layers
+from hypnos.service.http import after_handler, install_http_layers
 from hypnos.service.pool import ModelState
 from hypnos.service.scheduler import Scheduler
 from hypnos.service.telemetry import LatencyBook
+from hypnos.service.workflows import Workflows
 
 log = logging.getLogger("hypnos.app")
 _names = itertools.count()
@@ -81,13 +82,23 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
     return st
 
 
+class HypnosApp(Sanic):
+    async def handle_request(self, request):
+        """Returns once the response is complete (a stream included): the place to measure
+        end-to-end latency."""
+        try:
+            await super().handle_request(request)
+        finally:
+            after_handler(request)
+
+
 def create_app(config: Config, *, catalog: Catalog | None = None,
                hardware: Hardware | None = None, effects: Effects | None = None,
                name: str | None = None, stage: bool = True,
                before_stage: Callable[[], None] | None = None) -> Sanic:
     """Build the server. ``before_stage`` runs in a thread before staging (the default
     lineup pulls its missing files there, so the port is already open meanwhile)."""
-    app = Sanic(name or f"hypnos-{next(_names)}")
+    app = HypnosApp(name or f"hypnos-{next(_names)}")
     app.config.REQUEST_MAX_SIZE = config.limits.max_body_bytes
     app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
     app.config.RESPONSE_TIMEOUT = config.limits.request_timeout_secs
@@ -99,6 +110,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.catalog = catalog
     app.ctx.scheduler = sched
     app.ctx.latency = LatencyBook()
+    app.ctx.workflows = Workflows()
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

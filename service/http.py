@@ -83,6 +83,7 @@ def install_http_layers(app: Sanic) -> None:
         if length.isdigit() and int(length) > request.app.config.REQUEST_MAX_SIZE:
             raise PayloadTooLarge("Payload Too Large")
         _check_key(request)
+        await before_handler(request)
 
     @app.on_response(priority=100)
     async def _finish(request: Request, response):
@@ -90,11 +91,34 @@ def install_http_layers(app: Sanic) -> None:
             or new_request_id()
         for k, v in _cors_headers(request).items():
             response.headers.setdefault(k, v)
-        started = getattr(request.ctx, "started", None)
-        route = request.route.path if request.route else None
-        if started is not None and route is not None:
-            request.app.ctx.latency.record("/" + route.lstrip("/"),
-                                           (time.monotonic() - started) * 1000)
+
+
+async def before_handler(request: Request) -> None:
+    """Per request, before the handler: workflow bookkeeping and next-stage prefetch."""
+    app = request.app
+    key = app.ctx.workflows.parse(request.headers.get("x-hypnos-workflow"))
+    request.ctx.workflow = key
+    if key is not None:
+        app.ctx.workflows.begin(key, request.ctx.started)
+    nxt = request.headers.get("x-hypnos-next-model")
+    if nxt and app.ctx.ready:
+        app.ctx.scheduler.prefetch(nxt)
+
+
+def after_handler(request: Request) -> None:
+    """Once the handler finished (streams: after the last byte): latency per route and the
+    workflow's last byte."""
+    started = getattr(request.ctx, "started", None)
+    if started is None:
+        return
+    now = time.monotonic()
+    if request.route is not None:
+        request.app.ctx.latency.record("/" + request.route.path.lstrip("/"),
+                                       (now - started) * 1000)
+    key = getattr(request.ctx, "workflow", None)
+    if key is not None:
+        close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
+        request.app.ctx.workflows.end(key, now, close)
 
 
 def require_ready(request: Request) -> None:

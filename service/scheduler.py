@@ -52,6 +52,7 @@ class Scheduler:
         self.models: dict[str, ModelState] = {}
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self._place_lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ pool
 
@@ -277,6 +278,22 @@ class Scheduler:
         finally:
             st.leases -= 1
         return st
+
+    def prefetch(self, model_id: str) -> None:
+        """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy
+        or failing models are ignored; the current request never waits for this."""
+        st = self.models.get(model_id)
+        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.leases:
+            return
+
+        async def load():
+            try:
+                await self.move(model_id, Tier.GPU)
+            except errors.HypnosError:
+                pass
+        task = asyncio.get_running_loop().create_task(load())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def placement_of(self, st: ModelState) -> Placement:
         """Current placement, or what it would be with tier 1 empty when not resident."""

@@ -302,3 +302,42 @@ async def test_engine_failure_mid_stream_is_an_error_chunk_then_done():
     assert json.loads(events[1])["choices"][0]["delta"]["content"] == "Hel"
     resp = await call(app, "post", "/v1/chat/completions", json={**body, "stream": False})
     assert_envelope(resp, 500, "server_error")
+
+
+async def test_workflow_end_to_end_is_reported_per_name():
+    app = app_for()
+    hdr = {"x-hypnos-workflow": "voice_turn/t1"}
+    await call(app, "get", "/v1/models", headers=hdr)
+    await call(app, "get", "/v1/models/catalog", headers={**hdr, "x-hypnos-workflow-end": "true"})
+    wf = (await call(app, "get", "/v1/memory/status")).json["latency"]["workflows"]
+    assert wf["voice_turn"]["count"] == 1 and wf["voice_turn"]["p50"] > 0
+    routes = (await call(app, "get", "/v1/memory/status")).json["latency"]["routes"]
+    assert routes["/v1/models"]["count"] >= 1
+
+
+async def test_next_model_header_loads_it_in_the_background():
+    import asyncio
+    app = app_for()
+    resp = await call(app, "get", "/v1/models", headers={"x-hypnos-next-model": "chat"})
+    assert resp.status == 200
+    for _ in range(200):
+        if app.ctx.scheduler.models["chat"].tier == "tier1_gpu_vram":
+            break
+        await asyncio.sleep(0.05)
+    assert app.ctx.scheduler.models["chat"].tier == "tier1_gpu_vram"
+    resp = await call(app, "get", "/v1/models", headers={"x-hypnos-next-model": "nope"})
+    assert resp.status == 200      # unknown ids are ignored
+
+
+def test_workflows_close_after_30_idle_seconds():
+    from hypnos.service.workflows import Workflows
+    now = [100.0]
+    wf = Workflows(clock=lambda: now[0])
+    key = wf.parse("turn/abc")
+    assert key == ("turn", "abc") and wf.parse("no-slash") is None
+    wf.begin(key, 100.0)
+    wf.end(key, 101.5, close=False)
+    assert wf.snapshot() == {}
+    now[0] = 140.0
+    snap = wf.snapshot()
+    assert snap["turn"]["count"] == 1 and snap["turn"]["p50"] == 2500   # 1.5 s -> bucket
