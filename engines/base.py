@@ -56,6 +56,9 @@ class LoadReport:
     projector_ms: float = 0.0
     context_ms: float = 0.0
     total_ms: float = 0.0
+    # With KV parking: the parked conversations restored after the load.
+    kv_restore_ms: float | None = None
+    kv_restored_tokens: int | None = None
 
 
 class Engine(Protocol):

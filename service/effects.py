@@ -42,6 +42,16 @@ class Effects:
         if engine is not None:
             engine.unload()
 
+    def park(self, st: ModelState):
+        """The engine's parked KV state (None when it has nothing to park or cannot)."""
+        park = getattr(st.engine, "park", None)
+        return park() if park is not None else None
+
+    def restore(self, st: ModelState, parked) -> tuple[int, float]:
+        """Restore parked slots after a load: (tokens restored, ms); (0, 0) when refused."""
+        restore = getattr(st.engine, "restore", None)
+        return restore(parked) if restore is not None else (0, 0.0)
+
     def pin(self, st: ModelState) -> None:
         from hypnos.engines.residency import PinnedWeights
         st.pinned = PinnedWeights(self._files(st))

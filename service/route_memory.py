@@ -77,9 +77,7 @@ async def status(request: Request):
         "recent_evictions": list(sched.recent_evictions)[::-1],
         "latency": {"routes": app.ctx.latency.snapshot(),
                     "workflows": app.ctx.workflows.snapshot()},
-        "kv_park": {"enabled": app.ctx.config.hardware.kv_park,
-                    "max_bytes": app.ctx.config.hardware.kv_park_max_bytes,
-                    "used_bytes": 0, "models": []},
+        "kv_park": sched.kv_park.snapshot(),
     }
     if gpu is not None:
         body["gpu"] = gpu.stats
@@ -110,3 +108,25 @@ async def move_tier(request: Request):
     st = await sched.move(model_id, target, per_slot)
     return json_response({"model": st.id, "current_tier": str(st.tier),
                           "placement": sched.placement_of(st).to_wire()})
+
+
+@bp.get("/v1/memory/kv-park")
+async def kv_park_status(request: Request):
+    return json_response(request.app.ctx.scheduler.kv_park.snapshot())
+
+
+@bp.post("/v1/memory/kv-park")
+async def kv_park_configure(request: Request):
+    body = json_body(request)
+    enabled, max_bytes = body.get("enabled"), body.get("max_bytes")
+    if enabled is None and max_bytes is None:
+        raise errors.InvalidRequest("Send 'enabled' and/or 'max_bytes'")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise errors.InvalidRequest("'enabled' must be a boolean", param="enabled")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 0):
+        raise errors.InvalidRequest("'max_bytes' must be a non-negative integer",
+                                    param="max_bytes")
+    store = request.app.ctx.scheduler.kv_park
+    store.configure(enabled, max_bytes)
+    return json_response(store.snapshot())

@@ -24,6 +24,7 @@ from hypnos.service import errors
 from hypnos.service.config_schema import Config
 from hypnos.service.effects import Effects
 from hypnos.service.hardware import process_rss
+from hypnos.service.kv_park import KvParkStore
 from hypnos.service.pool import ModelState
 
 
@@ -46,6 +47,7 @@ class Lease:
 class Scheduler:
     def __init__(self, config: Config, hardware: Hardware, effects: Effects):
         self.config = config
+        self.kv_park = KvParkStore(config.hardware.kv_park, config.hardware.kv_park_max_bytes)
         self.hardware = hardware
         self.budgets: Budgets = derive_budgets(hardware)
         self.effects = effects
@@ -225,6 +227,10 @@ class Scheduler:
                 raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
             if st.pinned is not None:
                 await asyncio.to_thread(self.effects.unpin, st)
+            parked = self.kv_park.take(st.id)
+            if parked is not None:
+                tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
+                report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
             st.placement, st.tier, st.last_load = placement, Tier.GPU, report
         lease.phases = report
         lease.tier_switch_ms = (time.monotonic() - started) * 1000
@@ -243,6 +249,8 @@ class Scheduler:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
         falls back to 3 when the tier-2 budget is full). Caller holds st.load_lock."""
         if st.engine is not None:
+            if self.kv_park.enabled and st.enabled:
+                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
             await asyncio.to_thread(self.effects.unload, st)
         if to is Tier.RAM and st.pinned is None:
             if self.tier2_booked() + st.weight_bytes > self.budgets.tier2_bytes:

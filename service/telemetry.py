@@ -60,6 +60,9 @@ def telemetry(lease: Lease, placement: dict, inference_ms: float, engine: dict) 
             "load_mode": p.load_mode, "weights_ms": round(p.weights_ms, 2),
             "projector_ms": round(p.projector_ms, 2), "context_ms": round(p.context_ms, 2),
             "total_ms": round(p.total_ms, 2)}
+        if p.kv_restored_tokens is not None:
+            out["tier_switch_phases"]["kv_restore_ms"] = round(p.kv_restore_ms or 0.0, 2)
+            out["tier_switch_phases"]["kv_restored_tokens"] = p.kv_restored_tokens
     return out
 
 

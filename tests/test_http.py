@@ -341,3 +341,18 @@ def test_workflows_close_after_30_idle_seconds():
     now[0] = 140.0
     snap = wf.snapshot()
     assert snap["turn"]["count"] == 1 and snap["turn"]["p50"] == 2500   # 1.5 s -> bucket
+
+
+async def test_kv_park_route():
+    app = app_for()
+    assert (await call(app, "get", "/v1/memory/kv-park")).json["enabled"] is False
+    assert_envelope(await call(app, "post", "/v1/memory/kv-park"), 400, "invalid_request_error")
+    assert_envelope(await call(app, "post", "/v1/memory/kv-park", json={}), 400,
+                    "invalid_request_error")
+    assert_envelope(await call(app, "post", "/v1/memory/kv-park", json={"enabled": "yes"}),
+                    400, "invalid_request_error")
+    body = (await call(app, "post", "/v1/memory/kv-park",
+                       json={"enabled": True, "max_bytes": 1024})).json
+    assert body == {"enabled": True, "max_bytes": 1024, "used_bytes": 0, "models": []}
+    status = (await call(app, "get", "/v1/memory/status")).json
+    assert status["kv_park"]["enabled"] is True

@@ -242,3 +242,39 @@ async def test_requests_per_minute_and_service_time_are_measured():
     assert st.stats.served == 3
     assert st.stats.requests_per_minute() > 0
     assert st.stats.service_ms >= 5
+
+
+class _Parked:
+    def __init__(self, nbytes, tokens=100, slots=1):
+        self.bytes, self.tokens, self.slots = nbytes, tokens, slots
+
+
+async def test_kv_parking_round_trip_through_an_eviction():
+    fx = FakeEffects()
+    fx.park = lambda st: (fx.log.append(("park", st.id)), _Parked(10 * MIB))[1]
+    fx.restore = lambda st, parked: (fx.log.append(("restore", st.id)), (parked.tokens, 1.5))[1]
+    sched = make([(model("a"), 600), (model("b"), 600)], fx)
+    sched.kv_park.configure(True, 64 * MIB)
+    async with sched.lease("a"):
+        pass
+    async with sched.lease("b"):
+        pass
+    assert ("park", "a") in fx.log and sched.kv_park.snapshot()["used_bytes"] == 10 * MIB
+    async with sched.lease("a") as lease:
+        assert lease.phases.kv_restored_tokens == 100 and lease.phases.kv_restore_ms == 1.5
+    assert ("restore", "a") in fx.log
+    snap = sched.kv_park.snapshot()
+    assert [m["model"] for m in snap["models"]] == ["b"]        # a taken, b parked
+
+
+def test_kv_park_store_cap_drops_the_oldest_and_off_drops_all():
+    from hypnos.service.kv_park import KvParkStore
+    store = KvParkStore(True, 25)
+    assert store.put("a", _Parked(10)) and store.put("b", _Parked(10))
+    assert store.put("c", _Parked(10))                 # 30 > 25: a (oldest) goes
+    assert [m["model"] for m in store.snapshot()["models"]] == ["b", "c"]
+    assert not store.put("huge", _Parked(26))
+    store.configure(None, 10)
+    assert [m["model"] for m in store.snapshot()["models"]] == ["c"]
+    store.configure(False, None)
+    assert store.snapshot()["used_bytes"] == 0 and not store.put("d", _Parked(1))
