@@ -83,6 +83,12 @@ class ChatRequest:
     seed: int | None = None
     num_ctx: int | None = None
     tools: list[dict] | None = None
+    presence_penalty: float | None = None     # OpenAI range -2..2; None/0 off
+    frequency_penalty: float | None = None    # OpenAI range -2..2; None/0 off
+    repetition_penalty: float | None = None   # llama.cpp's repeat penalty; None/1 off
+    min_p: float | None = None                # 0..1; None/0 off
+    grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
+    session_key: str | None = None            # binds the conversation to one slot
 
 
 @dataclass
@@ -192,3 +198,33 @@ class Speaker(Engine, Protocol):
                    cancel: threading.Event) -> float:
         """Synthesize phrase by phrase, calling ``on_audio`` with each phrase's PCM (and the
         silence between phrases) as soon as it is ready. Returns the audio seconds made."""
+
+
+# ------------------------------------------------------------- chat: sessions
+
+class InvalidGrammar(EngineError):
+    """ChatRequest.grammar is not valid GBNF (a 400)."""
+
+
+class SessionMismatch(EngineError):
+    """A session blob was made for other weights or a KV layout this model cannot take
+    (a 409)."""
+
+
+class SessionCorrupt(EngineError):
+    """A session blob is not one: bad magic, unknown version, bad checksum, truncated
+    (a 400)."""
+
+
+class SessionCapacity(EngineError):
+    """A new session key arrived while every slot is bound to one (a 429
+    model_at_session_capacity)."""
+
+
+class SessionNotFound(EngineError):
+    """No slot is bound to that session key (a 404 session_not_found)."""
+
+
+class SessionBusy(EngineError):
+    """The session's slot is generating (or no unbound slot is free to import into): retry
+    after the turn ends (a 429 session_busy)."""

@@ -34,8 +34,8 @@ _names = itertools.count()
 WHOLE_MODEL_WORKSPACE = 64 * 2**20
 # One module per route family, each exposing ``bp``.
 ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_embeddings",
-                 "route_transcriptions", "route_speech")
-CPU_ENGINES = ("faster_whisper", "onnx_runtime", "docling", "gliner")
+                 "route_transcriptions", "route_speech", "route_sessions")
+CPU_ENGINES = ("onnx_runtime", "docling", "gliner")
 
 
 def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:

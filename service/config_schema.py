@@ -99,6 +99,11 @@ class LimitsConfig:
     allow_private_urls: bool = False
     # queue | shed: with "shed", the profile's objective acts as an implicit deadline.
     overload: str = "queue"
+    # Live transcription (GET /v1/audio/stream): longest session, longest silence from the
+    # client, longest single utterance before it is cut and transcribed.
+    live_max_session_secs: int = 600
+    live_idle_timeout_secs: int = 30
+    live_max_utterance_secs: int = 30
 
 
 @dataclass

@@ -138,3 +138,15 @@ def json_body(request: Request) -> dict:
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object")
     return body
+
+
+def deadline_ms(request: Request) -> float | None:
+    """x-hypnos-deadline-ms, or None; a 400 when it is not a number."""
+    raw = request.headers.get("x-hypnos-deadline-ms")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds") \
+            from None

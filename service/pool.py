@@ -26,6 +26,7 @@ class Stats:
     rate_at: float = field(default_factory=time.monotonic)
     service_ms: float | None = None
     load_ms: dict = field(default_factory=dict)     # from-tier -> last measured load ms
+    prefill_tps: float | None = None                 # chat: measured prefill tokens/s
 
     def record_request(self, held_ms: float, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -10,11 +10,13 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ChatResult, ContextOverflow, EngineError
+from hypnos.engines.base import (ChatResult, ContextOverflow, EngineError, InvalidGrammar,
+                                 SessionCapacity)
 from hypnos.service import errors
 from hypnos.service.chat_request import ChatParams, parse_chat
-from hypnos.service.http import json_body, require_ready
-from hypnos.service.telemetry import engine_timings, telemetry
+from hypnos.service.http import deadline_ms, json_body, require_ready
+from hypnos.service.route_sessions import AtSessionCapacity, session_key
+from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
 
 bp = Blueprint("chat")
 KEEPALIVE_SECS = 10.0
@@ -40,14 +42,10 @@ def _check_model(request: Request, params: ChatParams):
     return st
 
 
-def _deadline(request: Request) -> float | None:
-    raw = request.headers.get("x-hypnos-deadline-ms")
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds")
+
+def _record(lease, result: ChatResult) -> None:
+    if result.timings.prefill_tokens_per_s:
+        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
 
 
 def _usage(r: ChatResult) -> dict:
@@ -57,11 +55,6 @@ def _usage(r: ChatResult) -> dict:
         usage["prompt_tokens_details"] = {"cached_tokens": r.cached_tokens}
     return usage
 
-
-def _wait_headers(lease) -> dict:
-    if lease.estimated_wait_ms is None:
-        return {}
-    return {"x-hypnos-estimated-wait-ms": f"{lease.estimated_wait_ms:.0f}"}
 
 
 async def _run_engine(lease, params, on_text, cancel: threading.Event) -> ChatResult:
@@ -81,16 +74,22 @@ async def _run_engine(lease, params, on_text, cancel: threading.Event) -> ChatRe
 def _engine_error(exc: Exception) -> errors.HypnosError:
     if isinstance(exc, ContextOverflow):
         return errors.InvalidRequest(str(exc), param="messages")
+    if isinstance(exc, SessionCapacity):
+        return AtSessionCapacity(str(exc), headers={"Retry-After": "30"})
+    if isinstance(exc, InvalidGrammar):
+        return errors.InvalidRequest(str(exc))
     return errors.ServerError(f"The engine failed: {exc}")
 
 
 @bp.post("/v1/chat/completions")
 async def chat_completions(request: Request):
     require_ready(request)
-    params = parse_chat(json_body(request), request.app.ctx.config.limits)
+    body = json_body(request)
+    params = parse_chat(body, request.app.ctx.config.limits)
+    params.request.session_key = session_key(request, body)
     _check_model(request, params)
     sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=_deadline(request),
+    async with sched.lease(params.model, deadline_ms=deadline_ms(request),
                            context_len=params.estimated_ctx()) as lease:
         if params.stream:
             return await _stream(request, params, lease)
@@ -101,6 +100,7 @@ async def chat_completions(request: Request):
         except EngineError as exc:
             raise _engine_error(exc) from None
         inference_ms = (time.monotonic() - started) * 1000
+        _record(lease, result)
         placement = sched.placement_of(lease.model).to_wire()
         result.timings.queue_ms += lease.queue_ms
         body = {
@@ -113,7 +113,7 @@ async def chat_completions(request: Request):
                                           engine_timings(result.timings)),
         }
         request.ctx.result = result
-        return json_response(body, headers=_wait_headers(lease))
+        return json_response(body, headers=wait_headers(lease))
 
 
 def _chunk(base: dict, delta: dict, finish=None, **extra) -> str:
@@ -127,7 +127,7 @@ async def _stream(request: Request, params: ChatParams, lease):
             "created": int(time.time()), "model": params.model}
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
-                                              **_wait_headers(lease)})
+                                              **wait_headers(lease)})
     await response.send(_chunk(base, {"role": "assistant", "content": ""}))
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -160,6 +160,7 @@ async def _stream(request: Request, params: ChatParams, lease):
         await asyncio.wait({task})
         raise
     inference_ms = (time.monotonic() - started) * 1000
+    _record(lease, result)
     placement = request.app.ctx.scheduler.placement_of(lease.model).to_wire()
     result.timings.queue_ms += lease.queue_ms
     tele = telemetry(lease, placement, inference_ms, engine_timings(result.timings))

@@ -121,6 +121,18 @@ class Scheduler:
             st.leases -= 1
             st.last_used = time.monotonic()
 
+    @asynccontextmanager
+    async def hold(self, model_id: str):
+        """Keep ``model_id`` from being evicted while held, without loading it or taking a
+        slot (session watch)."""
+        st = self.get(model_id)
+        st.leases += 1
+        try:
+            yield st
+        finally:
+            st.leases -= 1
+            st.last_used = time.monotonic()
+
     async def _ensure_resident(self, st: ModelState, lease: Lease,
                                context_len: int | None) -> None:
         async with st.load_lock:
@@ -211,7 +223,18 @@ class Scheduler:
     async def _promote(self, st: ModelState, lease: Lease, per_slot: int | None) -> None:
         lease.previous_tier = st.tier
         started = time.monotonic()
+        # Shielded: a client that hangs up during a cold start must not leave an engine
+        # built but unbooked. The load finishes and is booked; the caller sees its cancel.
+        task = asyncio.ensure_future(self._load_locked(st, lease, per_slot, started))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.shield(task)
+        lease.tier_switch_ms = (time.monotonic() - started) * 1000
+
+    async def _load_locked(self, st: ModelState, lease: Lease, per_slot: int | None,
+                           started: float) -> None:
         async with self._place_lock:
+            if st.tier is Tier.GPU and st.engine is not None:
+                return          # another request loaded it while this one waited
             placement, evict = self._plan(st, per_slot)
             for victim in evict:
                 await self._evict(self.models[victim], for_model=st.id, reason="memory_budget")
@@ -233,8 +256,7 @@ class Scheduler:
                 report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
             st.placement, st.tier, st.last_load = placement, Tier.GPU, report
         lease.phases = report
-        lease.tier_switch_ms = (time.monotonic() - started) * 1000
-        st.stats.load_ms[from_tier] = lease.tier_switch_ms
+        st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
 
     async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> None:
         to = Tier.RAM if victim.cfg.keep_warm_in_ram else Tier.SSD

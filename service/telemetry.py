@@ -78,3 +78,11 @@ def telemetry_headers(lease: Lease, placement: dict, inference_ms: float | None 
         headers["x-hypnos-audio-secs"] = f"{audio_secs:.3f}"
         headers["x-hypnos-rtf"] = f"{inference_ms / 1000 / audio_secs:.4f}"
     return headers
+
+
+def wait_headers(lease: Lease) -> dict:
+    """x-hypnos-estimated-wait-ms: the estimate made when the request arrived (absent before
+    the model has served anything while busy)."""
+    if lease.estimated_wait_ms is None:
+        return {}
+    return {"x-hypnos-estimated-wait-ms": f"{lease.estimated_wait_ms:.0f}"}

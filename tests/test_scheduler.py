@@ -278,3 +278,25 @@ def test_kv_park_store_cap_drops_the_oldest_and_off_drops_all():
     assert [m["model"] for m in store.snapshot()["models"]] == ["c"]
     store.configure(False, None)
     assert store.snapshot()["used_bytes"] == 0 and not store.put("d", _Parked(1))
+
+
+async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
+    """Regression: a client hanging up mid-load left an engine built with the model still
+    in tier 3, unbooked, and the next request loaded it a second time."""
+    fx = FakeEffects(load_delay=0.2)
+    sched = make([(model("a"), 100)], fx)
+
+    async def one():
+        async with sched.lease("a"):
+            pass
+    task = asyncio.create_task(one())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.3)
+    st = sched.models["a"]
+    assert st.tier is Tier.GPU and st.placement is not None and st.leases == 0
+    async with sched.lease("a") as lease:
+        assert lease.previous_tier is Tier.GPU
+    assert fx.log.count(("load", "a")) == 1

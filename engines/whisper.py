@@ -1,0 +1,146 @@
+"""Transcription on faster-whisper (engine kind ``faster_whisper``, CTranslate2).
+
+``load()`` imports faster-whisper (without it: ``EngineUnavailable("faster_whisper", "stt")``)
+and builds a ``WhisperModel`` from a local CTranslate2 folder. A path that is not a folder is
+refused here: faster-whisper would read it as a Hugging Face hub id and try to download it.
+
+``transcribe()`` blocks and runs in the caller's (worker) thread. Up to ``spec.slots`` calls
+may run at once (CTranslate2 workers); more wait inside CTranslate2. Audio is decoded with
+PyAV (bundled FFmpeg: wav, flac, ogg/opus, mp3, m4a...) and resampled to 16 kHz mono.
+"""
+from __future__ import annotations
+
+import gc
+import io
+import logging
+import os
+import threading
+import time
+
+from hypnos.engines.base import (
+    AudioDecodeError, EngineError, EngineUnavailable, LoadReport, LoadSpec, Segment,
+    TranscribeRequest, TranscribeResult,
+)
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+DEFAULT_BEAM_SIZE = 5
+
+
+def cuda_available() -> bool:
+    try:
+        import ctranslate2
+        return ctranslate2.get_cuda_device_count() > 0
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime means "no CUDA" here
+        return False
+
+
+class WhisperTranscriber:
+    """One faster-whisper model. Construction is cheap; ``load`` builds it."""
+
+    def __init__(self):
+        self._model = None
+        self.device: str | None = None
+        self.compute_type: str | None = None
+        self.beam_size = DEFAULT_BEAM_SIZE
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self, spec: LoadSpec) -> LoadReport:
+        """Build the model from ``spec.weights_path`` (a CTranslate2 folder). Blocks.
+
+        ``spec.options`` may set ``device``, ``compute_type`` and ``beam_size``.
+        """
+        try:
+            from faster_whisper import WhisperModel
+        except ImportError:
+            raise EngineUnavailable("faster_whisper", "stt") from None
+        folder = spec.weights_path
+        if folder is None or not folder.is_dir():
+            raise EngineError(f"faster-whisper needs a CTranslate2 model folder; "
+                              f"{folder} is not a folder (model '{spec.model_id}')")
+        for needed in ("model.bin", "tokenizer.json"):
+            # Without tokenizer.json faster-whisper would fetch one from the hub.
+            if not (folder / needed).is_file():
+                raise EngineError(f"{folder} has no {needed} (model '{spec.model_id}')")
+        opts = spec.options or {}
+        device = opts.get("device") or ("cuda" if cuda_available() else "cpu")
+        compute_type = opts.get("compute_type") or ("float16" if device == "cuda" else "int8")
+        self.beam_size = int(opts.get("beam_size", DEFAULT_BEAM_SIZE))
+        started = time.perf_counter()
+        try:
+            self._model = WhisperModel(
+                str(folder), device=device, compute_type=compute_type,
+                cpu_threads=spec.threads or os.cpu_count() or 1,
+                num_workers=max(1, spec.slots), local_files_only=True)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise EngineError(f"faster-whisper refused {folder}: {exc}") from exc
+        self.device, self.compute_type = device, compute_type
+        ms = (time.perf_counter() - started) * 1000
+        log.info("loaded %s on %s (%s) in %.0f ms", folder, device, compute_type, ms)
+        return LoadReport(load_mode="read", weights_ms=ms, total_ms=ms)
+
+    def unload(self) -> None:
+        """Free the model. Idempotent."""
+        if self._model is not None:
+            self._model = None
+            gc.collect()
+
+    # ------------------------------------------------------------------ inference
+
+    def transcribe(self, req: TranscribeRequest, cancel: threading.Event) -> TranscribeResult:
+        """Transcribe the whole file. Raises AudioDecodeError for undecodable input.
+
+        ``cancel`` is checked between segments (one segment is up to 30 s of audio); when it
+        is set the segments decoded so far are returned.
+        """
+        model = self._model
+        if model is None:
+            raise EngineError("the faster-whisper model is not loaded")
+        started = time.perf_counter()
+        audio = decode_audio(req.audio)
+        duration = len(audio) / SAMPLE_RATE
+        language = req.language
+        if language and language not in model.supported_languages:
+            # A hint this model cannot follow: English-only models use English, others detect.
+            log.info("language %r is not supported by this model; ignoring the hint", language)
+            language = None
+        segments, info = model.transcribe(
+            audio, language=language, initial_prompt=req.prompt or None,
+            hotwords=", ".join(req.hotwords) or None, vad_filter=False,
+            beam_size=self.beam_size)
+        out: list[Segment] = []
+        pieces: list[str] = []
+        if not cancel.is_set():
+            for seg in segments:
+                pieces.append(seg.text)
+                out.append(Segment(start=round(seg.start, 3), end=round(seg.end, 3),
+                                   text=seg.text.strip()))
+                if cancel.is_set():
+                    break
+        return TranscribeResult(
+            text="".join(pieces).strip(), language=info.language, duration_secs=duration,
+            segments=out, processing_ms=(time.perf_counter() - started) * 1000)
+
+
+def decode_audio(data: bytes):
+    """``data`` (any container PyAV reads) as float32 mono samples at 16 kHz.
+
+    Raises AudioDecodeError when nothing decodable is in it."""
+    if not data:
+        raise AudioDecodeError("the audio file is empty")
+    from faster_whisper import decode_audio as fw_decode
+    try:
+        import av
+    except ImportError:
+        raise EngineUnavailable("faster_whisper", "stt") from None
+    try:
+        audio = fw_decode(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
+    except IndexError:       # PyAV found a container but no audio stream in it
+        raise AudioDecodeError("the file holds no audio stream") from None
+    except (av.error.FFmpegError, ValueError, EOFError) as exc:
+        raise AudioDecodeError(f"the audio could not be decoded: {exc}") from None
+    if audio.size == 0:
+        raise AudioDecodeError("the file holds no decodable audio")
+    return audio.astype("float32", copy=False)

@@ -1,0 +1,435 @@
+"""Live transcription over a WebSocket: the session behind GET /v1/audio/stream (protocol in
+docs/live-transcription.md; the route is registered by `route_transcriptions`).
+
+A session reads a JSON opening frame, then binary PCM frames. An energy VAD (`EnergyVad`,
+pure) cuts the stream into utterances at pauses; each utterance is transcribed under its own
+scheduler lease, so the model can be evicted between utterances, never during one. One worker
+task per session runs the transcriptions in order, so frames arrive in order; a partial is
+only started when the worker is idle, and dropped when newer work is waiting.
+
+Threading: everything here runs on the event loop; the engine call runs in a worker thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+import wave
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from sanic import Request
+from sanic.exceptions import WebsocketClosed
+from websockets.exceptions import ConnectionClosed
+
+from hypnos.engines.base import TranscribeRequest
+from hypnos.service import errors
+from hypnos.service.route_transcriptions import (check_stt_model, parse_hotwords,
+                                                 parse_language, transcribe_leased)
+
+log = logging.getLogger("hypnos.live")
+
+# [limits] keys read when the config has them (these defaults otherwise).
+LIVE_LIMITS = {"live_max_session_secs": 600.0, "live_idle_timeout_secs": 30.0,
+               "live_max_utterance_secs": 30.0}
+PARTIAL_EVERY_SECS = 1.0
+FORMATS = ("pcm16", "f32")
+GONE = (ConnectionClosed, WebsocketClosed)
+
+# ---------------------------------------------------------------- audio helpers
+
+
+class EnergyVad:
+    """Cuts a mono stream into utterances at pauses. Pure: samples in, sample ranges out.
+
+    A 30 ms frame is voiced when its energy is above both an absolute floor and the noise
+    floor (the quietest frame of the last few seconds, this one included) plus a margin, so
+    the first frame of a stream is never voiced: streams should start before the speaker.
+    An utterance ends after ``silence_ms`` without a voiced frame, or when it reaches
+    ``max_utterance_secs``.
+    Utterances with less than ``min_speech_ms`` voiced are dropped (clicks, breaths).
+    """
+
+    FRAME_MS = 30
+
+    def __init__(self, rate: int, *, silence_ms: int = 500, min_speech_ms: int = 150,
+                 max_utterance_secs: float = 30.0, pre_pad_ms: int = 200,
+                 post_pad_ms: int = 300, floor_db: float = -50.0, margin_db: float = 12.0,
+                 noise_window_secs: float = 5.0):
+        ms = rate / 1000
+        self.frame = int(self.FRAME_MS * ms)
+        self.silence, self.min_speech = int(silence_ms * ms), int(min_speech_ms * ms)
+        self.max_utterance = int(max_utterance_secs * rate)
+        self.pre_pad, self.post_pad = int(pre_pad_ms * ms), int(post_pad_ms * ms)
+        self.floor_db, self.margin_db = floor_db, margin_db
+        frames = max(1, int(noise_window_secs * 1000 / self.FRAME_MS))
+        self.noise: deque[float] = deque(maxlen=frames)
+        self.position = 0                 # samples consumed as whole frames
+        self.pending = np.zeros(0, np.float32)
+        self.start: int | None = None     # current utterance start (padded) while speaking
+        self.voiced = 0
+        self.last_voiced_end = 0
+        self.prev_end = 0
+
+    @property
+    def speaking(self) -> bool:
+        return self.start is not None
+
+    def keep_from(self) -> int:
+        """The oldest sample a future utterance can still include."""
+        return self.start if self.start is not None else max(self.prev_end,
+                                                             self.position - self.pre_pad)
+
+    def push(self, samples: np.ndarray) -> list[tuple[int, int]]:
+        """Feed samples; the utterances that closed, as (start, end) sample indices."""
+        data = np.concatenate([self.pending, samples.astype(np.float32, copy=False)])
+        n = len(data) // self.frame
+        frames = data[: n * self.frame].reshape(n, self.frame) if n else data[:0].reshape(0, 1)
+        self.pending = data[n * self.frame:]
+        energy = 10 * np.log10(np.mean(np.square(frames, dtype=np.float64), axis=1) + 1e-12)
+        return [cut for db in energy if (cut := self._step(float(db))) is not None]
+
+    def flush(self) -> tuple[int, int] | None:
+        """End of stream: close the utterance in progress, if any."""
+        if self.start is None:
+            return None
+        end = min(self.last_voiced_end + self.post_pad, self.position + len(self.pending))
+        return self._close(end)
+
+    def _step(self, db: float) -> tuple[int, int] | None:
+        frame_start = self.position
+        self.position += self.frame
+        self.noise.append(max(db, -90.0))
+        voiced = db > max(self.floor_db, min(self.noise) + self.margin_db)
+        if voiced:
+            if self.start is None:
+                self.start, self.voiced = max(self.prev_end, frame_start - self.pre_pad), 0
+            self.voiced += self.frame
+            self.last_voiced_end = self.position
+        if self.start is None:
+            return None
+        if self.position - self.last_voiced_end >= self.silence:
+            return self._close(min(self.last_voiced_end + self.post_pad, self.position))
+        if self.position - self.start >= self.max_utterance:
+            return self._close(self.position)
+        return None
+
+    def _close(self, end: int) -> tuple[int, int] | None:
+        start, voiced = self.start, self.voiced
+        self.start, self.prev_end = None, end
+        return (start, end) if voiced >= self.min_speech else None
+
+
+class PcmReader:
+    """Little-endian pcm16 or f32 bytes -> float32 samples; a frame may split a sample."""
+
+    def __init__(self, fmt: str):
+        self.dtype, self.scale = ("<i2", 1 / 32768) if fmt == "pcm16" else ("<f4", 1.0)
+        self.width = 2 if fmt == "pcm16" else 4
+        self.rest = b""
+
+    def push(self, data: bytes) -> np.ndarray:
+        data = self.rest + data
+        whole = len(data) // self.width * self.width
+        self.rest = data[whole:]
+        samples = np.frombuffer(data[:whole], self.dtype).astype(np.float32) * self.scale
+        return np.clip(np.nan_to_num(samples), -1.0, 1.0)
+
+
+class SampleBuffer:
+    """The recent samples of a session, addressed by absolute sample index."""
+
+    def __init__(self):
+        self.chunks: deque[tuple[int, np.ndarray]] = deque()
+        self.end = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        if len(samples):
+            self.chunks.append((self.end, samples))
+            self.end += len(samples)
+
+    def slice(self, start: int, end: int) -> np.ndarray:
+        parts = [c[max(0, start - s): max(0, end - s)] for s, c in self.chunks
+                 if s < end and s + len(c) > start]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def trim(self, keep_from: int) -> None:
+        while self.chunks and self.chunks[0][0] + len(self.chunks[0][1]) <= keep_from:
+            self.chunks.popleft()
+
+
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    """16-bit mono WAV of float samples in [-1, 1]."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- the session
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """The opening frame."""
+    model: str
+    language: str | None = None
+    sample_rate: int = 16000
+    format: str = "pcm16"
+    prompt: str | None = None
+    hotwords: tuple[str, ...] = ()
+    partials: bool = True
+    silence_ms: int = 500
+
+
+def _int_field(body: dict, name: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise errors.InvalidRequest(f"'{name}' must be an integer from {lo} to {hi}",
+                                    param=name)
+    return value
+
+
+def _str_field(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
+    return value or None
+
+
+def parse_opening(frame) -> LiveOptions:
+    """The opening frame as options; a 400-style error naming the field otherwise."""
+    try:
+        body = json.loads(frame) if isinstance(frame, str) else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise errors.InvalidRequest('The first frame must be a JSON text frame such as '
+                                    '{"model": "whisper", "sample_rate": 16000}')
+    model = _str_field(body, "model")
+    if not model:
+        raise errors.InvalidRequest("'model' is required: a model serving speech_to_text",
+                                    param="model")
+    fmt = body.get("format", "pcm16")
+    if fmt not in FORMATS:
+        raise errors.InvalidRequest(f"'format' must be one of {', '.join(FORMATS)}",
+                                    param="format")
+    partials = body.get("partials", True)
+    if not isinstance(partials, bool):
+        raise errors.InvalidRequest("'partials' must be true or false", param="partials")
+    return LiveOptions(
+        model=model, language=parse_language(_str_field(body, "language")),
+        sample_rate=_int_field(body, "sample_rate", 16000, 8000, 48000), format=fmt,
+        prompt=_str_field(body, "prompt"), hotwords=tuple(parse_hotwords(body.get("hotwords"))),
+        partials=partials, silence_ms=_int_field(body, "silence_ms", 500, 200, 5000))
+
+
+class SessionEnd(Exception):
+    """Ends a session: an error frame, then a close with ``close_code``."""
+
+    def __init__(self, code: str, message: str, *, param: str | None = None,
+                 close_code: int = 1008):
+        super().__init__(message)
+        self.code, self.message, self.param, self.close_code = code, message, param, close_code
+
+
+@dataclass
+class Job:
+    kind: str              # partial | final
+    id: int                # the utterance
+    start: int             # sample indices in the session's stream
+    end: int
+    samples: np.ndarray
+
+
+class LiveSession:
+    """One WebSocket session. ``run()`` returns when it is over."""
+
+    def __init__(self, request: Request, ws):
+        self.ws = ws
+        self.sched = request.app.ctx.scheduler
+        limits = request.app.ctx.config.limits
+        self.max_session, self.idle, self.max_utterance = (
+            float(getattr(limits, key, default)) for key, default in LIVE_LIMITS.items())
+        self.opened = time.monotonic()
+        self.send_lock = asyncio.Lock()
+        self.jobs: asyncio.Queue[Job] = asyncio.Queue()
+        self.running = False
+        self.worker: asyncio.Task | None = None
+        self.opts: LiveOptions | None = None
+        self.vad: EnergyVad | None = None
+        self.reader: PcmReader | None = None
+        self.buffer = SampleBuffer()
+        self.received = 0             # samples
+        self.utterance = 0            # id of the utterance in progress
+        self.partial_at = 0           # sample index the last partial ran to
+
+    async def run(self) -> None:
+        try:
+            if await self._open():
+                await self._pump()
+        except SessionEnd as end:
+            await self._fail(end)
+        except GONE:
+            pass
+        finally:
+            if self.worker is not None:
+                self.worker.cancel()            # a running engine call stops at its next
+                await asyncio.wait({self.worker})   # segment; its lease ends after that
+            log.info("live session ended: %.1f s of audio, %d utterances",
+                     self.received / (self.opts.sample_rate if self.opts else 1), self.utterance)
+
+    # ---------------------------------------------------------------- receiving
+
+    async def _recv(self):
+        """The next frame; None when the client hung up. Raises SessionEnd on a limit."""
+        left = self.opened + self.max_session - time.monotonic()
+        try:
+            return await asyncio.wait_for(self.ws.recv(), max(0.0, min(self.idle, left)))
+        except TimeoutError:
+            if left <= self.idle:
+                await self._limit("session_limit", "The session reached "
+                                  f"live_max_session_secs ({self.max_session:g} s)")
+            raise SessionEnd("idle_timeout", f"No frame for {self.idle:g} s "
+                             "(live_idle_timeout_secs)") from None
+
+    async def _open(self) -> bool:
+        frame = await self._recv()
+        if frame is None:
+            return False
+        try:
+            o = self.opts = parse_opening(frame)
+            check_stt_model(self.sched, o.model)
+        except errors.HypnosError as exc:
+            raise SessionEnd(exc.type, exc.message, param=exc.param) from None
+        self.reader = PcmReader(o.format)
+        self.vad = EnergyVad(o.sample_rate, silence_ms=o.silence_ms,
+                             max_utterance_secs=self.max_utterance)
+        self.worker = asyncio.create_task(self._work())
+        await self._send({"type": "ready", "model": o.model, "sample_rate": o.sample_rate,
+                          "format": o.format, "silence_ms": o.silence_ms,
+                          "max_session_secs": self.max_session,
+                          "idle_timeout_secs": self.idle})
+        return True
+
+    async def _pump(self) -> None:
+        while True:
+            frame = await self._recv()
+            if frame is None:
+                return
+            if isinstance(frame, (bytes, bytearray, memoryview)):
+                self._on_audio(bytes(frame))
+                if self.received > self.max_session * self.opts.sample_rate:
+                    await self._limit("session_limit", "The session sent more than "
+                                      f"live_max_session_secs ({self.max_session:g} s) of audio")
+                continue
+            if _control_type(frame) != "end":
+                raise SessionEnd("invalid_request_error", "Unknown control frame; send "
+                                 'binary audio frames or {"type": "end"}')
+            self._flush()
+            await self.jobs.join()
+            await self._send({"type": "done"})
+            await self.ws.close(1000, "done")
+            return
+
+    def _on_audio(self, data: bytes) -> None:
+        samples = self.reader.push(data)
+        self.received += len(samples)
+        self.buffer.append(samples)
+        for start, end in self.vad.push(samples):
+            self._submit("final", start, end)
+        self._maybe_partial()
+        self.buffer.trim(self.vad.keep_from())
+
+    def _maybe_partial(self) -> None:
+        if not (self.opts.partials and self.vad.speaking) or self.running \
+                or not self.jobs.empty():
+            return
+        start, now = self.vad.start, self.vad.position
+        if now - max(start, self.partial_at) >= PARTIAL_EVERY_SECS * self.opts.sample_rate:
+            self.partial_at = now
+            self._submit("partial", start, now)
+
+    def _submit(self, kind: str, start: int, end: int) -> None:
+        self.jobs.put_nowait(Job(kind, self.utterance, start, end,
+                                 self.buffer.slice(start, end)))
+        if kind == "final":
+            self.utterance += 1
+            self.partial_at = 0
+
+    def _flush(self) -> None:
+        cut = self.vad.flush() if self.vad is not None else None
+        if cut is not None:
+            self._submit("final", *cut)
+
+    async def _limit(self, code: str, message: str) -> None:
+        """Transcribe what was said, then end the session with ``code``."""
+        if self.vad is not None:
+            self._flush()
+            await self.jobs.join()
+        raise SessionEnd(code, message)
+
+    # ---------------------------------------------------------------- transcribing
+
+    async def _work(self) -> None:
+        while True:
+            job = await self.jobs.get()
+            self.running = True
+            try:
+                if job.kind == "final" or self.jobs.empty():   # stale partials are dropped
+                    await self._transcribe(job)
+            except GONE:
+                pass                      # the receive loop notices the hang-up
+            except Exception:  # noqa: BLE001 - one failed utterance must not end the session
+                log.exception("live transcription of utterance %d failed", job.id)
+            finally:
+                self.running = False
+                self.jobs.task_done()
+
+    async def _transcribe(self, job: Job) -> None:
+        o = self.opts
+        req = TranscribeRequest(audio=wav_bytes(job.samples, o.sample_rate),
+                                language=o.language, prompt=o.prompt, hotwords=list(o.hotwords))
+        span = {"id": job.id, "start": round(job.start / o.sample_rate, 3),
+                "end": round(job.end / o.sample_rate, 3)}
+        try:
+            done = await transcribe_leased(self.sched, o.model, req)
+        except errors.HypnosError as exc:
+            # The utterance is lost (model busy, cannot load...); the session goes on.
+            await self._send({"type": "error", "code": exc.type, "message": exc.message,
+                              **span})
+            return
+        frame = {"type": job.kind, "text": done.result.text, **span}
+        if job.kind == "final":
+            frame["hypnos_telemetry"] = done.telemetry
+        await self._send(frame)
+
+    # ---------------------------------------------------------------- sending
+
+    async def _send(self, frame: dict) -> None:
+        async with self.send_lock:
+            await self.ws.send(json.dumps(frame, ensure_ascii=False))
+
+    async def _fail(self, end: SessionEnd) -> None:
+        frame = {"type": "error", "code": end.code, "message": end.message}
+        if end.param:
+            frame["param"] = end.param
+        try:
+            await self._send(frame)
+            await self.ws.close(end.close_code, end.code)
+        except GONE:
+            pass
+
+
+def _control_type(frame) -> str | None:
+    try:
+        body = json.loads(frame)
+    except (TypeError, ValueError):
+        return None
+    return body.get("type") if isinstance(body, dict) else None
