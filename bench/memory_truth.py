@@ -18,6 +18,8 @@ MIB = 2**20
 PROBES = {  # modality -> (route, body) used to make the engine do real work once
     "text_generation": ("/v1/chat/completions",
                         {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}),
+    "embeddings": ("/v1/embeddings", {"input": ["Hello there.", "A second text."]}),
+    "text_to_speech": ("/v1/audio/speech", {"input": "Hello from Hypnos."}),
 }
 
 

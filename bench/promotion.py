@@ -12,6 +12,7 @@ Prints, for the default lineup's chat model (SmolLM2-135M unless --weights says 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -52,7 +53,9 @@ def server_decode(srv: ServerProcess, tokens: int) -> float:
 
 def direct_decode(weights: Path, tokens: int) -> float:
     from llama_cpp import Llama
-    llm = Llama(str(weights), n_ctx=2048, verbose=False)
+    threads = len(os.sched_getaffinity(0))        # the engine's default, for a fair ratio
+    llm = Llama(str(weights), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
+                verbose=False)
     llm.create_chat_completion(messages=PROMPT, max_tokens=8, temperature=0)
     t0 = time.perf_counter()
     first = None
