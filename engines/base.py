@@ -228,3 +228,29 @@ class SessionNotFound(EngineError):
 class SessionBusy(EngineError):
     """The session's slot is generating (or no unbound slot is free to import into): retry
     after the turn ends (a 429 session_busy)."""
+
+
+class KVChatEngine(ChatEngine, Protocol):
+    """A chat engine whose per-slot KV state can leave and come back (llama.cpp). All
+    methods block; the KV copies run on the engine's decode thread between two steps."""
+
+    max_sessions: int
+
+    def park(self) -> object | None:
+        """Copy every used slot's KV state and tokens to host memory (an object with
+        ``slots``, ``tokens``, ``bytes``), or None when nothing is cached. Before unload."""
+
+    def restore(self, parked: object) -> tuple[int, float]:
+        """After load: (tokens restored, ms); (0, 0.0) when the layout or weights differ.
+        ``parked`` is single use."""
+
+    def export_session(self, slot_or_key: int | str) -> bytes:
+        """A checksummed blob of one slot's conversation. Raises SessionNotFound,
+        SessionBusy."""
+
+    def import_session(self, blob: bytes, key: str) -> int:
+        """Bind ``key`` to a slot holding the blob's conversation; returns its tokens.
+        Raises SessionCorrupt, SessionMismatch, SessionCapacity, SessionBusy."""
+
+    def release_session(self, key: str) -> bool:
+        """Unbind ``key``; idempotent (False when it was not bound)."""

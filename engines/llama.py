@@ -6,6 +6,10 @@ low-level bindings: one context with ``spec.slots`` KV sequences (not unified: e
 into one ``llama_decode`` per step. ``chat`` runs in the caller's thread: it renders and
 tokenizes the prompt, queues a job, and turns the token bytes it gets back into text.
 
+KV parking (``park``/``restore``) and sessions (``export_session``/``import_session``/
+``release_session``, ``ChatRequest.session_key``) move per-slot KV state through
+``llama_state`` on the decode thread.
+
 llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
 ``EngineUnavailable("ggml_llama", "llama")``.
 """
@@ -21,9 +25,11 @@ import time
 
 from hypnos.engines.base import (
     ChatRequest, ChatResult, ChatTimings, ContextOverflow, EngineError, EngineUnavailable,
-    LoadReport, LoadSpec, OnToken,
+    InvalidGrammar, LoadReport, LoadSpec, OnToken, SessionMismatch,
 )
-from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling
+from hypnos.engines import llama_state
+from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, grammar_sampler
+from hypnos.engines.llama_state import KVLayout, ParkedKV
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +91,9 @@ class LlamaChatEngine:
         self._bos: int | None = None
         self.slots = 0
         self.n_ctx_per_slot = 0
+        self.model_id = ""
+        self.layout: KVLayout | None = None
+        self.fingerprint = ""
         self._lifecycle = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -116,6 +125,8 @@ class LlamaChatEngine:
                 self._formatter = self._make_formatter(spec, Jinja2ChatFormatter)
                 self.slots = spec.slots
                 self.n_ctx_per_slot = ll.llama_n_ctx_seq(self._ctx)
+                self.model_id = spec.model_id
+                self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
                 n_batch = ll.llama_n_batch(self._ctx)
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
             except BaseException:
@@ -152,6 +163,10 @@ class LlamaChatEngine:
         if not ctx:
             raise EngineError(f"{spec.model_id}: llama.cpp could not build a context of "
                               f"{spec.context_len} tokens x {spec.slots} slots")
+        self.layout = KVLayout(
+            n_ctx=ll.llama_n_ctx(ctx), slots=spec.slots, n_ctx_per_slot=ll.llama_n_ctx_seq(ctx),
+            type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn_type,
+            kv_unified=bool(params.kv_unified))
         return ctx
 
     def _make_formatter(self, spec: LoadSpec, formatter_cls):
@@ -188,6 +203,7 @@ class LlamaChatEngine:
             self._ll.llama_model_free(self._model)
             self._model = None
         self._vocab = self._formatter = None
+        self.layout = None
 
     # ------------------------------------------------------------------ requests
 
@@ -214,9 +230,13 @@ class LlamaChatEngine:
         max_tokens = min(req.max_tokens, self.n_ctx_per_slot - len(prompt))
         if max_tokens <= 0:
             return ChatResult("", "length", len(prompt), 0)
-        sampling = Sampling(req.temperature, req.top_k, req.top_p, req.seed)
+        sampling = Sampling(req.temperature, req.top_k, req.top_p, req.seed,
+                            req.presence_penalty, req.frequency_penalty,
+                            req.repetition_penalty, req.min_p, req.grammar)
+        if sampling.grammar:
+            self._check_grammar(sampling.grammar)
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                  stop=threading.Event())
+                  stop=threading.Event(), session_key=req.session_key)
         try:
             loop.submit(job)
         except RuntimeError as exc:
@@ -225,6 +245,98 @@ class LlamaChatEngine:
         return ChatResult(text=text, finish_reason=finish, prompt_tokens=len(prompt),
                           completion_tokens=delivered, cached_tokens=job.cached,
                           timings=_timings(job, t_call))
+
+    def _check_grammar(self, grammar: str) -> None:
+        """Raise InvalidGrammar in the caller's thread, before the job takes a slot."""
+        smpl = grammar_sampler(self._ll, self._vocab, grammar)
+        if smpl is None:
+            raise InvalidGrammar("the grammar is not valid GBNF with a 'root' rule")
+        self._ll.llama_sampler_free(smpl)
+
+    # ------------------------------------------------------------------ KV parking
+
+    def park(self) -> ParkedKV | None:
+        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
+        given to ``restore`` after the next ``load``. Call while no request runs, before
+        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
+        if self._loop is None:
+            return None
+        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
+        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
+        return parked if parked.entries else None
+
+    def restore(self, parked: ParkedKV) -> tuple[int, float]:
+        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
+        restored, ms). Only a state parked from the same weights (fingerprint) and the same
+        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
+        before. ``parked`` is emptied either way (single use). Blocks."""
+        if (self._loop is None or not parked.entries or parked.layout != self.layout
+                or parked.fingerprint != self.fingerprint):
+            parked.drop()
+            return 0, 0.0
+        t0 = time.perf_counter()
+        restored = self._call(
+            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
+        parked.drop()
+        return restored, (time.perf_counter() - t0) * 1e3
+
+    # ------------------------------------------------------------------ sessions
+
+    def export_session(self, slot_or_key: int | str) -> bytes:
+        """A session blob (tokens, weights fingerprint, KV layout, KV state; checksummed)
+        of the slot bound to a session key, or of a slot index. Blocks about 1 ms per MB.
+        Raises SessionNotFound (no such key/slot, or it holds nothing) and SessionBusy (a
+        turn is running on it)."""
+        return self._call(lambda loop: llama_state.export_slot(
+            self._ll, self._ctx, loop, slot_or_key, self.fingerprint, self.layout))
+
+    def import_session(self, blob: bytes, key: str) -> int:
+        """Load a session blob into the slot bound to ``key`` (binding a free one); returns
+        the tokens now cached there. Raises SessionCorrupt (not an intact blob),
+        SessionMismatch (other weights, another KV type, or longer than a slot),
+        SessionCapacity (every slot bound to other keys), SessionBusy (the key's slot, or
+        every unbound slot, is generating)."""
+        session = llama_state.decode_session(blob)
+        if self._loop is None:
+            raise EngineError("model not loaded")
+        if session.fingerprint != self.fingerprint:
+            raise SessionMismatch("the session was made with other weights")
+        if not self.layout.accepts_session(session.layout, len(session.tokens)):
+            raise SessionMismatch(
+                f"the session ({len(session.tokens)} tokens, KV {session.layout}) does not fit "
+                f"a slot of this model ({self.n_ctx_per_slot} tokens)")
+        return self._call(
+            lambda loop: llama_state.import_slot(self._ll, self._ctx, loop, key, session))
+
+    def release_session(self, key: str) -> bool:
+        """Unbind ``key`` from its slot (the KV stays for prefix reuse until another
+        conversation needs the slot). Idempotent; False when it was not bound."""
+        loop = self._loop
+        return loop.release(key) if loop is not None else False
+
+    def sessions(self) -> dict[str, int]:
+        """Bound session keys -> tokens cached in their slot."""
+        loop = self._loop
+        if loop is None:
+            return {}
+        with loop.cond:
+            return {s.key: len(s.tokens) for s in loop.slots if s.key is not None}
+
+    @property
+    def max_sessions(self) -> int:
+        return self.slots
+
+    def _call(self, fn):
+        """``fn(loop)`` on the decode thread (see ``DecodeLoop.call``)."""
+        loop = self._loop
+        if loop is None:
+            raise EngineError("model not loaded")
+        try:
+            return loop.call(lambda: fn(loop))
+        except RuntimeError as exc:
+            if loop.closing:
+                raise EngineError("model unloaded") from exc
+            raise
 
     # ------------------------------------------------------------------ prompt
 

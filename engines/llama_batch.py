@@ -9,23 +9,38 @@ from then on the decode thread evaluates every active slot's pending tokens in o
 
 Everything the decode thread learns about a job goes through ``job.events`` (a Queue):
 ``("token", bytes)`` per generated token, then ``("done", finish_reason)`` or
-``("error", message)``. The job's timing fields are written before the final event.
+``("error", message)``. The job's timing fields are written before the final event. A job
+that fails (its sampler, its cancel) ends alone; the other slots keep decoding.
+
+Sessions: a job with a ``session_key`` goes to the slot bound to that key (bound on first use
+to an unbound slot; ``SessionCapacity`` when every slot is bound). A job without a key takes
+a bound slot only when no unbound slot is free. ``call`` runs a function on the decode thread
+between two steps, with every slot's KV and token list consistent: parking, restoring and
+session export/import go through it.
 """
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import ctypes
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+from hypnos.engines.base import SessionCapacity
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
+#: How many of the latest tokens (prompt included) the repetition penalties look at, as in
+#: llama-server.
+PENALTY_LAST_N = 64
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,16 @@ class Sampling:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    grammar: str | None = None                  # GBNF, root rule "root"
+
+    @property
+    def penalized(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty
+                    or (self.repetition_penalty not in (None, 1.0)))
 
 
 @dataclass(eq=False)
@@ -56,6 +81,8 @@ class Job:
     pending: list[int] = field(default_factory=list)
     sampler: object = None
     started: bool = False
+    session_key: str | None = None
+    target: "Slot | None" = None                # the slot its session key is bound to
 
 
 @dataclass(eq=False)
@@ -64,6 +91,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
+    key: str | None = None                           # the session bound to this slot
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -106,7 +134,8 @@ class DecodeLoop:
         self.n_batch = n_batch
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: collections.deque[Job] = collections.deque()
-        self.cond = threading.Condition()
+        self.calls: collections.deque = collections.deque()
+        self.cond = threading.Condition(threading.RLock())
         self.closing = False
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -116,9 +145,13 @@ class DecodeLoop:
     # ------------------------------------------------------------ any thread
 
     def submit(self, job: Job) -> None:
+        """Queue ``job``. Raises SessionCapacity when its session key is new and every slot
+        is bound to another key."""
         with self.cond:
             if self.closing:
                 raise RuntimeError("decode loop closed")
+            if job.session_key is not None:
+                job.target = self.bind_locked(job.session_key, job.prompt)
             self.waiting.append(job)
             self._assign_locked()
             self.cond.notify_all()
@@ -131,6 +164,46 @@ class DecodeLoop:
                 return True
             return False
 
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` on the decode thread between two steps, holding ``cond``, and return
+        its result (or raise its exception). Blocks until it ran (at most one step's time
+        plus ``fn``'s). Raises RuntimeError once the loop is closed."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.cond:
+            if self.closing:
+                raise RuntimeError("decode loop closed")
+            self.calls.append((fn, future))
+            self.cond.notify_all()
+        return future.result()
+
+    def bind_locked(self, key: str, prompt: list[int] | None = None,
+                    free_only: bool = False) -> Slot | None:
+        """The slot bound to ``key``, binding one if needed: an unbound slot, a free one
+        first, the one whose KV serves ``prompt`` best; None when ``free_only`` and no
+        unbound slot is free. Call holding ``cond``."""
+        for slot in self.slots:
+            if slot.key == key:
+                return slot
+        unbound = [s for s in self.slots if s.key is None]
+        if not unbound:
+            raise SessionCapacity(f"every slot ({len(self.slots)}) holds a session; "
+                                  "release one first")
+        free = [s for s in unbound if s.job is None]
+        if free_only and not free:
+            return None
+        slot = pick_slot(free or unbound, prompt or [])
+        slot.key = key
+        return slot
+
+    def release(self, key: str) -> bool:
+        """Unbind ``key`` (its KV stays for prefix reuse). False if it was not bound."""
+        with self.cond:
+            for slot in self.slots:
+                if slot.key == key:
+                    slot.key = None
+                    return True
+            return False
+
     def close(self) -> None:
         with self.cond:
             self.closing = True
@@ -140,17 +213,29 @@ class DecodeLoop:
             for job in list(self.waiting):
                 job.events.put(("error", "model unloaded"))
             self.waiting.clear()
+            for _, future in self.calls:
+                future.set_exception(RuntimeError("decode loop closed"))
+            self.calls.clear()
         for slot in self.slots:
             if slot.job is not None:
                 self._finish(slot, error="model unloaded")
         self.ll.llama_batch_free(self.batch)
 
     def _assign_locked(self) -> None:
-        """Give waiting jobs (FIFO) the free slot ``pick_slot`` prefers."""
+        """Give waiting jobs, in order, a free slot: a session's own slot (the job waits
+        while it is busy and later jobs may pass it), else the free slot ``pick_slot``
+        prefers among the unbound ones, a bound one only when no unbound one is free."""
         free = [s for s in self.slots if s.job is None]
-        while self.waiting and free:
-            job = self.waiting.popleft()
-            slot = pick_slot(free, job.prompt)
+        for job in list(self.waiting):
+            if not free:
+                break
+            if job.target is not None:
+                if job.target not in free:
+                    continue
+                slot = job.target
+            else:
+                slot = pick_slot([s for s in free if s.key is None] or free, job.prompt)
+            self.waiting.remove(job)
             free.remove(slot)
             slot.job = job
             job.t_assigned = time.perf_counter()
@@ -160,27 +245,42 @@ class DecodeLoop:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.closing and not any(s.job for s in self.slots):
+                while not (self.closing or self.calls or any(s.job for s in self.slots)):
                     self.cond.wait()
                 if self.closing:
                     return
+                while self.calls:
+                    fn, future = self.calls.popleft()
+                    try:
+                        future.set_result(fn())
+                    except BaseException as exc:      # handed to the caller
+                        future.set_exception(exc)
                 active = [s for s in self.slots if s.job is not None]
                 jobs = [s.job for s in active]
+            if not active:
+                continue
             try:
                 self._step(active)
             except Exception as exc:          # keep serving: fail this step's jobs only
                 log.exception("llama decode step failed")
                 for slot, job in zip(active, jobs):
                     if slot.job is job:
-                        self._forget(slot)
+                        self.forget(slot)
                         self._finish(slot, error=f"decode failed: {exc}")
 
     def _step(self, active: list[Slot]) -> None:
         for slot in active:
             if not slot.job.started:
-                self._start(slot)
+                try:
+                    self._start(slot)
+                except Exception as exc:          # this job only
+                    log.exception("llama job start failed")
+                    self.forget(slot)
+                    self._finish(slot, error=f"could not start: {exc}")
         running = []
         for slot in active:
+            if slot.job is None:
+                continue
             if slot.job.stop.is_set():
                 self._finish(slot, "cancelled")
             else:
@@ -191,7 +291,7 @@ class DecodeLoop:
         rc = self.ll.llama_decode(self.ctx, self.batch)
         if rc != 0:
             for slot, _, _ in entries:
-                self._forget(slot)
+                self.forget(slot)
                 self._finish(slot, error=f"llama_decode returned {rc}")
             return
         for slot, n_taken, logits_at in entries:
@@ -208,13 +308,13 @@ class DecodeLoop:
         job = slot.job
         keep = min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
-            self._forget(slot)                    # partial removal refused (recurrent)
+            self.forget(slot)                    # partial removal refused (recurrent)
             keep = 0
         del slot.tokens[keep:]
         job.cached = keep
         job.pending = list(job.prompt[keep:])
-        job.sampler = build_sampler(self.ll, job.sampling)
         job.started = True
+        job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)
 
     def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None]]:
         """Put each running slot's pending tokens in the batch, single tokens first.
@@ -265,7 +365,7 @@ class DecodeLoop:
             n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
         return buf.raw[:n]
 
-    def _forget(self, slot: Slot) -> None:
+    def forget(self, slot: Slot) -> None:
         """Drop the slot's whole KV sequence (after a failure its content is unknown)."""
         self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.tokens.clear()
@@ -285,19 +385,44 @@ class DecodeLoop:
         job.events.put(("error", error) if error else ("done", reason))
 
 
-def build_sampler(ll, sampling: Sampling):
-    """A sampler chain: greedy at temperature 0, else top-k -> top-p -> temperature -> dist.
-    The caller frees it with ``llama_sampler_free``."""
+def grammar_sampler(ll, vocab, grammar: str):
+    """A GBNF grammar sampler (root rule ``root``), or None when llama.cpp cannot parse
+    ``grammar``. The caller frees it (or hands it to a chain)."""
+    return ll.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root") or None
+
+
+def build_sampler(ll, vocab, sampling: Sampling, history: list[int] = ()):
+    """A sampler chain, in llama.cpp's order: grammar -> penalties -> greedy at temperature
+    0, else -> top-k -> top-p -> min-p -> temperature -> dist. The penalties see the last
+    ``PENALTY_LAST_N`` tokens of ``history`` (the prompt) and then every sampled token.
+    Raises ValueError for a grammar llama.cpp refuses. The caller frees the chain with
+    ``llama_sampler_free``."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    add = lambda smpl: ll.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+    if sampling.grammar:
+        grammar = grammar_sampler(ll, vocab, sampling.grammar)
+        if grammar is None:
+            ll.llama_sampler_free(chain)
+            raise ValueError("invalid grammar")
+        add(grammar)
+    if sampling.penalized:
+        penalties = ll.llama_sampler_init_penalties(
+            ll.llama_vocab_n_tokens(vocab), PENALTY_LAST_N, sampling.repetition_penalty or 1.0,
+            sampling.frequency_penalty or 0.0, sampling.presence_penalty or 0.0)
+        for token in history[-PENALTY_LAST_N:]:
+            ll.llama_sampler_accept(penalties, token)
+        add(penalties)
     temperature = DEFAULT_TEMPERATURE if sampling.temperature is None else sampling.temperature
     if temperature <= 0:
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        add(ll.llama_sampler_init_greedy())
         return chain
     top_k = DEFAULT_TOP_K if sampling.top_k is None else sampling.top_k
     top_p = DEFAULT_TOP_P if sampling.top_p is None else sampling.top_p
     seed = ll.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
-    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(top_k))
-    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(top_p, 1))
-    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
-    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+    add(ll.llama_sampler_init_top_k(top_k))
+    add(ll.llama_sampler_init_top_p(top_p, 1))
+    if sampling.min_p:
+        add(ll.llama_sampler_init_min_p(sampling.min_p, 1))
+    add(ll.llama_sampler_init_temp(temperature))
+    add(ll.llama_sampler_init_dist(seed))
     return chain

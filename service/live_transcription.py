@@ -37,6 +37,7 @@ PARTIAL_EVERY_SECS = 1.0
 FORMATS = ("pcm16", "f32")
 GONE = (ConnectionClosed, WebsocketClosed)
 
+
 @dataclass(frozen=True)
 class LiveOptions:
     """The opening frame."""

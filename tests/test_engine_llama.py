@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.engines.base import ChatRequest, ContextOverflow, EngineError, LoadSpec
+from hypnos.engines.base import (
+    ChatRequest, ContextOverflow, EngineError, InvalidGrammar, LoadSpec,
+)
 from hypnos.engines.llama import LlamaChatEngine, _collect
 from hypnos.engines.llama_batch import Job, Sampling, Slot, pick_slot
 
@@ -216,3 +218,102 @@ def test_spec_chat_template_overrides_the_gguf_one():
                 {"type": "image_url", "image_url": {"url": "data:,"}}]}])
     finally:
         eng.unload()
+
+
+# ------------------------------------------------------------ sampling extras
+
+def test_grammar_constrains_the_answer(engine):
+    yes_no = 'root ::= "yes" | "no"'
+    result, _ = ask(engine, [{"role": "user", "content": "Is the sea blue?"}], max_tokens=10,
+                    temperature=0.9, seed=3, grammar=yes_no)
+    assert result.text in ("yes", "no")
+    assert result.finish_reason == "stop"
+    number = 'root ::= [1-9] [0-9]? [0-9]?'
+    result, _ = ask(engine, [{"role": "user", "content": "Pick a number."}], max_tokens=10,
+                    temperature=0, grammar=number)
+    assert result.text.isdigit() and len(result.text) <= 3
+
+
+def test_invalid_grammar_is_refused_before_a_slot_is_taken(engine):
+    with pytest.raises(InvalidGrammar):
+        ask(engine, STORY, max_tokens=4, grammar="root ::= (")
+
+
+def test_penalties_change_a_repetitive_greedy_answer(engine):
+    plain, _ = ask(engine, STORY, max_tokens=24, temperature=0)
+    for kw in ({"frequency_penalty": 1.5}, {"presence_penalty": 1.5},
+               {"repetition_penalty": 1.5}):
+        penalized, _ = ask(engine, STORY, max_tokens=24, temperature=0, **kw)
+        assert penalized.text != plain.text, kw
+        assert penalized.completion_tokens > 0
+
+
+def test_min_p_near_one_keeps_only_the_top_token(engine):
+    greedy, _ = ask(engine, STORY, max_tokens=16, temperature=0)
+    sampled, _ = ask(engine, STORY, max_tokens=16, temperature=1.5, seed=11, min_p=0.99)
+    assert sampled.text == greedy.text
+
+
+# ------------------------------------------------------------ failure isolation
+
+TOPICS = ["a cat", "the sea", "a robot", "a castle"]
+
+
+@pytest.fixture(scope="module")
+def four_slots():
+    pytest.importorskip("llama_cpp")
+    eng = LlamaChatEngine()
+    eng.load(LoadSpec("smollm2", MODEL, context_len=2048, slots=4, threads=1))
+    yield eng
+    eng.unload()
+
+
+def story(topic: str) -> list[dict]:
+    return [TERSE, {"role": "user", "content": f"Describe {topic}."}]
+
+
+def test_cancelling_one_of_four_streams_leaves_the_others_intact(four_slots):
+    alone = {t: ask(four_slots, story(t), max_tokens=12, temperature=0)[0].text
+             for t in TOPICS}
+    results: dict[str, object] = {}
+    barrier = threading.Barrier(4)
+
+    def worker(topic: str) -> None:
+        cancel = threading.Event()
+        pieces: list[str] = []
+
+        def on_text(piece: str) -> None:
+            pieces.append(piece)
+            if topic == "a robot" and len(pieces) == 3:
+                cancel.set()
+
+        barrier.wait()
+        results[topic] = four_slots.chat(
+            ChatRequest(messages=story(topic), max_tokens=12, temperature=0), on_text, cancel)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in TOPICS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results["a robot"].finish_reason == "cancelled"
+    for topic in ("a cat", "the sea", "a castle"):
+        assert results[topic].text == alone[topic], topic
+    assert all(r.timings.concurrent_slots > 1 for r in results.values())
+
+
+def test_a_job_failing_to_start_fails_alone(four_slots):
+    """A job whose sampler cannot be built on the decode thread ends with an error; the job
+    sharing its steps finishes normally."""
+    loop = four_slots._loop
+    prompt = four_slots.render_prompt(story("a cat"))
+    bad = Job(prompt=prompt, max_tokens=4, sampling=Sampling(grammar="root ::= ("),
+              stop=threading.Event())
+    good = Job(prompt=prompt, max_tokens=4, sampling=Sampling(temperature=0),
+               stop=threading.Event())
+    loop.submit(bad)
+    loop.submit(good)
+    with pytest.raises(EngineError, match="could not start"):
+        _collect(loop, bad, None, threading.Event())
+    text, finish, delivered = _collect(loop, good, None, threading.Event())
+    assert (finish, delivered) == ("length", 4) and text
