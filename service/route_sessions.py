@@ -14,7 +14,9 @@ import binascii
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import SessionCapacity, SessionCorrupt, SessionMismatch
+from hypnos.engines.base import (SessionBusy, SessionCapacity, SessionCorrupt,
+                                 SessionMismatch)
+from hypnos.engines.base import SessionNotFound as EngineSessionNotFound
 from hypnos.planner.types import Tier
 from hypnos.service import errors
 from hypnos.service.http import json_body, require_ready
@@ -28,6 +30,10 @@ WATCH_KEEPALIVE_SECS = 15.0
 
 class SessionNotFound(errors.HypnosError):
     status, type = 404, "session_not_found"
+
+
+class BusySession(errors.HypnosError):
+    status, type = 429, "session_busy"
 
 
 class BadSessionBlob(errors.HypnosError):
@@ -77,10 +83,14 @@ async def export(request: Request):
     key = _require_key(request, body)
     if st.tier is not Tier.GPU or st.engine is None:
         raise SessionNotFound(f"No live session {key!r}: the model is not loaded")
-    try:
-        blob, n_tok = await asyncio.to_thread(st.engine.export_session, key)
-    except KeyError:
-        raise SessionNotFound(f"No live session {key!r} on '{st.id}'") from None
+    async with request.app.ctx.scheduler.hold(st.id):
+        try:
+            blob = await asyncio.to_thread(st.engine.export_session, key)
+        except EngineSessionNotFound:
+            raise SessionNotFound(f"No live session {key!r} on '{st.id}'") from None
+        except SessionBusy as exc:
+            raise BusySession(str(exc)) from None
+        n_tok = st.engine.sessions().get(key, 0)
     return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
                           "blob_bytes": len(blob),
                           "blob_b64": base64.b64encode(blob).decode("ascii")})
@@ -108,6 +118,8 @@ async def restore(request: Request):
             raise SessionConflict(str(exc)) from None
         except SessionCapacity as exc:
             raise AtSessionCapacity(str(exc), headers={"Retry-After": "30"}) from None
+        except SessionBusy as exc:
+            raise BusySession(str(exc)) from None
     return json_response({"restored": True, "session_id": key, "model": st.id,
                           "n_tok": n_tok})
 
