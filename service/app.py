@@ -22,6 +22,7 @@ from hypnos.service import hardware as hw_probe
 from hypnos.service.config import resolve_model_file
 from hypnos.service.config_schema import Config, ModelConfig
 from hypnos.service.effects import Effects
+from hypnos.service.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
 from hypnos.service.http import after_handler, install_http_layers
 from hypnos.service.pool import ModelState
@@ -34,7 +35,7 @@ _names = itertools.count()
 WHOLE_MODEL_WORKSPACE = 64 * 2**20
 # One module per route family, each exposing ``bp``.
 ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_embeddings",
-                 "route_transcriptions", "route_speech", "route_sessions")
+                 "route_transcriptions", "route_speech", "route_sessions", "metrics")
 CPU_ENGINES = ("onnx_runtime", "docling", "gliner")
 
 
@@ -105,10 +106,12 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
-    sched = Scheduler(config, hardware, effects or Effects())
+    metrics = Metrics()
+    sched = Scheduler(config, hardware, effects or Effects(metrics=metrics))
     app.ctx.config = config
     app.ctx.catalog = catalog
     app.ctx.scheduler = sched
+    app.ctx.metrics = metrics
     app.ctx.latency = LatencyBook()
     app.ctx.workflows = Workflows()
     app.ctx.started = time.monotonic()

@@ -34,7 +34,7 @@ class Effects:
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
         if self.metrics is not None:
-            self.metrics.promotions += 1
+            self.metrics.promotions.inc()
         return report
 
     def unload(self, st: ModelState) -> None:
@@ -67,11 +67,12 @@ class Effects:
 
     def count_eviction(self, st: ModelState) -> None:
         if self.metrics is not None:
-            self.metrics.evictions += 1
+            self.metrics.evictions.inc()
 
     def count_load_failure(self, st: ModelState) -> None:
         if self.metrics is not None:
-            self.metrics.load_failures += 1
+            self.metrics.load_failures.inc()
+            self.metrics.model_load_failures.labels(st.id).inc()
 
     @staticmethod
     def _files(st: ModelState) -> list[Path]:

@@ -111,6 +111,9 @@ class ServerError(HypnosError):
     status, type = 500, "server_error"
 
 
+# Refusals decided by the scheduler (hypnos_scheduler_admissions_rejected_total).
+ADMISSION_TYPES = ("model_busy", "deadline_unmeetable", "insufficient_vram_or_ram",
+                   "process_memory_cap")
 STAGING_MESSAGE = ("Hypnos is still pre-staging its startup models; retry shortly "
                    "(GET /ready reports when it is done)")
 
@@ -126,6 +129,8 @@ def error_response(exc: HypnosError):
 def install_error_handlers(app: Sanic) -> None:
     @app.exception(HypnosError)
     async def _hypnos(request, exc: HypnosError):
+        if exc.type in ADMISSION_TYPES:
+            request.app.ctx.metrics.rejected.inc()
         return error_response(exc)
 
     @app.exception(NotFound)

@@ -91,6 +91,7 @@ def install_http_layers(app: Sanic) -> None:
             or new_request_id()
         for k, v in _cors_headers(request).items():
             response.headers.setdefault(k, v)
+        request.ctx.status = response.status
 
 
 async def before_handler(request: Request) -> None:
@@ -113,8 +114,10 @@ def after_handler(request: Request) -> None:
         return
     now = time.monotonic()
     if request.route is not None:
-        request.app.ctx.latency.record("/" + request.route.path.lstrip("/"),
-                                       (now - started) * 1000)
+        route = "/" + request.route.path.lstrip("/")
+        request.app.ctx.latency.record(route, (now - started) * 1000)
+        status = getattr(request.ctx, "status", 500)
+        request.app.ctx.metrics.http_requests.labels(route, f"{status // 100}xx").inc()
     key = getattr(request.ctx, "workflow", None)
     if key is not None:
         close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")

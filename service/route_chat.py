@@ -43,9 +43,10 @@ def _check_model(request: Request, params: ChatParams):
 
 
 
-def _record(lease, result: ChatResult) -> None:
+def _record(request: Request, lease, result: ChatResult) -> None:
     if result.timings.prefill_tokens_per_s:
         lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(lease.model.id, result.timings)
 
 
 def _usage(r: ChatResult) -> dict:
@@ -100,7 +101,7 @@ async def chat_completions(request: Request):
         except EngineError as exc:
             raise _engine_error(exc) from None
         inference_ms = (time.monotonic() - started) * 1000
-        _record(lease, result)
+        _record(request, lease, result)
         placement = sched.placement_of(lease.model).to_wire()
         result.timings.queue_ms += lease.queue_ms
         body = {
@@ -160,7 +161,7 @@ async def _stream(request: Request, params: ChatParams, lease):
         await asyncio.wait({task})
         raise
     inference_ms = (time.monotonic() - started) * 1000
-    _record(lease, result)
+    _record(request, lease, result)
     placement = request.app.ctx.scheduler.placement_of(lease.model).to_wire()
     result.timings.queue_ms += lease.queue_ms
     tele = telemetry(lease, placement, inference_ms, engine_timings(result.timings))

@@ -356,3 +356,18 @@ async def test_kv_park_route():
     assert body == {"enabled": True, "max_bytes": 1024, "used_bytes": 0, "models": []}
     status = (await call(app, "get", "/v1/memory/status")).json
     assert status["kv_park"]["enabled"] is True
+
+
+async def test_metrics_families():
+    app = app_for()
+    await call(app, "get", "/v1/models")
+    await call(app, "post", "/v1/memory/tier", json={"model": "chat", "target_tier": "tier1_gpu_vram"})
+    resp = await call(app, "get", "/metrics")
+    assert resp.status == 200 and resp.headers["content-type"].startswith("text/plain")
+    text = resp.text
+    assert 'hypnos_http_requests_total{class="2xx",route="/v1/models"} 1.0' in text
+    assert "hypnos_scheduler_promotions_total 1.0" in text
+    assert 'hypnos_model_tier{model="chat"} 1.0' in text
+    for family in ("hypnos_prefix_cache_hits_total", "hypnos_prefix_cache_tokens_reused_total",
+                   "hypnos_uptime_seconds", "hypnos_scheduler_admissions_rejected_total"):
+        assert family in text

@@ -130,6 +130,24 @@ def test_errors_through_the_openai_client(server):
         client.chat.completions.create(model="smol", messages=[])
 
 
+def test_second_turn_reuses_the_prefix_and_counts_it(server):
+    client = server.client()
+    first = ask(client)
+    history = QUESTION + [{"role": "assistant", "content": first.choices[0].message.content},
+                          {"role": "user", "content": "And of Italy?"}]
+    second = client.chat.completions.create(model="smol", messages=history, temperature=0,
+                                            max_tokens=8)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached and cached >= first.usage.prompt_tokens - 1
+    assert second.model_extra["hypnos_telemetry"]["engine"]["cached_tokens"] == cached
+    metrics = httpx.get(server.base + "/metrics").text
+    hits = next(float(line.split()[-1]) for line in metrics.splitlines()
+                if line.startswith("hypnos_prefix_cache_hits_total"))
+    reused = next(float(line.split()[-1]) for line in metrics.splitlines()
+                  if line.startswith("hypnos_prefix_cache_tokens_reused_total"))
+    assert hits >= 1 and reused >= cached
+
+
 def test_larger_num_ctx_rebuilds_the_context(server):
     """Runs after the other module tests: it leaves the model with a larger context."""
     client = server.client()
