@@ -23,15 +23,18 @@ class ChatParams:
     media: dict            # part type -> count
     num_ctx: int | None
     tool_choice: object = "auto"
+    prompt_tokens: int | None = None      # counted by the loaded model's tokenizer, when known
 
     def estimated_ctx(self) -> int:
         """Per-slot context this request needs: num_ctx, else prompt + media + max_tokens
-        (about 3 characters a token) with a floor of 2048."""
+        with a floor of 2048. The prompt is the tokenizer's count when the model is loaded,
+        else about 4 characters a token."""
         if self.num_ctx:
             return self.num_ctx
         media = (self.media.get("image_url", 0) * IMAGE_TOKENS
                  + self.media.get("input_audio", 0) * AUDIO_TOKENS)
-        return max(CTX_FLOOR, self.prompt_chars // 3 + media + self.request.max_tokens)
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else self.prompt_chars // 4
+        return max(CTX_FLOOR, prompt + media + self.request.max_tokens)
 
 
 def _number(body: dict, name: str, low: float, high: float, integer: bool = False):

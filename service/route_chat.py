@@ -43,6 +43,17 @@ def _check_model(request: Request, params: ChatParams):
 
 
 
+def _prompt_tokens(count, params: ChatParams) -> int:
+    """Tokens of the messages' text plus a few per message for the template's markers."""
+    total = 0
+    for m in params.request.messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        total += count(content or "") + 8
+    return total
+
+
 def _record(request: Request, lease, result: ChatResult) -> None:
     if result.timings.prefill_tokens_per_s:
         lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
@@ -88,7 +99,15 @@ async def chat_completions(request: Request):
     body = json_body(request)
     params = parse_chat(body, request.app.ctx.config.limits)
     params.request.session_key = session_key(request, body)
-    _check_model(request, params)
+    st = _check_model(request, params)
+    if params.num_ctx is None:
+        # The loaded tokenizer's count, so a long prompt of short words does not look longer
+        # than it is and force a context rebuild (which drops the slots' prefix cache). Held,
+        # so the engine cannot be unloaded meanwhile; skipped while a load/unload runs.
+        async with request.app.ctx.scheduler.hold(st.id):
+            count = getattr(st.engine, "count_tokens", None)
+            if count is not None and not st.load_lock.locked():
+                params.prompt_tokens = await asyncio.to_thread(_prompt_tokens, count, params)
     sched = request.app.ctx.scheduler
     async with sched.lease(params.model, deadline_ms=deadline_ms(request),
                            context_len=params.estimated_ctx()) as lease:
@@ -155,7 +174,7 @@ async def _stream(request: Request, params: ChatParams, lease):
                                    error={"message": err.message, "type": "server_error"}))
         await response.send("data: [DONE]\n\n")
         await response.eof()
-        return response
+        return None     # the response went out through request.respond()
     except asyncio.CancelledError:
         cancel.set()
         await asyncio.wait({task})
@@ -170,4 +189,4 @@ async def _stream(request: Request, params: ChatParams, lease):
     await response.send("data: [DONE]\n\n")
     await response.eof()
     request.ctx.result = result
-    return response
+    return None

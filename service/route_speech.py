@@ -238,4 +238,4 @@ async def _stream(request: Request, params: SpeechParams, lease):
     finally:
         request.ctx.ttfa_ms = audio.ttfa_ms
     await response.eof()
-    return response
+    return None     # the response went out through request.respond()

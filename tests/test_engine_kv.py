@@ -93,15 +93,12 @@ def test_restore_into_another_layout_is_refused_and_changes_no_answer(engine, ba
     first, _ = baseline
     engine.load(SPEC)
     ask(engine, TURN1)
-    other = dataclasses.replace(SPEC, context_len=2048)          # same slots, less context
     parked = engine.park()
-    engine.load(other)
-    assert engine.restore(parked) == (0, 0.0)
-    assert parked.bytes == 0                        # dropped
+    spare = dataclasses.replace(parked, entries=list(parked.entries))
+    engine.load(dataclasses.replace(SPEC, context_len=2048))   # same slots, less context
+    assert engine.restore(spare) == (0, 0.0)
+    assert spare.bytes == 0                                      # dropped
     fewer = dataclasses.replace(SPEC, slots=1, context_len=2048)  # same per-slot context
-    engine.load(SPEC)
-    ask(engine, TURN1)
-    parked = engine.park()
     engine.load(fewer)
     assert engine.restore(parked) == (0, 0.0)
     refused = ask(engine, turn2(first.text))
