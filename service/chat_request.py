@@ -122,6 +122,10 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
         top_k=_number(body, "top_k", 0, 1 << 20, integer=True),
         seed=_number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True),
         num_ctx=_number(body, "num_ctx", 1, 1 << 22, integer=True),
-        tools=tools or None)
+        tools=tools or None,
+        presence_penalty=_number(body, "presence_penalty", -2, 2),
+        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
+        repetition_penalty=_number(body, "repetition_penalty", 0, 10),
+        min_p=_number(body, "min_p", 0, 1))
     return ChatParams(model=model, request=req, stream=stream, prompt_chars=chars, media=media,
                       num_ctx=req.num_ctx, tool_choice=body.get("tool_choice", "auto"))

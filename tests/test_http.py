@@ -371,3 +371,23 @@ async def test_metrics_families():
     for family in ("hypnos_prefix_cache_hits_total", "hypnos_prefix_cache_tokens_reused_total",
                    "hypnos_uptime_seconds", "hypnos_scheduler_admissions_rejected_total"):
         assert family in text
+
+
+@pytest.mark.parametrize("field,value", [("presence_penalty", 3), ("frequency_penalty", "x"),
+                                         ("repetition_penalty", -1), ("min_p", 2)])
+async def test_sampling_penalties_are_range_checked(field, value):
+    body = {"model": "chat", "messages": [{"role": "user", "content": "x"}], field: value}
+    err = assert_envelope(await call(app_for(), "post", "/v1/chat/completions", json=body), 400,
+                          "invalid_request_error")
+    assert field in err["message"]
+
+
+def test_penalties_reach_the_engine_request():
+    from hypnos.service.chat_request import parse_chat
+    from hypnos.service.config_schema import LimitsConfig
+    p = parse_chat({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                    "presence_penalty": 0.5, "frequency_penalty": 0.25,
+                    "repetition_penalty": 1.1, "min_p": 0.05}, LimitsConfig())
+    r = p.request
+    assert (r.presence_penalty, r.frequency_penalty, r.repetition_penalty, r.min_p) == \
+        (0.5, 0.25, 1.1, 0.05)

@@ -122,6 +122,14 @@ def test_max_tokens_and_usage(server):
     assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 3
 
 
+def test_penalties_and_min_p_run_on_the_real_engine(server):
+    resp = server.client().chat.completions.create(
+        model="smol", messages=QUESTION, max_tokens=12, temperature=0.7, seed=3,
+        presence_penalty=0.5, frequency_penalty=0.5,
+        extra_body={"repetition_penalty": 1.3, "min_p": 0.05})
+    assert resp.choices[0].message.content and resp.usage.completion_tokens > 0
+
+
 def test_errors_through_the_openai_client(server):
     client = server.client()
     with pytest.raises(openai.NotFoundError):
