@@ -13,6 +13,7 @@ from sanic.response import json as json_response
 from hypnos.engines.base import (ChatResult, ContextOverflow, EngineError, InvalidGrammar,
                                  SessionCapacity)
 from hypnos.service import errors
+from hypnos.service.engine_call import run_engine
 from hypnos.service.chat_request import ChatParams, parse_chat
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.route_sessions import AtSessionCapacity, session_key
@@ -69,19 +70,6 @@ def _usage(r: ChatResult) -> dict:
 
 
 
-async def _run_engine(lease, params, on_text, cancel: threading.Event) -> ChatResult:
-    """Run the blocking engine call in a thread; a cancelled caller (client gone) sets the
-    cancel flag and waits for the engine to stop at its next token, so the slot is free when
-    the lease ends."""
-    task = asyncio.ensure_future(asyncio.to_thread(lease.engine.chat, params.request,
-                                                   on_text, cancel))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel.set()
-        await asyncio.wait({task})
-        raise
-
 
 def _engine_error(exc: Exception) -> errors.HypnosError:
     if isinstance(exc, ContextOverflow):
@@ -116,7 +104,7 @@ async def chat_completions(request: Request):
         cancel = threading.Event()
         started = time.monotonic()
         try:
-            result = await _run_engine(lease, params, None, cancel)
+            result = await run_engine(lease.engine.chat, params.request, None, cancel=cancel)
         except EngineError as exc:
             raise _engine_error(exc) from None
         inference_ms = (time.monotonic() - started) * 1000
@@ -153,9 +141,9 @@ async def _stream(request: Request, params: ChatParams, lease):
     queue: asyncio.Queue = asyncio.Queue()
     cancel = threading.Event()
     started = time.monotonic()
-    task = asyncio.ensure_future(_run_engine(
-        lease, params, lambda piece: loop.call_soon_threadsafe(queue.put_nowait, piece),
-        cancel))
+    task = asyncio.ensure_future(run_engine(
+        lease.engine.chat, params.request,
+        lambda piece: loop.call_soon_threadsafe(queue.put_nowait, piece), cancel=cancel))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
     try:
         while True:

@@ -6,7 +6,6 @@ clients ask for by default and decode.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import threading
 import time
@@ -16,8 +15,9 @@ import numpy as np
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ContextOverflow, EmbedResult, EngineError
+from hypnos.engines.base import ContextOverflow, EngineError
 from hypnos.service import errors
+from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry
 
@@ -76,19 +76,6 @@ def encode(vector: list[float], fmt: str):
     return vector
 
 
-async def _run_engine(lease, texts: list[str]) -> EmbedResult:
-    """The blocking engine call in a thread. A cancelled caller (client gone) sets the
-    cancel flag and waits for the engine to stop after its current batch, so the model is
-    idle when the lease ends."""
-    cancel = threading.Event()
-    task = asyncio.ensure_future(asyncio.to_thread(lease.engine.embed, texts, cancel))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel.set()
-        await asyncio.wait({task})
-        raise
-
 
 @bp.post("/v1/embeddings")
 async def embeddings(request: Request):
@@ -103,7 +90,8 @@ async def embeddings(request: Request):
                 f"({lease.model.cfg.engine}) cannot embed; give it modality = \"embeddings\"")
         started = time.monotonic()
         try:
-            result = await _run_engine(lease, params.texts)
+            result = await run_engine(lease.engine.embed, params.texts,
+                                          cancel=threading.Event())
         except ContextOverflow as exc:
             raise errors.InvalidRequest(str(exc), param="input") from None
         except EngineError as exc:

@@ -24,6 +24,7 @@ from sanic.response import raw
 
 from hypnos.engines.base import EngineError, SpeechRequest
 from hypnos.service import errors
+from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry_headers, wait_headers
 
@@ -165,19 +166,6 @@ class _Audio:
         return None if self.first is None else (self.first - self.started) * 1000
 
 
-async def _run_engine(lease, req: SpeechRequest, audio: _Audio,
-                      cancel: threading.Event) -> float:
-    """The blocking synthesis in a thread. A cancelled caller (client gone) sets ``cancel``
-    and waits for the engine to stop at its next phrase, so the lease ends after it."""
-    task = asyncio.ensure_future(asyncio.to_thread(lease.engine.synthesize, req, audio,
-                                                   cancel))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel.set()
-        await asyncio.wait({task})
-        raise
-
 
 # ------------------------------------------------------------------- routes
 
@@ -192,7 +180,8 @@ async def speech(request: Request):
             return await _stream(request, params, lease)
         audio, cancel = _Audio(), threading.Event()
         try:
-            secs = await _run_engine(lease, params.request, audio, cancel)
+            secs = await run_engine(lease.engine.synthesize, params.request, audio,
+                                    cancel=cancel)
         except EngineError as exc:
             raise errors.ServerError(f"The engine failed: {exc}") from None
         inference_ms = (time.monotonic() - audio.started) * 1000
@@ -221,7 +210,8 @@ async def _stream(request: Request, params: SpeechParams, lease):
     queue: asyncio.Queue = asyncio.Queue()
     audio = _Audio(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
     cancel = threading.Event()
-    task = asyncio.ensure_future(_run_engine(lease, params.request, audio, cancel))
+    task = asyncio.ensure_future(run_engine(lease.engine.synthesize, params.request, audio,
+                                           cancel=cancel))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
     try:
         while (chunk := await queue.get()) is not None:

@@ -8,7 +8,6 @@ here (hotwords, language, model check, one leased engine call).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -22,7 +21,8 @@ from sanic.response import text as text_response
 from hypnos.engines.base import (AudioDecodeError, EngineError, TranscribeRequest,
                                  TranscribeResult)
 from hypnos.service import errors
-from hypnos.service.http import json_body, origin_allowed, require_ready
+from hypnos.service.engine_call import run_engine
+from hypnos.service.http import deadline_ms, json_body, origin_allowed, require_ready
 from hypnos.service.telemetry import telemetry, telemetry_headers
 
 bp = Blueprint("transcriptions")
@@ -90,18 +90,6 @@ class Transcription:
     wait_headers: dict
 
 
-async def _run_engine(engine, req: TranscribeRequest):
-    """The blocking call in a thread; a cancelled caller sets the engine's cancel flag and
-    waits for it to stop (between segments), so the lease ends after the engine is idle."""
-    cancel = threading.Event()
-    task = asyncio.ensure_future(asyncio.to_thread(engine.transcribe, req, cancel))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel.set()
-        await asyncio.wait({task})
-        raise
-
 
 async def transcribe_leased(sched, model_id: str, req: TranscribeRequest, *,
                             deadline_ms: float | None = None,
@@ -116,7 +104,7 @@ async def transcribe_leased(sched, model_id: str, req: TranscribeRequest, *,
                 "transcription engine in this version of Hypnos", param="model")
         started = time.monotonic()
         try:
-            result = await _run_engine(engine, req)
+            result = await run_engine(engine.transcribe, req, cancel=threading.Event())
         except AudioDecodeError as exc:
             raise errors.InvalidRequest(f"The '{audio_param}' upload is not audio that can "
                                         f"be decoded: {exc}", param=audio_param) from None
@@ -216,16 +204,6 @@ def parse_request(request: Request) -> TranscriptionParams:
     return parse_json(json_body(request), limits)
 
 
-def _deadline(request: Request) -> float | None:
-    raw = request.headers.get("x-hypnos-deadline-ms")
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds",
-                                    param="x-hypnos-deadline-ms") from None
-
 
 # ------------------------------------------------------------------ rendering
 
@@ -286,7 +264,7 @@ async def transcriptions(request: Request):
                             prompt=params.prompt, hotwords=list(params.hotwords),
                             filename=params.filename)
     done = await transcribe_leased(request.app.ctx.scheduler, params.model, req,
-                                   deadline_ms=_deadline(request),
+                                   deadline_ms=deadline_ms(request),
                                    audio_param=params.audio_param)
     request.ctx.result = done.result
     return render(params, done)
