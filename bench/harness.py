@@ -20,33 +20,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerProcess:
-    """``hypnos serve --config <path>`` on a free port; ``stop()`` ends it."""
+class ManagedProcess:
+    """A server command on a free port on 127.0.0.1, ready once ``ready_path`` answers 200;
+    ``stop()`` ends it. ``command(port)`` builds the argument list."""
 
-    def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180):
+    def __init__(self, command, log_path: Path, ready_path: str, ready_timeout: float,
+                 env: dict | None = None, cwd: Path | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w+")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env.pop("HYPNOS_API_KEYS", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hypnos.cli", "serve", "--config", str(config_path),
-             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, env=env,
-            cwd=ROOT)
-        self.wait_ready(ready_timeout)
+        self.proc = subprocess.Popen(command(self.port), stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        self.wait_ready(ready_path, ready_timeout)
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, path: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
-                if httpx.get(self.base + "/ready", timeout=2).status_code == 200:
+                if httpx.get(self.base + path, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.log.seek(0)
         raise RuntimeError("server did not become ready:\n" + self.log.read()[-4000:])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+class ServerProcess(ManagedProcess):
+    """``hypnos serve --config <path>`` on a free port."""
+
+    def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        env.pop("HYPNOS_API_KEYS", None)
+        super().__init__(
+            lambda port: [sys.executable, "-m", "hypnos.cli", "serve", "--config",
+                          str(config_path), "--port", str(port)],
+            log_path, "/ready", ready_timeout, env=env, cwd=ROOT)
 
     def get(self, path: str) -> dict:
         return httpx.get(self.base + path, timeout=60).json()
@@ -62,11 +80,3 @@ class ServerProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, ServerProcess, free_port  # noqa: E402
+from harness import ROOT, ManagedProcess, ServerProcess  # noqa: E402
 
 LLAMA_CPP_PYTHON = "0.3.36"
 CACHE = Path("/tmp/hypnos-llama-server")
@@ -88,35 +88,15 @@ def llama_server_binary() -> Path:
 
 # --------------------------------------------------------------------------- servers
 
-class LlamaServer:
+class LlamaServer(ManagedProcess):
     """llama.cpp's llama-server on a free port, same GGUF, threads and context."""
 
     def __init__(self, binary: Path, weights: Path, threads: int, log_path: Path):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(log_path, "w+")
-        self.proc = subprocess.Popen(
-            [str(binary), "-m", str(weights), "-c", str(CONTEXT), "--parallel", str(SLOTS),
-             "-t", str(threads), "-tb", str(threads), "-ngl", "0", "--host", "127.0.0.1",
-             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.log.seek(0)
-        raise RuntimeError("llama-server did not become ready:\n" + self.log.read()[-4000:])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        super().__init__(
+            lambda port: [str(binary), "-m", str(weights), "-c", str(CONTEXT), "--parallel",
+                          str(SLOTS), "-t", str(threads), "-tb", str(threads), "-ngl", "0",
+                          "--host", "127.0.0.1", "--port", str(port)],
+            log_path, "/health", 120)
 
 
 def chat(base: str, messages: list[dict], max_tokens: int, extra: dict) -> dict:

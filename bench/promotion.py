@@ -57,7 +57,6 @@ def direct_decode(weights: Path, tokens: int) -> float:
     llm = Llama(str(weights), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
                 verbose=False)
     llm.create_chat_completion(messages=PROMPT, max_tokens=8, temperature=0)
-    t0 = time.perf_counter()
     first = None
     n = 0
     for chunk in llm.create_chat_completion(messages=PROMPT, max_tokens=tokens, temperature=0,
