@@ -15,13 +15,11 @@ the same WAV file (made with the default lineup's Kokoro voice unless --audio na
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import sys
 import tempfile
 import time
-import wave
 from pathlib import Path
 
 import httpx
@@ -36,18 +34,12 @@ PASSAGE = ("The quick brown fox jumps over the lazy dog. A local server keeps it
 
 def synthesize(models_dir: Path) -> bytes:
     """A WAV of PASSAGE spoken by the default lineup's Kokoro model."""
-    import numpy as np
     from kokoro_onnx import Kokoro
     folder = models_dir / "kokoro-82m"
     kokoro = Kokoro(str(folder / "kokoro-v1.0.int8.onnx"), str(folder / "voices_ja.npz"))
     samples, rate = kokoro.create(PASSAGE, voice="jf_alpha", speed=1.0, lang="en-us")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
+    from hypnos.service.audio_frames import wav_bytes
+    return wav_bytes(samples, rate)
 
 
 def audio_secs(wav_path: Path) -> float:

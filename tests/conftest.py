@@ -39,3 +39,25 @@ def minilm_fp32_reference() -> Path:
                   "apache-2.0", "embeddings", "onnx_runtime", (variant,))
     pull_variant(entry, variant, MODELS_DIR)
     return MODELS_DIR / "minilm-l6-v2-fp32"
+
+
+class EngineEffects:
+    """Scheduler effects that install a given test engine: for route tests of engine failures
+    a real model cannot be made to produce on demand."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def load(self, st, placement):
+        from hypnos.engines.base import LoadReport
+        st.engine = self.engine
+        return LoadReport()
+
+    def unload(self, st):
+        st.engine = None
+
+    def count_eviction(self, st):
+        pass
+
+    def count_load_failure(self, st):
+        pass

@@ -16,9 +16,9 @@ import openai
 import pytest
 from sanic import Sanic
 
-from conftest import MODELS_DIR, ROOT, SMOLLM2, minilm_fp32_reference
+from conftest import MODELS_DIR, ROOT, SMOLLM2, EngineEffects, minilm_fp32_reference
 from hypnos.catalog.catalog import load_catalog
-from hypnos.engines.base import ContextOverflow, EmbedResult, EngineError, LoadReport, LoadSpec
+from hypnos.engines.base import ContextOverflow, EmbedResult, EngineError, LoadSpec
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 
@@ -311,31 +311,13 @@ class _Engine:
         raise self.exc
 
 
-class _Effects:
-    def __init__(self, exc):
-        self.exc = exc
-
-    def load(self, st, placement):
-        st.engine = _Engine(self.exc)
-        return LoadReport()
-
-    def unload(self, st):
-        st.engine = None
-
-    def count_eviction(self, st):
-        pass
-
-    def count_load_failure(self, st):
-        pass
-
-
 @pytest.mark.anyio
 async def test_engine_errors_become_the_envelope():
-    app = app_for(effects=_Effects(ContextOverflow("input[0] is 9000 tokens")))
+    app = app_for(effects=EngineEffects(_Engine(ContextOverflow("input[0] is 9000 tokens"))))
     err = envelope(await post(app, {"model": "minilm", "input": "x"}), 400,
                    "invalid_request_error")
     assert "9000 tokens" in err["message"]
-    app = app_for(effects=_Effects(EngineError("weights refused (injected)")))
+    app = app_for(effects=EngineEffects(_Engine(EngineError("weights refused (injected)"))))
     err = envelope(await post(app, {"model": "minilm", "input": "x"}), 500, "server_error")
     assert "injected" in err["message"]
 

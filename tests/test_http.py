@@ -7,7 +7,7 @@ import threading
 import pytest
 from sanic import Sanic
 
-from conftest import MODELS_DIR
+from conftest import MODELS_DIR, EngineEffects
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
@@ -273,24 +273,8 @@ class _FailingEngine:
         raise EngineError("decode failed (injected)")
 
 
-class _FailingEffects:
-    def load(self, st, placement):
-        from hypnos.engines.base import LoadReport
-        st.engine = _FailingEngine()
-        return LoadReport()
-
-    def unload(self, st):
-        st.engine = None
-
-    def count_eviction(self, st):
-        pass
-
-    def count_load_failure(self, st):
-        pass
-
-
 async def test_engine_failure_mid_stream_is_an_error_chunk_then_done():
-    app = app_for(effects=_FailingEffects())
+    app = app_for(effects=EngineEffects(_FailingEngine()))
     body = {"model": "chat", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     resp = await call(app, "post", "/v1/chat/completions", json=body)
     assert resp.status == 200
