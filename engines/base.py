@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from hypnos.engines.chat_format import ToolCall, ToolCallError
+
 
 class EngineError(Exception):
     """The engine failed (weights refused, decode failure): a 500 server_error."""
@@ -27,7 +29,12 @@ class EngineUnavailable(EngineError):
 
 
 class ContextOverflow(EngineError):
-    """The prompt does not fit the allocated context (a 400)."""
+    """The prompt does not fit the context of a slot (a 422 context_over_budget)."""
+
+    def __init__(self, message: str, prompt_tokens: int = 0, cap: int = 0):
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.cap = cap
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,37 @@ class ChatRequest:
     min_p: float | None = None                # 0..1; None/0 off
     grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
     session_key: str | None = None            # binds the conversation to one slot
+    tool_choice: str = "auto"                 # auto | none | required | a function's name
+    stop: list[str] = field(default_factory=list)   # cut the answer before any of these
+    logprobs: bool = False
+    top_logprobs: int = 0                     # alternatives per token, 0..20
+    logit_bias: dict[int, float] | None = None   # token id -> bias added to its logit
+    think_budget: int | None = 0              # thinking tokens: 0 off, None unbounded
+    repetition_bound: int = 0                 # stop a loop spanning this many tokens; 0 off
+    prompt: str | None = None                 # a raw prompt (no template): /v1/completions
+    media: list[bytes] = field(default_factory=list)   # images / audio, in marker order
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    bytes: list[int]
+    logprob: float
+    top: list[tuple[str, list[int], float]] = field(default_factory=list)
+
+    def to_wire(self) -> dict:
+        return {"token": self.token, "logprob": self.logprob, "bytes": self.bytes,
+                "top_logprobs": [{"token": t, "logprob": lp, "bytes": b}
+                                 for t, b, lp in self.top]}
+
+
+@dataclass
+class ChatDelta:
+    """One step of a streamed answer: text for one part, or one whole tool call."""
+    reasoning: str = ""
+    content: str = ""
+    tool_call: ToolCall | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -105,22 +143,28 @@ class ChatTimings:
 
 @dataclass
 class ChatResult:
-    text: str
-    finish_reason: str                 # stop | length | cancelled
+    text: str                          # the answer's content (no thinking, no calls)
+    finish_reason: str                 # stop | length | tool_calls | repetition_loop | cancelled
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
     timings: ChatTimings = field(default_factory=ChatTimings)
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_errors: list[ToolCallError] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    kv_used: int = 0                   # tokens the slot holds after this answer
+    kv_cap: int = 0                    # tokens a slot can hold
 
 
-OnToken = Callable[[str], None]
+OnToken = Callable[[ChatDelta], None]
 
 
 class ChatEngine(Engine, Protocol):
     def chat(self, req: ChatRequest, on_text: OnToken | None,
              cancel: threading.Event) -> ChatResult:
-        """Generate one answer. ``on_text`` gets each new piece of visible text (valid UTF-8,
-        never a special token) as it is decoded, from the calling thread. Up to ``slots``
+        """Generate one answer. ``on_text`` gets each ``ChatDelta`` (valid UTF-8, never a
+        special token or a delimiter) as it is decoded, from the calling thread. Up to ``slots``
         calls may run at once from different threads; more block until a slot frees.
         Raises ContextOverflow when prompt + max_tokens cannot fit the context."""
 

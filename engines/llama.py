@@ -23,12 +23,17 @@ import queue
 import threading
 import time
 
+from dataclasses import dataclass
+
 from hypnos.engines.base import (
-    ChatRequest, ChatResult, ChatTimings, ContextOverflow, EngineError, EngineUnavailable,
-    InvalidGrammar, LoadReport, LoadSpec, OnToken, SessionMismatch,
+    ChatDelta, ChatRequest, ChatResult, ChatTimings, ContextOverflow, EngineError,
+    EngineUnavailable, InvalidGrammar, LoadReport, LoadSpec, OnToken, SessionMismatch,
+    TokenLogprob,
 )
 from hypnos.engines import llama_state
-from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, grammar_sampler
+from hypnos.engines.chat_format import ChatFormat, detect, prepare
+from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
+from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
 from hypnos.engines.llama_state import KVLayout, ParkedKV
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,7 @@ class LlamaChatEngine:
         self._vocab = None
         self._loop: DecodeLoop | None = None
         self._formatter = None
+        self.format: ChatFormat | None = None
         self._bos: int | None = None
         self.slots = 0
         self.n_ctx_per_slot = 0
@@ -184,6 +190,7 @@ class LlamaChatEngine:
             self._vocab) else None
         text = lambda tok: (ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
                             if tok != ll.LLAMA_TOKEN_NULL else "")
+        self.format = detect(template, spec.options.get("tool_format", "auto"))
         return formatter_cls(template, eos_token=text(eos), bos_token=text(bos))
 
     def unload(self) -> None:
@@ -219,32 +226,77 @@ class LlamaChatEngine:
         loop = self._loop
         if loop is None:
             raise EngineError("model not loaded")
-        prompt = self.render_prompt(req.messages, req.tools)
-        if not prompt:
-            raise EngineError("the chat template rendered an empty prompt")
+        built = self._build(req)
+        prompt = built.prompt
         if len(prompt) >= self.n_ctx_per_slot:
             raise ContextOverflow(
                 f"the prompt ({len(prompt)} tokens) does not fit the context of a slot "
-                f"({self.n_ctx_per_slot} tokens); send a larger num_ctx")
+                f"({self.n_ctx_per_slot} tokens)", len(prompt), self.n_ctx_per_slot)
         # Generation stops at the end of the slot's context (finish_reason "length").
         max_tokens = min(req.max_tokens, self.n_ctx_per_slot - len(prompt))
-        if max_tokens <= 0:
-            return ChatResult("", "length", len(prompt), 0)
         sampling = Sampling(req.temperature, req.top_k, req.top_p, req.seed,
                             req.presence_penalty, req.frequency_penalty,
-                            req.repetition_penalty, req.min_p, req.grammar)
+                            req.repetition_penalty, req.min_p, built.grammar,
+                            tuple((req.logit_bias or {}).items()))
         if sampling.grammar:
             self._check_grammar(sampling.grammar)
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                  stop=threading.Event(), session_key=req.session_key)
+                  stop=threading.Event(), session_key=req.session_key,
+                  logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
+                  repetition_bound=req.repetition_bound)
         try:
             loop.submit(job)
         except RuntimeError as exc:
             raise EngineError("model unloaded") from exc
-        text, finish, delivered = _collect(loop, job, on_text, cancel)
-        return ChatResult(text=text, finish_reason=finish, prompt_tokens=len(prompt),
-                          completion_tokens=delivered, cached_tokens=job.cached,
-                          timings=_timings(job, t_call))
+        reader = AnswerReader(built.splitter, StopMatcher(req.stop), on_text, req.logprobs)
+        finish, delivered = _collect(loop, job, reader, cancel)
+        if reader.splitter.calls and finish in ("stop", "length"):
+            finish = "tool_calls"
+        return ChatResult(text=reader.content, finish_reason=finish,
+                          prompt_tokens=len(prompt), completion_tokens=delivered,
+                          cached_tokens=job.cached, timings=_timings(job, t_call),
+                          reasoning=reader.reasoning, tool_calls=reader.splitter.calls,
+                          tool_call_errors=reader.splitter.errors,
+                          logprobs=reader.logprobs if req.logprobs else None,
+                          kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot)
+
+    def prompt_tokens(self, req: ChatRequest) -> int:
+        """Tokens the request's prompt takes, exactly as ``chat`` would send it."""
+        return len(self._build(req).prompt)
+
+    def _build(self, req: ChatRequest) -> "_Built":
+        """The prompt tokens, the grammar, the thinking budget and the answer's reader."""
+        if req.prompt is not None:              # /v1/completions: the text as it is
+            tokens = self._tokenize(req.prompt, parse_special=True)
+            if self._bos is not None and (not tokens or tokens[0] != self._bos):
+                tokens.insert(0, self._bos)
+            return _Built(tokens, req.grammar, None, AnswerSplitter())
+        fmt = self.format
+        prepared = prepare(fmt, req.messages, req.tools, req.tool_choice, req.think_budget,
+                           req.grammar)
+        text = self._render(prepared.messages, prepared.tools, prepared.template_vars)
+        text += prepared.prefix
+        think = fmt.think
+        in_think = think is not None and text.rstrip().endswith(think.open.rstrip())
+        budget = prepared.think_budget
+        tracker = None
+        if in_think and budget == 0:            # the template opened it; close it at once
+            text += think.close + "\n\n"
+            in_think = False
+        if think is not None and budget is not None:
+            tracker = ThinkBudget(think.open, think.close,
+                                  self._tokenize(think.close + "\n\n", parse_special=True),
+                                  budget, state="in" if in_think else "maybe")
+        tokens = self._tokenize(text, parse_special=True)
+        if not tokens:
+            raise EngineError("the chat template rendered an empty prompt")
+        if self._bos is not None and tokens[0] != self._bos:
+            tokens.insert(0, self._bos)
+        names = frozenset(t["function"]["name"] for t in req.tools or ())
+        splitter = AnswerSplitter(think=think, in_think=in_think,
+                                  tools=fmt.tools if prepared.tools_active else None,
+                                  prefix=prepared.prefix, known=names)
+        return _Built(tokens, prepared.grammar, tracker, splitter)
 
     def _check_grammar(self, grammar: str) -> None:
         """Raise InvalidGrammar in the caller's thread, before the job takes a slot."""
@@ -342,19 +394,18 @@ class LlamaChatEngine:
 
     def render_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat template applied to ``messages`` (with the generation prompt), as tokens."""
+        return self._build(ChatRequest(messages=messages, tools=tools)).prompt
+
+    def _render(self, messages: list[dict], tools: list[dict] | None, variables: dict) -> str:
         if self._formatter is None:
             raise EngineError("model not loaded")
         try:
-            rendered = self._formatter(messages=[_text_message(m) for m in messages],
-                                       tools=tools).prompt
+            return self._formatter(messages=[_text_message(m) for m in messages],
+                                   tools=tools, **variables).prompt
         except EngineError:
             raise
         except Exception as exc:                   # jinja2 errors, raise_exception(...)
             raise EngineError(f"chat template failed: {exc}") from exc
-        tokens = self._tokenize(rendered, parse_special=True)
-        if self._bos is not None and (not tokens or tokens[0] != self._bos):
-            tokens.insert(0, self._bos)
-        return tokens
 
     def _tokenize(self, text: str, parse_special: bool) -> list[int]:
         ll, vocab = self._ll, self._vocab
@@ -373,38 +424,105 @@ class LlamaChatEngine:
         return list(buf[:n])
 
 
-def _collect(loop: DecodeLoop, job: Job, on_text: OnToken | None,
-             cancel: threading.Event) -> tuple[str, str, int]:
-    """Turn the job's token bytes into text pieces until it ends or ``cancel`` is set.
-    Returns (text, finish_reason, tokens delivered). Incomplete UTF-8 sequences are held
-    back (and dropped if the answer ends inside one)."""
+@dataclass
+class _Built:
+    prompt: list[int]
+    grammar: str | None
+    think: ThinkBudget | None
+    splitter: AnswerSplitter
+
+
+class AnswerReader:
+    """Turns generated text into ``ChatDelta``s: stop strings first, then the splitter
+    (thinking / content / tool calls). Keeps the whole answer for the final result."""
+
+    def __init__(self, splitter: AnswerSplitter, stopper: StopMatcher,
+                 on_delta: OnToken | None, logprobs: bool):
+        self.splitter = splitter
+        self.stopper = stopper
+        self.on_delta = on_delta
+        self.want_logprobs = logprobs
+        self.pending: list[TokenLogprob] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.content_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+
+    @property
+    def content(self) -> str:
+        return "".join(self.content_parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    def token(self, text: str, raw: bytes, logprob) -> bool:
+        """One token's text (and its logprob); False once a stop string was hit."""
+        if self.want_logprobs and logprob is not None:
+            entry = TokenLogprob(raw.decode("utf-8", "replace"), list(raw), logprob[0],
+                                 [(b.decode("utf-8", "replace"), list(b), lp)
+                                  for b, lp in logprob[1]])
+            self.pending.append(entry)
+            self.logprobs.append(entry)
+        self._emit(self.splitter.feed(self.stopper.feed(text)))
+        return not self.stopper.hit
+
+    def finish(self) -> None:
+        self._emit(self.splitter.feed(self.stopper.flush()) + self.splitter.finish())
+        if self.pending and self.on_delta is not None:
+            self.on_delta(ChatDelta(logprobs=self.pending))
+        self.pending = []
+
+    def _emit(self, pieces) -> None:
+        for piece in pieces:
+            if piece.kind == "call":
+                delta = ChatDelta(tool_call=piece.call)
+            elif piece.kind == "reasoning":
+                self.reasoning_parts.append(piece.text)
+                delta = ChatDelta(reasoning=piece.text)
+            else:
+                self.content_parts.append(piece.text)
+                delta = ChatDelta(content=piece.text)
+            delta.logprobs, self.pending = self.pending, []
+            if self.on_delta is not None:
+                self.on_delta(delta)
+
+
+def _collect(loop: DecodeLoop, job: Job, reader: AnswerReader,
+             cancel: threading.Event) -> tuple[str, int]:
+    """Feed the job's tokens to ``reader`` until the job ends, a stop string is hit or
+    ``cancel`` is set. Returns (finish_reason, tokens delivered). Incomplete UTF-8
+    sequences are held back (and dropped if the answer ends inside one)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    parts: list[str] = []
     delivered = 0
     try:
         while True:
             if cancel.is_set():
-                job.stop.set()                     # the decode thread frees the slot
-                loop.withdraw(job)
-                return "".join(parts), "cancelled", delivered
+                _abandon(loop, job)
+                reader.finish()
+                return "cancelled", delivered
             try:
-                kind, value = job.events.get(timeout=CANCEL_POLL_S)
+                event = job.events.get(timeout=CANCEL_POLL_S)
             except queue.Empty:
                 continue
+            kind, value = event[0], event[1]
             if kind == "done":
-                return "".join(parts), value, delivered
+                reader.finish()
+                return value, delivered
             if kind == "error":
                 raise EngineError(value)
             delivered += 1
-            piece = decoder.decode(value)
-            if piece:
-                parts.append(piece)
-                if on_text is not None:
-                    on_text(piece)
+            if not reader.token(decoder.decode(value), value, event[2]):
+                _abandon(loop, job)            # a stop string: the rest is not wanted
+                reader.finish()
+                return "stop", delivered
     except BaseException:
-        job.stop.set()                             # e.g. on_text raised: free the slot
-        loop.withdraw(job)
+        _abandon(loop, job)                    # e.g. on_text raised: free the slot
         raise
+
+
+def _abandon(loop: DecodeLoop, job: Job) -> None:
+    job.stop.set()                             # the decode thread frees the slot
+    loop.withdraw(job)
 
 
 def _text_message(message: dict) -> dict:

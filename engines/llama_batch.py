@@ -8,7 +8,7 @@ from then on the decode thread evaluates every active slot's pending tokens in o
 ``llama_decode`` per step (prompt tails chunked to ``n_batch``).
 
 Everything the decode thread learns about a job goes through ``job.events`` (a Queue):
-``("token", bytes)`` per generated token, then ``("done", finish_reason)`` or
+``("token", bytes, logprob or None)`` per generated token, then ``("done", finish_reason)`` or
 ``("error", message)``. The job's timing fields are written before the final event. A job
 that fails (its sampler, its cancel) ends alone; the other slots keep decoding.
 
@@ -24,11 +24,14 @@ import collections
 import concurrent.futures
 import ctypes
 import logging
+import math
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
+
+import numpy as np
 
 from hypnos.engines.base import SessionCapacity
 
@@ -55,6 +58,7 @@ class Sampling:
     repetition_penalty: float | None = None
     min_p: float | None = None
     grammar: str | None = None                  # GBNF, root rule "root"
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def penalized(self) -> bool:
@@ -83,6 +87,57 @@ class Job:
     started: bool = False
     session_key: str | None = None
     target: "Slot | None" = None                # the slot its session key is bound to
+    logprobs: int | None = None                 # None: off; else alternatives per token
+    think: "ThinkBudget | None" = None          # closes the thinking block at its budget
+    repetition_bound: int = 0                   # 0: no loop detection
+    history: list[int] = field(default_factory=list)   # generated token ids
+
+
+@dataclass(eq=False)
+class ThinkBudget:
+    """Counts thinking tokens on the decode thread and says when to close the block.
+    ``state``: "maybe" (the model may still open it), "in", or "done"."""
+    open: str
+    close: str
+    close_tokens: list[int]
+    budget: int
+    state: str = "maybe"
+    count: int = 0
+    text: str = ""
+
+    def must_close(self, piece: str) -> bool:
+        """Feed one generated token's text; True when the server must close the block now."""
+        if self.state == "maybe":
+            self.text += piece
+            head = self.text.lstrip()
+            if head.startswith(self.open):
+                self.state, self.text = "in", ""
+                return self._spent()
+            if head and not self.open.startswith(head):
+                self.state = "done"
+            return False
+        if self.state == "in":
+            self.count += 1
+            self.text = (self.text + piece)[-(len(self.close) + 16):]
+            if self.close in self.text:
+                self.state = "done"
+                return False
+            return self._spent()
+        return False
+
+    def _spent(self) -> bool:
+        if self.count >= self.budget:
+            self.state = "done"
+            return True
+        return False
+
+
+def repeating(history: list[int], bound: int) -> bool:
+    """True when the last ``bound`` tokens are one span repeated at least three times."""
+    if len(history) < bound:
+        return False
+    tail = history[-bound:]
+    return any(tail[p:] == tail[:-p] for p in range(1, bound // 3 + 1))
 
 
 @dataclass(eq=False)
@@ -301,7 +356,9 @@ class DecodeLoop:
             job.concurrent = max(job.concurrent, len(entries))
             if logits_at is not None:
                 token = self.ll.llama_sampler_sample(job.sampler, self.ctx, logits_at)
-                self._on_token(slot, token)
+                logprob = (self._logprob(logits_at, token, job.logprobs)
+                           if job.logprobs is not None else None)
+                self._on_token(slot, token, logprob)
 
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix and set up the job's sampler."""
@@ -341,7 +398,7 @@ class DecodeLoop:
         batch.n_tokens = n
         return entries
 
-    def _on_token(self, slot: Slot, token: int) -> None:
+    def _on_token(self, slot: Slot, token: int, logprob=None) -> None:
         job = slot.job
         job.sampled += 1
         if job.t_first is None:
@@ -350,11 +407,39 @@ class DecodeLoop:
             self._finish(slot, "stop")
             return
         job.generated += 1
-        job.events.put(("token", self._piece(token)))
+        piece = self._piece(token)
+        job.events.put(("token", piece, logprob))
+        job.pending = [token]
+        if job.think is not None and job.think.must_close(piece.decode("utf-8", "ignore")):
+            # The thinking budget is spent: the server writes the closing delimiter and
+            # the model goes on with the answer.
+            for forced in job.think.close_tokens:
+                self.ll.llama_sampler_accept(job.sampler, forced)
+                job.events.put(("token", self._piece(forced), None))
+            job.generated += len(job.think.close_tokens)
+            job.pending = [token, *job.think.close_tokens]
+        if job.repetition_bound:
+            job.history.append(token)
+            if job.generated % 4 == 0 and repeating(job.history, job.repetition_bound):
+                self._finish(slot, "repetition_loop")
+                return
         if job.generated >= job.max_tokens:
             self._finish(slot, "length")
-        else:
-            job.pending = [token]
+
+    def _logprob(self, index: int, token: int, top: int):
+        """(logprob of ``token``, [(bytes, logprob) of the ``top`` likeliest]) from the raw
+        logits at batch ``index``: the model's distribution before any sampler."""
+        n_vocab = self.ll.llama_vocab_n_tokens(self.vocab)
+        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, index),
+                                       shape=(n_vocab,))
+        peak = float(logits.max())
+        lse = peak + math.log(float(np.exp(logits - peak).sum()))
+        alternatives = []
+        if top:
+            ids = np.argpartition(-logits, top)[:top]
+            ids = ids[np.argsort(-logits[ids])]
+            alternatives = [(self._piece(int(i)), float(logits[i]) - lse) for i in ids]
+        return float(logits[token]) - lse, alternatives
 
     def _piece(self, token: int) -> bytes:
         """The token's bytes; special (control) tokens render as nothing."""
@@ -392,13 +477,18 @@ def grammar_sampler(ll, vocab, grammar: str):
 
 
 def build_sampler(ll, vocab, sampling: Sampling, history: list[int] = ()):
-    """A sampler chain, in llama.cpp's order: grammar -> penalties -> greedy at temperature
+    """A sampler chain, in llama.cpp's order: logit bias -> grammar -> penalties -> greedy at temperature
     0, else -> top-k -> top-p -> min-p -> temperature -> dist. The penalties see the last
     ``PENALTY_LAST_N`` tokens of ``history`` (the prompt) and then every sampled token.
     Raises ValueError for a grammar llama.cpp refuses. The caller frees the chain with
     ``llama_sampler_free``."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     add = lambda smpl: ll.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+    if sampling.logit_bias:
+        biases = (ll.llama_logit_bias * len(sampling.logit_bias))(
+            *(ll.llama_logit_bias(token, bias) for token, bias in sampling.logit_bias))
+        add(ll.llama_sampler_init_logit_bias(ll.llama_vocab_n_tokens(vocab),
+                                             len(sampling.logit_bias), biases))
     if sampling.grammar:
         grammar = grammar_sampler(ll, vocab, sampling.grammar)
         if grammar is None:

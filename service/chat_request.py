@@ -2,9 +2,10 @@
 a 400 naming the field; unknown fields are ignored."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hypnos.engines.base import ChatRequest
+from hypnos.engines.chat_format import EFFORT_BUDGETS, response_grammar, think_budget
 from hypnos.service.config_schema import LimitsConfig
 from hypnos.service.errors import InvalidRequest
 
@@ -22,8 +23,12 @@ class ChatParams:
     prompt_chars: int
     media: dict            # part type -> count
     num_ctx: int | None
-    tool_choice: object = "auto"
     prompt_tokens: int | None = None      # counted by the loaded model's tokenizer, when known
+    n: int = 1
+    n_status: str | None = None           # "capped_to_8" when more were asked for
+    response_format_status: str | None = None
+    include_usage: bool = False           # stream_options.include_usage
+    extras: dict = field(default_factory=dict)
 
     def estimated_ctx(self) -> int:
         """Per-slot context this request needs: num_ctx, else prompt + media + max_tokens
@@ -93,7 +98,154 @@ def _messages(body: dict, media: dict) -> tuple[list[dict], int]:
         if m.get("content") is None and m["role"] != "assistant":
             raise InvalidRequest(f"'{where}.content' may be null only on an assistant message")
         chars += _content_chars(m.get("content"), where, media)
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if m["role"] != "assistant" or not isinstance(calls, list):
+                raise InvalidRequest(f"'{where}.tool_calls' must be an array on an assistant "
+                                     "message", param=f"{where}.tool_calls")
+            for j, call in enumerate(calls):
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                        or not isinstance(fn.get("arguments", ""), (str, dict)):
+                    raise InvalidRequest(f"'{where}.tool_calls[{j}]' must hold a function with "
+                                         "a name and arguments", param=f"{where}.tool_calls[{j}]")
     return messages, chars
+
+
+MAX_N = 8
+MAX_STOPS = 4
+MAX_TOP_LOGPROBS = 20
+
+
+def _tools(body: dict) -> tuple[list[dict] | None, str]:
+    """``tools`` and ``tool_choice`` (as "auto", "none", "required" or a function name),
+    with the legacy ``functions`` / ``function_call`` converted (Fermion)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if tools is None and body.get("functions") is not None:
+        functions = body["functions"]
+        if not isinstance(functions, list):
+            raise InvalidRequest("'functions' must be an array", param="functions")
+        tools = [{"type": "function", "function": f} for f in functions]
+        legacy = body.get("function_call", "auto")
+        choice = ({"type": "function", "function": legacy}
+                  if isinstance(legacy, dict) else legacy)
+    if tools is None:
+        if choice not in ("auto", "none", None):
+            raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
+        return None, "none"
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    names = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" \
+                or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or not fn["name"]:
+            raise InvalidRequest(f"'tools[{i}]' must be {{\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}", param=f"tools[{i}]")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise InvalidRequest(f"'tools[{i}].function.parameters' must be a JSON schema "
+                                 "object", param=f"tools[{i}].function.parameters")
+        names.append(fn["name"])
+    if choice is None:
+        choice = "auto"
+    if isinstance(choice, dict):
+        fn = choice.get("function") if choice.get("type", "function") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            raise InvalidRequest("'tool_choice' object must be {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}", param="tool_choice")
+        if name not in names:
+            raise InvalidRequest(f"'tool_choice' names {name!r}, which is not in 'tools'",
+                                 param="tool_choice")
+        choice = name
+    elif choice not in ("auto", "none", "required"):
+        raise InvalidRequest("'tool_choice' must be auto, none, required or a function "
+                             f"object, got {choice!r}", param="tool_choice")
+    return (tools or None), (choice if tools else "none")
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+        raise InvalidRequest("'stop' must be a string or an array of strings", param="stop")
+    if len(stop) > MAX_STOPS:
+        raise InvalidRequest(f"'stop' holds at most {MAX_STOPS} strings", param="stop")
+    return [x for x in stop if x]
+
+
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    bias = body.get("logit_bias")
+    if bias is None:
+        return None
+    if not isinstance(bias, dict):
+        raise InvalidRequest("'logit_bias' must map token ids to numbers", param="logit_bias")
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"'logit_bias' key {key!r} is not a token id",
+                                 param="logit_bias") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not -100 <= value <= 100 or token < 0:
+            raise InvalidRequest(f"'logit_bias[{key}]' must be a number in -100..100",
+                                 param="logit_bias")
+        out[token] = float(value)
+    return out
+
+
+def _thinking(body: dict) -> int | None:
+    think = body.get("think", body.get("enable_thinking"))
+    if think is not None and not isinstance(think, bool):
+        raise InvalidRequest("'think' must be a boolean", param="think")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in EFFORT_BUDGETS:
+        raise InvalidRequest(f"'reasoning_effort' must be one of {', '.join(EFFORT_BUDGETS)}, "
+                             f"got {effort!r}", param="reasoning_effort")
+    name = "reasoning_budget" if "reasoning_budget" in body else "max_reasoning_tokens"
+    budget = _number(body, name, -(1 << 31), 1 << 31, integer=True)
+    return think_budget(think, effort, budget)
+
+
+def parse_sampling(body: dict, limits: LimitsConfig, default_max_tokens: int = 512) -> dict:
+    """The fields /v1/chat/completions and /v1/completions share, as ChatRequest keywords."""
+    max_tokens = _number(body, "max_tokens", 1, 1 << 31, integer=True)
+    if max_tokens is None:
+        max_tokens = _number(body, "max_completion_tokens", 1, 1 << 31, integer=True)
+    return dict(
+        max_tokens=min(max_tokens or default_max_tokens, limits.max_tokens_cap),
+        temperature=_number(body, "temperature", 0, 2),
+        top_p=_number(body, "top_p", 0, 1),
+        top_k=_number(body, "top_k", 0, 1 << 20, integer=True),
+        seed=_number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True),
+        presence_penalty=_number(body, "presence_penalty", -2, 2),
+        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
+        repetition_penalty=_number(body, "repetition_penalty", 0, 10),
+        min_p=_number(body, "min_p", 0, 1),
+        stop=_stop(body), logit_bias=_logit_bias(body),
+        repetition_bound=limits.repetition_loop_tokens)
+
+
+def parse_n(body: dict) -> tuple[int, str | None]:
+    n = _number(body, "n", 1, 1 << 31, integer=True) or 1
+    return (MAX_N, "capped_to_8") if n > MAX_N else (n, None)
+
+
+def parse_stream(body: dict) -> tuple[bool, bool]:
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+    return stream, bool(options.get("include_usage"))
 
 
 def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
@@ -105,27 +257,29 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
     if chars > limits.max_prompt_chars:
         raise InvalidRequest(f"The messages hold {chars} characters, above max_prompt_chars "
                              f"({limits.max_prompt_chars})", param="messages")
-    max_tokens = _number(body, "max_tokens", 1, 1 << 31, integer=True)
-    if max_tokens is None:
-        max_tokens = _number(body, "max_completion_tokens", 1, 1 << 31, integer=True)
-    max_tokens = min(max_tokens or 512, limits.max_tokens_cap)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
+    stream, include_usage = parse_stream(body)
+    tools, tool_choice = _tools(body)
+    logprobs = body.get("logprobs", False)
+    if not isinstance(logprobs, bool):
+        raise InvalidRequest("'logprobs' must be a boolean", param="logprobs")
+    top = _number(body, "top_logprobs", 0, 1 << 31, integer=True) or 0
+    grammar, format_status = None, None
+    response_format = body.get("response_format")
+    if response_format is not None:
+        if not isinstance(response_format, dict) or not isinstance(
+                response_format.get("type"), str):
+            raise InvalidRequest("'response_format' must be an object with a 'type'",
+                                 param="response_format")
+        if tools and tool_choice != "none":
+            format_status = "ignored_tools_present"
+        else:
+            grammar, format_status = response_grammar(response_format)
+    n, n_status = parse_n(body)
     req = ChatRequest(
-        messages=messages, max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 0, 2),
-        top_p=_number(body, "top_p", 0, 1),
-        top_k=_number(body, "top_k", 0, 1 << 20, integer=True),
-        seed=_number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True),
-        num_ctx=_number(body, "num_ctx", 1, 1 << 22, integer=True),
-        tools=tools or None,
-        presence_penalty=_number(body, "presence_penalty", -2, 2),
-        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
-        repetition_penalty=_number(body, "repetition_penalty", 0, 10),
-        min_p=_number(body, "min_p", 0, 1))
+        messages=messages, num_ctx=_number(body, "num_ctx", 1, 1 << 22, integer=True),
+        tools=tools, tool_choice=tool_choice, grammar=grammar,
+        logprobs=logprobs, top_logprobs=min(top, MAX_TOP_LOGPROBS),
+        think_budget=_thinking(body), **parse_sampling(body, limits))
     return ChatParams(model=model, request=req, stream=stream, prompt_chars=chars, media=media,
-                      num_ctx=req.num_ctx, tool_choice=body.get("tool_choice", "auto"))
+                      num_ctx=req.num_ctx, n=n, n_status=n_status,
+                      response_format_status=format_status, include_usage=include_usage)

@@ -13,6 +13,7 @@ import typing
 from enum import Enum
 from pathlib import Path
 
+from hypnos.engines.chat_format import TOOL_FORMATS
 from hypnos.service.config_schema import (ENGINES, MODALITIES, PROFILES, Config, ModelConfig)
 
 
@@ -106,6 +107,9 @@ def validate_model(m: ModelConfig, key: str, problems: list[str]) -> None:
     _check_range(problems, f"{key}.slots", m.slots, 1, 64)
     _check_range(problems, f"{key}.context_len", m.context_len, 0, 1 << 22)
     _check_range(problems, f"{key}.min_gpu_layer_ratio", m.min_gpu_layer_ratio, 0.0, 1.0)
+    if m.tool_format is not None and m.tool_format not in TOOL_FORMATS:
+        problems.append(f"{key}.tool_format: must be one of {', '.join(TOOL_FORMATS)}, "
+                        f"got {m.tool_format!r}")
 
 
 def validate(cfg: Config, problems: list[str]) -> None:
@@ -123,6 +127,7 @@ def validate(cfg: Config, problems: list[str]) -> None:
                  "request_timeout_secs"):
         _check_range(problems, f"limits.{name}", getattr(cfg.limits, name), 1)
     _check_range(problems, "limits.max_queue_per_model", cfg.limits.max_queue_per_model, 0)
+    _check_range(problems, "limits.repetition_loop_tokens", cfg.limits.repetition_loop_tokens, 0)
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
         validate_model(m, f"models[{i}]", problems)

@@ -104,6 +104,9 @@ class LimitsConfig:
     live_max_session_secs: int = 600
     live_idle_timeout_secs: int = 30
     live_max_utterance_secs: int = 30
+    # Stop a chat answer (finish_reason "repetition_loop") when its last this-many tokens are
+    # one span repeated at least three times; 0 turns the check off.
+    repetition_loop_tokens: int = 256
 
 
 @dataclass
@@ -178,6 +181,9 @@ class ModelConfig:
     quant: str | None = None
     # Chat template override (Jinja) for GGUFs that carry none.
     chat_template: str | None = None
+    # Tool-call dialect: auto (read off the chat template), none (no tool calling: a request
+    # with tools is a 400), or one of hermes, json, qwen3_coder, llama3, mistral, lfm, gemma.
+    tool_format: str = "auto"
     arch: ArchConfig = field(default_factory=ArchConfig)
     image: ImageConfig | None = None
 

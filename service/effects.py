@@ -26,7 +26,8 @@ class Effects:
             context_len=placement.allocated_context_len or 4096, slots=st.cfg.slots,
             gpu_layers=placement.gpu_layers if placement.gpu_layers else -1,
             cpu_expert_layers=placement.cpu_expert_layers,
-            chat_template=st.cfg.chat_template, threads=self.threads)
+            chat_template=st.cfg.chat_template, threads=self.threads,
+            options={"tool_format": st.cfg.tool_format})
         before = process_rss()
         report = engine.load(spec)
         grown = process_rss() - before

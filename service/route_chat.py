@@ -1,34 +1,61 @@
-"""POST /v1/chat/completions (spec 7): non-streaming and SSE streaming."""
+"""POST /v1/chat/completions (spec 7, plus the Pantheon / Fermion request features the
+chat issue names): non-streaming and SSE streaming, n choices, tools, thinking, logprobs."""
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
-import threading
 import time
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import (ChatResult, ContextOverflow, EngineError, InvalidGrammar,
-                                 SessionCapacity)
+from hypnos.engines.base import (ChatDelta, ChatResult, ContextOverflow, EngineError,
+                                 InvalidGrammar, SessionCapacity)
 from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
 from hypnos.service.chat_request import ChatParams, parse_chat
+from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
+                                       stream_choices, usage)
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.route_sessions import AtSessionCapacity, session_key
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
 
 bp = Blueprint("chat")
-KEEPALIVE_SECS = 10.0
+
+
+class ContextOverBudget(errors.HypnosError):
+    """A prompt past the model's effective window (Pantheon's 422): never truncated."""
+    status, type, code = 422, "context_over_budget", "context_over_budget"
+
+    def __init__(self, prompt_tokens: int, cap: int):
+        super().__init__(f"The prompt takes {prompt_tokens} tokens, past this model's context "
+                         f"window of {cap} tokens (kv_used={prompt_tokens}, kv_cap={cap}); "
+                         "shorten the conversation", param="messages")
+        self.kv_used, self.kv_cap = prompt_tokens, cap
+
+    def body(self) -> dict:
+        out = super().body()
+        out["error"].update(kv_used=self.kv_used, kv_cap=self.kv_cap)
+        return out
+
+
+def check_text_model(request: Request, model_id: str, tools_active: bool = False):
+    """The model serves text generation, and a tool format when tools are sent."""
+    st = request.app.ctx.scheduler.get(model_id)
+    mods = st.cfg.all_modalities
+    if "text_generation" not in mods and "vision" not in mods:
+        raise errors.InvalidRequest(f"The model '{model_id}' does not serve text generation "
+                                    f"(its modality is {st.cfg.modality})", param="model")
+    if tools_active and st.cfg.tool_format == "none":
+        raise errors.InvalidRequest(f"The model '{model_id}' has no tool calling format; "
+                                    "send tool_choice \"none\" or no tools", param="tools")
+    return st
 
 
 def _check_model(request: Request, params: ChatParams):
-    st = request.app.ctx.scheduler.get(params.model)
+    req = params.request
+    st = check_text_model(request, params.model, bool(req.tools) and req.tool_choice != "none")
     mods = st.cfg.all_modalities
-    if "text_generation" not in mods and "vision" not in mods:
-        raise errors.InvalidRequest(f"The model '{params.model}' does not serve chat "
-                                    f"(its modality is {st.cfg.modality})", param="model")
     for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
         if params.media.get(part) and needed not in mods:
             raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
@@ -36,49 +63,89 @@ def _check_model(request: Request, params: ChatParams):
     if params.media:
         raise errors.InvalidRequest("Media parts are not supported by this version's "
                                     "llama.cpp engine yet", param="messages")
-    if params.request.tools and params.tool_choice != "none":
-        raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling format "
-                                    "in Hypnos", param="tools")
-    params.request.tools = None
     return st
 
 
-
-def _prompt_tokens(count, params: ChatParams) -> int:
-    """Tokens of the messages' text plus a few per message for the template's markers."""
-    total = 0
-    for m in params.request.messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-        total += count(content or "") + 8
-    return total
-
-
-def _record(request: Request, lease, result: ChatResult) -> None:
-    if result.timings.prefill_tokens_per_s:
-        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
-    request.app.ctx.metrics.chat(lease.model.id, result.timings)
-
-
-def _usage(r: ChatResult) -> dict:
-    usage = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-             "total_tokens": r.prompt_tokens + r.completion_tokens}
-    if r.cached_tokens:
-        usage["prompt_tokens_details"] = {"cached_tokens": r.cached_tokens}
-    return usage
+async def count_prompt(request: Request, st, params) -> None:
+    """The exact prompt size from the loaded tokenizer and template (so a long prompt of
+    short words does not force a context rebuild that drops the prefix cache), and the 422
+    when it is past the window. Held, so the engine cannot be unloaded meanwhile; skipped
+    while a load/unload runs or the model is not loaded (the engine checks again then)."""
+    if params.num_ctx is not None:
+        return
+    async with request.app.ctx.scheduler.hold(st.id):
+        count = getattr(st.engine, "prompt_tokens", None)
+        if count is None or st.load_lock.locked():
+            return
+        try:
+            params.prompt_tokens = await asyncio.to_thread(count, params.request)
+        except EngineError as exc:
+            raise engine_error(exc) from None
+    window = request.app.ctx.scheduler.context_window(st)
+    if params.prompt_tokens >= window:
+        raise ContextOverBudget(params.prompt_tokens, window)
 
 
-
-
-def _engine_error(exc: Exception) -> errors.HypnosError:
+def engine_error(exc: Exception, window: int | None = None) -> errors.HypnosError:
     if isinstance(exc, ContextOverflow):
-        return errors.InvalidRequest(str(exc), param="messages")
+        return ContextOverBudget(exc.prompt_tokens, window or exc.cap)
     if isinstance(exc, SessionCapacity):
         return AtSessionCapacity(str(exc), headers={"Retry-After": "30"})
     if isinstance(exc, InvalidGrammar):
         return errors.InvalidRequest(str(exc))
     return errors.ServerError(f"The engine failed: {exc}")
+
+
+def record(request: Request, lease, result: ChatResult) -> None:
+    if result.timings.prefill_tokens_per_s:
+        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(lease.model.id, result.timings)
+    request.ctx.result = result
+
+
+def _message(r: ChatResult) -> dict:
+    msg: dict = {"role": "assistant", "content": r.text}
+    if r.reasoning:
+        msg["reasoning_content"] = r.reasoning
+    if r.tool_calls:
+        msg["tool_calls"] = [_call_wire(c, i) for i, c in enumerate(r.tool_calls)]
+    return msg
+
+
+def _call_wire(call, index: int, with_index: bool = False) -> dict:
+    out = {"id": f"call_{secrets.token_hex(6)}_{index}", "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments}}
+    return {"index": index, **out} if with_index else out
+
+
+def _choice_extras(r: ChatResult) -> dict:
+    out = {}
+    if r.tool_call_errors:
+        out["tool_call_error"] = r.tool_call_errors[0].to_wire()
+    return out
+
+
+def _format_status(params: ChatParams, results: list[ChatResult]) -> str | None:
+    """Pantheon's response_format_status; "not_enforced" when a constrained answer did not
+    close a complete JSON value (cut by max_tokens or a stop string)."""
+    status = params.response_format_status
+    if status in ("applied", "schema_downgraded") and params.request.grammar:
+        for r in results:
+            try:
+                json.loads(r.text)
+            except ValueError:
+                return "not_enforced"
+    return status
+
+
+def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
+    out = {}
+    status = _format_status(params, results)
+    if status:
+        out["response_format_status"] = status
+    if params.n_status:
+        out["n_status"] = params.n_status
+    return out
 
 
 @bp.post("/v1/chat/completions")
@@ -88,93 +155,107 @@ async def chat_completions(request: Request):
     params = parse_chat(body, request.app.ctx.config.limits)
     params.request.session_key = session_key(request, body)
     st = _check_model(request, params)
-    if params.num_ctx is None:
-        # The loaded tokenizer's count, so a long prompt of short words does not look longer
-        # than it is and force a context rebuild (which drops the slots' prefix cache). Held,
-        # so the engine cannot be unloaded meanwhile; skipped while a load/unload runs.
-        async with request.app.ctx.scheduler.hold(st.id):
-            count = getattr(st.engine, "count_tokens", None)
-            if count is not None and not st.load_lock.locked():
-                params.prompt_tokens = await asyncio.to_thread(_prompt_tokens, count, params)
+    await count_prompt(request, st, params)
     sched = request.app.ctx.scheduler
     async with sched.lease(params.model, deadline_ms=deadline_ms(request),
                            context_len=params.estimated_ctx()) as lease:
+        fmt = getattr(lease.engine, "format", None)
+        if params.request.tools and params.request.tool_choice != "none" and \
+                fmt is not None and fmt.tools is None:
+            raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
+                                        "format", param="tools")
+        reqs = choice_requests(params.request, params.n)
         if params.stream:
-            return await _stream(request, params, lease)
-        cancel = threading.Event()
+            return await _stream(request, params, lease, reqs)
         started = time.monotonic()
         try:
-            result = await run_engine(lease.engine.chat, params.request, None, cancel=cancel)
+            results = await run_choices(lease.engine, reqs)
         except EngineError as exc:
-            raise _engine_error(exc) from None
+            raise engine_error(exc, sched.context_window(lease.model)) from None
         inference_ms = (time.monotonic() - started) * 1000
-        _record(request, lease, result)
+        record(request, lease, results[0])
         placement = sched.placement_of(lease.model).to_wire()
-        result.timings.queue_ms += lease.queue_ms
-        body = {
+        timings = merged_timings(results)
+        timings.queue_ms += lease.queue_ms
+        out = {
             "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
             "created": int(time.time()), "model": params.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                         "finish_reason": result.finish_reason}],
-            "usage": _usage(result),
+            "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
+                         **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
+                            if r.logprobs is not None else {}),
+                         **_choice_extras(r)}
+                        for i, r in enumerate(results)],
+            "usage": usage(results),
+            **_top_level(params, results),
             "hypnos_telemetry": telemetry(lease, placement, inference_ms,
-                                          engine_timings(result.timings)),
+                                          engine_timings(timings)),
         }
-        request.ctx.result = result
-        return json_response(body, headers=wait_headers(lease))
+        return json_response(out, headers=wait_headers(lease))
 
 
-def _chunk(base: dict, delta: dict, finish=None, **extra) -> str:
-    payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-               **extra}
+def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def _stream(request: Request, params: ChatParams, lease):
+async def _stream(request: Request, params: ChatParams, lease, reqs):
     base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
             "created": int(time.time()), "model": params.model}
+    chunk = lambda index, delta, finish=None, **extra: sse(  # noqa: E731
+        {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
+                              **extra}]})
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               **wait_headers(lease)})
-    await response.send(_chunk(base, {"role": "assistant", "content": ""}))
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-    cancel = threading.Event()
+    for i in range(len(reqs)):
+        await response.send(chunk(i, {"role": "assistant", "content": ""}))
+    calls = [0] * len(reqs)
+
+    async def send_delta(index: int, d: ChatDelta) -> None:
+        extra = ({"logprobs": {"content": [lp.to_wire() for lp in d.logprobs]}}
+                 if d.logprobs else {})
+        if d.reasoning:
+            await response.send(chunk(index, {"reasoning_content": d.reasoning}, **extra))
+        elif d.content:
+            await response.send(chunk(index, {"content": d.content}, **extra))
+        elif d.tool_call is not None:
+            wire = _call_wire(d.tool_call, calls[index], with_index=True)
+            calls[index] += 1
+            await response.send(chunk(index, {"tool_calls": [wire]}, **extra))
+        elif extra:
+            await response.send(chunk(index, {}, **extra))
+
     started = time.monotonic()
-    task = asyncio.ensure_future(run_engine(
-        lease.engine.chat, params.request,
-        lambda piece: loop.call_soon_threadsafe(queue.put_nowait, piece), cancel=cancel))
-    task.add_done_callback(lambda _t: queue.put_nowait(None))
+    sched = request.app.ctx.scheduler
     try:
-        while True:
-            try:
-                piece = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
-            except asyncio.TimeoutError:
-                await response.send(": keep-alive\n\n")
-                continue
-            if piece is None:
-                break
-            await response.send(_chunk(base, {"content": piece}))
-        result = task.result()
+        results = await stream_choices(lease.engine, reqs, send_delta,
+                                       lambda: response.send(": keep-alive\n\n"))
     except EngineError as exc:
-        err = _engine_error(exc)
-        await response.send(_chunk(base, {}, "error",
-                                   error={"message": err.message, "type": "server_error"}))
+        err = engine_error(exc, sched.context_window(lease.model))
+        error = {"message": err.message, "type": err.type if isinstance(
+            err, ContextOverBudget) else "server_error"}
+        if isinstance(err, ContextOverBudget):
+            error.update(code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
+        await response.send(sse({**base, "choices": [{"index": 0, "delta": {},
+                                                      "finish_reason": "error"}],
+                                 "error": error}))
         await response.send("data: [DONE]\n\n")
         await response.eof()
         return None     # the response went out through request.respond()
-    except asyncio.CancelledError:
-        cancel.set()
-        await asyncio.wait({task})
-        raise
     inference_ms = (time.monotonic() - started) * 1000
-    _record(request, lease, result)
-    placement = request.app.ctx.scheduler.placement_of(lease.model).to_wire()
-    result.timings.queue_ms += lease.queue_ms
-    tele = telemetry(lease, placement, inference_ms, engine_timings(result.timings))
-    await response.send(_chunk(base, {}, result.finish_reason, usage=_usage(result),
-                               hypnos_telemetry=tele))
+    record(request, lease, results[0])
+    placement = sched.placement_of(lease.model).to_wire()
+    timings = merged_timings(results)
+    timings.queue_ms += lease.queue_ms
+    tele = telemetry(lease, placement, inference_ms, engine_timings(timings))
+    top = _top_level(params, results)
+    for i, r in enumerate(results):
+        last = i == len(results) - 1
+        extra = dict(usage=usage(results), **top, hypnos_telemetry=tele) if last else {}
+        await response.send(sse({**base, "choices": [{
+            "index": i, "delta": {}, "finish_reason": r.finish_reason, **_choice_extras(r)}],
+            **extra}))
+    if params.include_usage:
+        await response.send(sse({**base, "choices": [], "usage": usage(results)}))
     await response.send("data: [DONE]\n\n")
     await response.eof()
-    request.ctx.result = result
     return None

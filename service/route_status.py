@@ -48,7 +48,9 @@ async def list_models(request: Request):
     created = int(request.app.ctx.created)
     data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
              "modality": st.cfg.modality, "current_tier": str(st.tier),
-             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases}
+             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases,
+             **({"context_window": sched.context_window(st)}
+                if "text_generation" in st.cfg.all_modalities else {})}
             for st in sched.models.values() if st.enabled]
     return json_response({"object": "list", "data": data})
 

@@ -164,6 +164,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ placement
 
+    def context_window(self, st: ModelState) -> int:
+        """The per-slot context a client may plan against: the model's trained context when
+        known (a larger num_ctx rebuilds up to it), else what the config funds per slot."""
+        if st.shape.max_context_len:
+            return st.shape.max_context_len
+        return (st.cfg.context_len or 4096 * st.cfg.slots) // max(1, st.cfg.slots)
+
     def _context_for(self, st: ModelState, per_slot: int | None) -> int:
         """Context funded across all slots: the config's, or the larger per-slot need."""
         base = st.cfg.context_len or min(st.shape.max_context_len or 4096, 8192) * st.cfg.slots

@@ -1,0 +1,572 @@
+"""How a model family writes tool calls and thinking, read off its GGUF chat template.
+
+A ``ChatFormat`` pairs a ``ToolDialect`` (how calls are written, parsed and forced) with an
+optional ``ThinkDialect`` (the delimiters of the thinking block). ``detect`` picks them from
+markers in the Jinja template; ``ChatFormat.prepare`` turns a ``ChatRequest`` into what the
+engine renders: the messages as the template wants them, template variables, text appended
+after the generation prompt (a forced call's opening), the GBNF grammar, the thinking budget.
+
+Dialects (the opening of a call as the model writes it):
+
+=============  ==============================================================  ============
+name           call text                                                       families
+=============  ==============================================================  ============
+hermes         ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``       Qwen 2.5/3, GLM
+qwen3_coder    ``<tool_call><function=f><parameter=k>v</parameter>...``         Qwen3-Coder
+llama3         ``{"name": .., "parameters": {..}}`` (``<|python_tag|>``)        Llama 3.x
+mistral        ``[TOOL_CALLS][{"name": .., "arguments": {..}}]`` or ``f[ARGS]{}``  Mistral
+lfm            ``<|tool_call_start|>[f(k="v")]<|tool_call_end|>``               LFM2/LFM3
+gemma          ``<|tool_call>call:f{k:<|"|>v<|"|>}<tool_call|>``                Gemma 4
+json           hermes tags, the tools described in the system message by Hypnos  any other
+=============  ==============================================================  ============
+
+Everything here is pure string work (no llama.cpp), unit-tested on sample outputs.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+
+#: Thinking-token budgets of ``reasoning_effort`` (spec 7.1); None = unbounded.
+EFFORT_BUDGETS = {"none": 0, "minimal": 512, "low": 512, "medium": 2048, "high": 6144}
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str                      # a JSON object serialised as a string
+
+
+@dataclass
+class ToolCallError:
+    """A call the model started but that did not parse (Pantheon's ``tool_call_error``)."""
+    code: str                           # unparseable_call | unknown_function
+    message: str
+    function: str | None = None
+
+    def to_wire(self) -> dict:
+        out = {"code": self.code, "message": self.message}
+        if self.function:
+            out["function"] = self.function
+        return out
+
+
+class CallParseError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------------- dialects
+
+class ToolDialect:
+    """Base: a call starts with one of ``openers`` and ends with ``close`` (or at the end of
+    the answer when ``close`` is empty)."""
+    name = "base"
+    openers: tuple[str, ...] = ()
+    close = ""
+    #: The template renders ``tools`` itself (else Hypnos describes them in the system message).
+    native = True
+
+    def parse(self, block: str) -> list[ToolCall]:
+        """Calls in ``block`` (opener to close, both included). Raises CallParseError."""
+        raise NotImplementedError
+
+    def forced_prefix(self, name: str | None) -> str:
+        """Text appended after the generation prompt that starts a call (to ``name``)."""
+        return self.openers[0]
+
+    def grammar(self, tools: list[dict], name: str | None) -> str | None:
+        """GBNF for what follows ``forced_prefix``: one call to ``name`` (any tool when None)
+        whose arguments follow the tool's JSON schema. None when the dialect has none."""
+        return None
+
+    def render_call(self, call: dict) -> str:
+        """An assistant message's call as this dialect writes it (for templates that do not
+        render ``tool_calls``)."""
+        return self.openers[0] + json.dumps(
+            {"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False) + self.close
+
+
+def _arguments_object(raw) -> dict:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise CallParseError(f"arguments are not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise CallParseError("arguments must be a JSON object")
+    return raw
+
+
+def _json_call(obj, args_key: str = "arguments") -> ToolCall:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        raise CallParseError("a call must be an object with a string 'name'")
+    args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
+    return ToolCall(obj["name"], json.dumps(_arguments_object(args), ensure_ascii=False))
+
+
+def _lit(text: str) -> str:
+    """A GBNF string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _json_values(text: str) -> list:
+    """Every JSON value in ``text``, one after another (separated by whitespace, commas or
+    semicolons)."""
+    decoder = json.JSONDecoder()
+    values, i = [], 0
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,;":
+            i += 1
+        if i >= len(text):
+            return values
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise CallParseError(f"not JSON: {exc}") from None
+        values.append(value)
+
+
+def _schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> str:
+    """GBNF (rule ``call``) for ``{"name": <name>, "<args_key>": <arguments>}`` over the
+    offered tools, from llama.cpp's own JSON-schema converter."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    options = []
+    for tool in tools:
+        fn = tool["function"]
+        if name is not None and fn["name"] != name:
+            continue
+        params = fn.get("parameters") or {"type": "object"}
+        options.append({"type": "object",
+                        "properties": {"name": {"const": fn["name"]}, args_key: params},
+                        "required": ["name", args_key]})
+    schema = options[0] if len(options) == 1 else {"oneOf": options}
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(schema), prop_order=["name", args_key])
+    except Exception:           # a schema feature the converter lacks: plain JSON arguments
+        loose = [{"type": "object", "properties": {"name": {"const": o["properties"]["name"]["const"]},
+                                                   args_key: {"type": "object"}},
+                  "required": ["name", args_key]} for o in options]
+        gbnf = json_schema_to_gbnf(json.dumps(loose[0] if len(loose) == 1 else {"oneOf": loose}),
+                                   prop_order=["name", args_key])
+    return re.sub(r"(?m)^root ::=", "call ::=", gbnf).rstrip("\n") + "\n"
+
+
+class HermesDialect(ToolDialect):
+    name = "hermes"
+    openers = ("<tool_call>",)
+    close = "</tool_call>"
+
+    def parse(self, block: str) -> list[ToolCall]:
+        body = block[len(self.openers[0]):]
+        if body.endswith(self.close):
+            body = body[:-len(self.close)]
+        values = _json_values(body.strip())
+        if not values:
+            raise CallParseError("empty tool call")
+        return [_json_call(v) for v in values]
+
+    def forced_prefix(self, name: str | None) -> str:
+        return self.openers[0] + "\n"
+
+    def grammar(self, tools, name):
+        return _schema_call_grammar(tools, name, "arguments") + \
+            f"root ::= call {_lit(chr(10) + self.close)}\n"
+
+    def render_call(self, call: dict) -> str:
+        return (f"{self.openers[0]}\n" + json.dumps(
+            {"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
+            + f"\n{self.close}")
+
+
+class JsonDialect(HermesDialect):
+    """For templates with no tool format: Hermes tags, tools described by Hypnos."""
+    name = "json"
+    native = False
+
+    @staticmethod
+    def instructions(tools: list[dict]) -> str:
+        specs = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools)
+        return ("You can call the following tools. To call one, answer with\n<tool_call>\n"
+                '{"name": "<tool name>", "arguments": {<arguments as JSON>}}\n</tool_call>\n'
+                f"Tools:\n{specs}")
+
+
+class Qwen3CoderDialect(ToolDialect):
+    name = "qwen3_coder"
+    openers = ("<tool_call>",)
+    close = "</tool_call>"
+    _FUNC = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.S)
+    _PARAM = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
+
+    def parse(self, block: str) -> list[ToolCall]:
+        calls = []
+        for fname, body in self._FUNC.findall(block):
+            args = {}
+            for key, raw in self._PARAM.findall(body):
+                try:
+                    args[key] = json.loads(raw)
+                except json.JSONDecodeError:
+                    args[key] = raw
+            calls.append(ToolCall(fname, json.dumps(args, ensure_ascii=False)))
+        if not calls:
+            raise CallParseError("no <function=...> block in the tool call")
+        return calls
+
+    def forced_prefix(self, name):
+        return self.openers[0] + "\n" + (f"<function={name}>\n" if name else "<function=")
+
+    def grammar(self, tools, name):
+        # Required parameters first, in schema order, then any optional ones; values are
+        # free text up to the closing tag (this dialect carries values as text).
+        rules, alts = [], []
+        for i, tool in enumerate(tools):
+            fn = tool["function"]
+            if name is not None and fn["name"] != name:
+                continue
+            schema = fn.get("parameters") or {}
+            params = schema.get("properties") or {}
+            required = [k for k in schema.get("required", []) if k in params]
+            optional = [k for k in params if k not in required]
+            parts = [] if name is not None else [_lit(fn["name"] + ">\n")]
+            parts += [f'{_lit(f"<parameter={k}>" + chr(10))} value {_lit(chr(10) + "</parameter>" + chr(10))}'
+                      for k in required]
+            if optional:
+                keys = " | ".join(_lit(f"<parameter={k}>\n") for k in optional)
+                parts.append(f'(({keys}) value {_lit(chr(10) + "</parameter>" + chr(10))})*')
+            rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
+            alts.append(f"f{i}")
+        return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) "
+                + _lit("</function>\n" + self.close) + "\nvalue ::= [^<]*\n")
+
+    def render_call(self, call):
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
+                         "</parameter>\n" for k, v in call["arguments"].items())
+        return f"<tool_call>\n<function={call['name']}>\n{params}</function>\n</tool_call>"
+
+
+class Llama3Dialect(ToolDialect):
+    name = "llama3"
+    openers = ("<|python_tag|>", '{"name"')
+    close = ""
+
+    def parse(self, block):
+        body = block.removeprefix("<|python_tag|>").strip()
+        values = _json_values(body)
+        if not values:
+            raise CallParseError("empty tool call")
+        return [_json_call(v, "parameters") for v in values]
+
+    def forced_prefix(self, name):
+        return ""
+
+    def grammar(self, tools, name):
+        return _schema_call_grammar(tools, name, "parameters") + "root ::= call\n"
+
+    def render_call(self, call):
+        return json.dumps({"name": call["name"], "parameters": call["arguments"]},
+                          ensure_ascii=False)
+
+
+class MistralDialect(ToolDialect):
+    name = "mistral"
+    openers = ("[TOOL_CALLS]",)
+    close = ""
+
+    def parse(self, block):
+        body = block[len(self.openers[0]):].strip()
+        if "[ARGS]" in body:            # v11+: name[ARGS]{...} per call
+            calls = []
+            for part in body.split("[TOOL_CALLS]"):
+                fname, _, args = part.partition("[ARGS]")
+                values = _json_values(args)
+                if not fname.strip() or len(values) != 1:
+                    raise CallParseError("a call must be name[ARGS]{...}")
+                calls.append(ToolCall(fname.strip(), json.dumps(_arguments_object(values[0]),
+                                                                 ensure_ascii=False)))
+            return calls
+        values = _json_values(body)
+        if len(values) == 1 and isinstance(values[0], list):
+            values = values[0]
+        if not values:
+            raise CallParseError("empty tool call")
+        return [_json_call(v) for v in values]
+
+    def grammar(self, tools, name):
+        return _schema_call_grammar(tools, name, "arguments") + 'root ::= "[" call "]"\n'
+
+    def render_call(self, call):
+        return "[TOOL_CALLS]" + json.dumps([{"name": call["name"], "arguments": call["arguments"]}],
+                                           ensure_ascii=False)
+
+
+class LfmDialect(ToolDialect):
+    """Pythonic calls: ``[get_weather(city="Paris"), now()]``."""
+    name = "lfm"
+    openers = ("<|tool_call_start|>",)
+    close = "<|tool_call_end|>"
+
+    def parse(self, block):
+        body = block[len(self.openers[0]):]
+        body = body.removesuffix(self.close).strip()
+        try:
+            tree = ast.parse(body, mode="eval").body
+        except SyntaxError as exc:
+            raise CallParseError(f"not a Python call list: {exc.msg}") from None
+        items = tree.elts if isinstance(tree, ast.List) else [tree]
+        calls = []
+        for item in items:
+            if not isinstance(item, ast.Call) or not isinstance(item.func, ast.Name):
+                raise CallParseError("each call must be name(key=value, ...)")
+            try:
+                args = {kw.arg: ast.literal_eval(kw.value) for kw in item.keywords}
+            except ValueError:
+                raise CallParseError("call arguments must be literals") from None
+            calls.append(ToolCall(item.func.id, json.dumps(args, ensure_ascii=False)))
+        return calls
+
+    def forced_prefix(self, name):
+        return self.openers[0] + "[" + (f"{name}(" if name else "")
+
+    def render_call(self, call):
+        args = ", ".join(f"{k}={v!r}" for k, v in call["arguments"].items())
+        return f"{self.openers[0]}[{call['name']}({args})]{self.close}"
+
+
+class GemmaDialect(ToolDialect):
+    """``call:name{key:<q>text<q>,n:5}``; Gemma 4 quotes strings with ``<|"|>``,
+    FunctionGemma with ``<escape>``."""
+    name = "gemma"
+
+    def __init__(self, opener="<|tool_call>", close="<tool_call|>", quote='<|"|>'):
+        self.openers = (opener,)
+        self.close = close
+        self.quote = quote
+
+    def parse(self, block):
+        body = block[len(self.openers[0]):].removesuffix(self.close).strip()
+        m = re.fullmatch(r"call:([\w.\-]+)\{(.*)\}", body, re.S)
+        if not m:
+            raise CallParseError("a call must be call:name{...}")
+        return [ToolCall(m.group(1), json.dumps(self._object(m.group(2)), ensure_ascii=False))]
+
+    def _object(self, text: str) -> dict:
+        # Strings are quoted with self.quote; other values are JSON literals.
+        out, i, q = {}, 0, self.quote
+        while i < len(text):
+            colon = text.find(":", i)
+            if colon < 0:
+                raise CallParseError("expected key:value")
+            key = text[i:colon].strip().strip(",").strip()
+            j = colon + 1
+            if text.startswith(q, j):
+                end = text.find(q, j + len(q))
+                if end < 0:
+                    raise CallParseError("unterminated string")
+                out[key] = text[j + len(q):end]
+                i = end + len(q)
+            else:
+                end = text.find(",", j)
+                end = len(text) if end < 0 else end
+                raw = text[j:end].strip()
+                try:
+                    out[key] = json.loads(raw)
+                except json.JSONDecodeError:
+                    out[key] = raw
+                i = end
+            while i < len(text) and text[i] in ", \n":
+                i += 1
+        return out
+
+    def forced_prefix(self, name):
+        return self.openers[0] + "call:" + (f"{name}{{" if name else "")
+
+    def render_call(self, call):
+        q = self.quote
+        args = ",".join(f"{k}:{q}{v}{q}" if isinstance(v, str) else f"{k}:{json.dumps(v)}"
+                        for k, v in call["arguments"].items())
+        return f"{self.openers[0]}call:{call['name']}{{{args}}}{self.close}"
+
+
+@dataclass(frozen=True)
+class ThinkDialect:
+    open: str
+    close: str
+
+
+@dataclass
+class ChatFormat:
+    tools: ToolDialect | None
+    think: ThinkDialect | None
+    #: The template reads ``tools`` (else the json dialect's instructions are injected).
+    template_reads_tools: bool = False
+    template_reads_tool_calls: bool = False
+
+
+def detect(template: str, tool_format: str = "auto") -> ChatFormat:
+    """The family's dialects from markers in its chat template. ``tool_format`` (the
+    model's config) forces one by name, or "none" for a model without tool calling."""
+    t = template or ""
+    if "<|tool_call>" in t:
+        tools: ToolDialect = GemmaDialect()
+    elif "<start_function_call>" in t:
+        tools = GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>")
+    elif "<function=" in t and "<tool_call>" in t:
+        tools = Qwen3CoderDialect()
+    elif "<tool_call>" in t:
+        tools = HermesDialect()
+    elif "<|tool_call_start|>" in t:
+        tools = LfmDialect()
+    elif "[TOOL_CALLS]" in t:
+        tools = MistralDialect()
+    elif "<|python_tag|>" in t or ("<|start_header_id|>" in t and "tools" in t):
+        tools = Llama3Dialect()
+    else:
+        tools = JsonDialect()
+    reads_tools = bool(re.search(r"\btools\b", t))
+    if not reads_tools and tools.native:
+        tools = JsonDialect()            # markers without a tools block: describe them
+    if tool_format == "none":
+        tools = None
+    elif tool_format != "auto":
+        tools = DIALECTS[tool_format]()
+    think = None
+    if "<think>" in t:
+        think = ThinkDialect("<think>", "</think>")
+    elif "<|channel>" in t:
+        think = ThinkDialect("<|channel>thought\n", "<channel|>")
+    reads_calls = "tool_calls" in t
+    return ChatFormat(tools, think, reads_tools, reads_calls)
+
+
+DIALECTS = {"hermes": HermesDialect, "json": JsonDialect, "qwen3_coder": Qwen3CoderDialect,
+            "llama3": Llama3Dialect, "mistral": MistralDialect, "lfm": LfmDialect,
+            "gemma": GemmaDialect}
+TOOL_FORMATS = ("auto", "none", *DIALECTS)
+
+
+# --------------------------------------------------------------------- preparation
+
+@dataclass
+class Prepared:
+    """What the engine renders and how it reads the answer."""
+    messages: list[dict]
+    template_vars: dict = field(default_factory=dict)
+    tools: list[dict] | None = None      # handed to the template (native dialects)
+    prefix: str = ""                     # appended after the generation prompt
+    grammar: str | None = None
+    think_budget: int | None = None      # thinking tokens; 0 = close at once; None = no bound
+    tools_active: bool = False
+
+
+def think_budget(think: bool | None, effort: str | None, budget: int | None) -> int | None:
+    """Thinking tokens allowed: 0 = off (a block the model opens is closed at once), None =
+    unbounded. ``budget`` (Pantheon's reasoning_budget) wins, then effort, then think."""
+    if budget is not None:
+        return max(budget, 0)
+    if effort is not None:
+        return EFFORT_BUDGETS[effort]
+    return None if think else 0
+
+
+def prepare(fmt: ChatFormat, messages: list[dict], tools: list[dict] | None,
+            tool_choice, budget: int | None, grammar: str | None) -> Prepared:
+    """Messages and sampling constraints for one request. ``tool_choice`` is "auto",
+    "none", "required" or a function name; ``budget`` from ``think_budget``."""
+    active = bool(tools) and tool_choice != "none" and fmt.tools is not None
+    dialect = fmt.tools
+    forced = active and tool_choice != "auto"
+    out = Prepared(messages=[_history_message(m, dialect, fmt) for m in messages],
+                   tools_active=active, think_budget=budget)
+    if active and (dialect.native and fmt.template_reads_tools):
+        out.tools = tools
+    elif active:
+        out.messages = _with_instructions(out.messages, JsonDialect.instructions(tools))
+    if forced or grammar:
+        out.think_budget = 0           # a constrained answer cannot think first
+    if forced:
+        name = None if tool_choice == "required" else tool_choice
+        out.prefix = dialect.forced_prefix(name)
+        out.grammar = dialect.grammar(tools, name)
+    elif grammar and not active:
+        out.grammar = grammar
+    if fmt.think is not None:
+        out.template_vars["enable_thinking"] = out.think_budget != 0
+    return out
+
+
+def _with_instructions(messages: list[dict], text: str) -> list[dict]:
+    if messages and messages[0].get("role") in ("system", "developer"):
+        first = dict(messages[0])
+        first["content"] = f"{first.get('content') or ''}\n\n{text}".strip()
+        return [first] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
+
+
+def _history_message(m: dict, dialect: ToolDialect | None, fmt: ChatFormat) -> dict:
+    """A history message as the template gets it: no reasoning_content (spec: dropped from
+    the prompt), tool calls with their arguments as objects, and for templates that know
+    nothing of tools, calls and results written out as text."""
+    out = {k: v for k, v in m.items() if k != "reasoning_content"}
+    if out.get("role") == "developer":
+        out["role"] = "system"
+    calls = out.get("tool_calls")
+    if calls:
+        plain = [{"name": c.get("function", {}).get("name", ""),
+                  "arguments": _loads_or_keep(c.get("function", {}).get("arguments", "{}"))}
+                 for c in calls if isinstance(c, dict)]
+        if fmt.template_reads_tool_calls and dialect is not None and dialect.native:
+            out["tool_calls"] = [{**c, "function": {**c.get("function", {}),
+                                                    "arguments": p["arguments"]}}
+                                 for c, p in zip(calls, plain)]
+        else:
+            writer = dialect or JsonDialect()
+            text = "\n".join(writer.render_call(p) for p in plain)
+            out.pop("tool_calls")
+            out["content"] = (_text(out.get("content")) + "\n" + text).strip()
+    if out.get("role") == "tool" and not (fmt.template_reads_tool_calls and dialect is not None
+                                          and dialect.native):
+        out = {"role": "user", "content": f"Tool result: {_text(out.get('content'))}"}
+    return out
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def _loads_or_keep(raw):
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+            return value if isinstance(value, dict) else {"value": value}
+        except json.JSONDecodeError:
+            return {"value": raw}
+    return raw if isinstance(raw, dict) else {}
+
+
+# ------------------------------------------------------------------ response_format
+
+def response_grammar(response_format: dict) -> tuple[str | None, str]:
+    """(GBNF, response_format_status) for an OpenAI ``response_format``: ``json_object`` is
+    any JSON object; ``json_schema`` follows the schema through llama.cpp's converter, or
+    any JSON object ("schema_downgraded") when the converter cannot express the schema."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    kind = response_format.get("type")
+    if kind == "text":
+        return None, "applied"
+    any_object = json_schema_to_gbnf(json.dumps({"type": "object"}))
+    if kind == "json_object":
+        return any_object, "applied"
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            return any_object, "schema_downgraded"
+        try:
+            return json_schema_to_gbnf(json.dumps(schema)), "applied"
+        except Exception:               # a schema feature the converter lacks
+            return any_object, "schema_downgraded"
+    return None, "ignored_unknown_type"

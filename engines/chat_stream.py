@@ -1,0 +1,193 @@
+"""Reading a chat answer as it streams: stop strings, then thinking / content / tool calls.
+
+``StopMatcher`` cuts the text at the first stop string and holds back a tail that could be
+the start of one, so no partial stop text ever reaches a delta. ``AnswerSplitter`` sorts the
+remaining text into reasoning (inside the thinking block), content and tool calls, holding
+back any tail that could be the start of a delimiter, so delimiters never leak either.
+Both are pure and fed piece by piece from the engine's caller thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypnos.engines.chat_format import (CallParseError, ThinkDialect, ToolCall, ToolCallError,
+                                        ToolDialect)
+
+
+def _partial_tail(text: str, markers) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best
+
+
+class StopMatcher:
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.buf = ""
+        self.hit = False
+
+    def feed(self, text: str) -> str:
+        """The text that is certainly before any stop string. After a hit, ``hit`` is True
+        and nothing more is returned."""
+        if self.hit:
+            return ""
+        if not self.stops:
+            return text
+        self.buf += text
+        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.hit = True
+            out, self.buf = self.buf[:cut], ""
+            return out
+        keep = _partial_tail(self.buf, self.stops)
+        out = self.buf[:len(self.buf) - keep]
+        self.buf = self.buf[len(self.buf) - keep:]
+        return out
+
+    def flush(self) -> str:
+        out, self.buf = ("" if self.hit else self.buf), ""
+        return out
+
+
+@dataclass
+class Piece:
+    kind: str                            # reasoning | content | call
+    text: str = ""
+    call: ToolCall | None = None
+
+
+@dataclass
+class AnswerSplitter:
+    """``think``: the thinking dialect, ``in_think``: the prompt already opened the block;
+    ``tools``: the dialect when tool calls are active; ``prefix``: text the server wrote
+    after the generation prompt (a forced call's opening), read as the answer's start."""
+    think: ThinkDialect | None = None
+    in_think: bool = False
+    tools: ToolDialect | None = None
+    prefix: str = ""
+    known: frozenset[str] = frozenset()           # the offered tools' names
+    errors: list[ToolCallError] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.buf = ""
+        self.mode = "think" if self.in_think else ("maybe_think" if self.think else "content")
+        self.strip_next = False
+        self.strip_reasoning = True          # the newline after the opening delimiter
+        self.call_buf = ""
+        if self.prefix and self.tools is not None and any(
+                self.prefix.startswith(o) for o in self.tools.openers):
+            self.mode, self.call_buf = "call", self.prefix
+
+    def feed(self, text: str) -> list[Piece]:
+        self.buf += text
+        out: list[Piece] = []
+        while True:
+            before = (self.mode, len(self.buf))
+            getattr(self, "_" + self.mode)(out)
+            if (self.mode, len(self.buf)) == before:
+                return out
+
+    def finish(self) -> list[Piece]:
+        """Everything still held back, at the end of the answer."""
+        out: list[Piece] = []
+        if self.mode == "maybe_think":
+            self.mode = "content"
+        if self.mode == "think":
+            if self.buf:
+                out.append(Piece("reasoning", self.buf))
+        elif self.mode == "content":
+            text = self.buf.lstrip() if self.strip_next else self.buf
+            if text:
+                out.append(Piece("content", text))
+        elif self.mode == "call":
+            self.call_buf += self.buf
+            self._parse_block(self.call_buf, out)
+        self.buf = self.call_buf = ""
+        return out
+
+    # --------------------------------------------------------------- modes
+
+    def _maybe_think(self, out):
+        head = self.buf.lstrip()
+        if head.startswith(self.think.open):
+            self.buf = head[len(self.think.open):]
+            self.mode = "think"
+        elif head and not self.think.open.startswith(head):
+            self.mode = "content"
+            self.strip_next = True
+
+    def _think(self, out):
+        if self.strip_reasoning:
+            self.buf = self.buf.lstrip()
+            if not self.buf:
+                return
+            self.strip_reasoning = False
+        close = self.think.close
+        at = self.buf.find(close)
+        if at >= 0:
+            if at:
+                out.append(Piece("reasoning", self.buf[:at]))
+            self.buf = self.buf[at + len(close):]
+            self.mode = "content"
+            self.strip_next = True
+            return
+        keep = _partial_tail(self.buf, [close])
+        if len(self.buf) > keep:
+            out.append(Piece("reasoning", self.buf[:len(self.buf) - keep]))
+            self.buf = self.buf[len(self.buf) - keep:]
+
+    def _content(self, out):
+        if self.strip_next:
+            self.buf = self.buf.lstrip()
+            if not self.buf:
+                return
+            self.strip_next = False
+        openers = self.tools.openers if self.tools is not None else ()
+        hits = [i for i in (self.buf.find(o) for o in openers) if i >= 0]
+        if hits:
+            at = min(hits)
+            if self.buf[:at].strip():
+                out.append(Piece("content", self.buf[:at]))
+            self.call_buf, self.buf = self.buf[at:], ""
+            self.mode = "call"
+            return
+        keep = _partial_tail(self.buf, openers)
+        if len(self.buf) > keep:
+            out.append(Piece("content", self.buf[:len(self.buf) - keep]))
+            self.buf = self.buf[len(self.buf) - keep:]
+
+    def _call(self, out):
+        self.call_buf += self.buf
+        self.buf = ""
+        close = self.tools.close
+        if not close:
+            return                                   # the call runs to the end
+        at = self.call_buf.find(close)
+        if at < 0:
+            return
+        block, rest = self.call_buf[:at + len(close)], self.call_buf[at + len(close):]
+        self._parse_block(block, out)
+        self.call_buf, self.buf = "", rest
+        self.mode = "content"
+        self.strip_next = True
+
+    def _parse_block(self, block: str, out: list[Piece]):
+        try:
+            calls = self.tools.parse(block)
+        except CallParseError as exc:
+            self.errors.append(ToolCallError("unparseable_call", f"{exc}: {block[:200]!r}"))
+            return
+        for call in calls:
+            if self.known and call.name not in self.known:
+                self.errors.append(ToolCallError(
+                    "unknown_function", f"the model called {call.name!r}, which is not in tools",
+                    function=call.name))
+                continue
+            self.calls.append(call)
+            out.append(Piece("call", call=call))

@@ -1,0 +1,87 @@
+"""Running one text-generation request as ``n`` engine calls, plain or streamed.
+
+Shared by /v1/chat/completions and /v1/completions: choice ``i`` decodes with ``seed + i``
+(Pantheon), all choices run at once (the engine queues those beyond its slots), the prompt
+counts once in usage. Streaming hands each ``ChatDelta`` to the event loop as it is decoded,
+sends keep-alive comments while nothing comes, and stops every choice at the next token when
+the client goes away.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import threading
+from typing import Awaitable, Callable
+
+from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, ChatTimings
+from hypnos.service.engine_call import run_engine
+
+KEEPALIVE_SECS = 10.0
+
+
+def choice_requests(req: ChatRequest, n: int) -> list[ChatRequest]:
+    """One request per choice; with n > 1 choice i uses seed + i (a random base seed when
+    none was sent, so the choices differ but each stays reproducible from its own seed)."""
+    if n == 1:
+        return [req]
+    base = req.seed if req.seed is not None else random.getrandbits(31)
+    # Only the first choice keeps the session binding (one slot per session).
+    return [dataclasses.replace(req, seed=base + i, session_key=req.session_key if i == 0
+                                else None) for i in range(n)]
+
+
+async def run_choices(engine, reqs: list[ChatRequest]) -> list[ChatResult]:
+    cancel = threading.Event()
+    return list(await asyncio.gather(*(run_engine(engine.chat, r, None, cancel=cancel)
+                                       for r in reqs)))
+
+
+async def stream_choices(engine, reqs: list[ChatRequest],
+                         send_delta: Callable[[int, ChatDelta], Awaitable[None]],
+                         send_keepalive: Callable[[], Awaitable[None]]) -> list[ChatResult]:
+    """Run the choices, awaiting ``send_delta(index, delta)`` for each delta in decode
+    order. Raises what an engine call raised (the others are cancelled first)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+
+    def forward(index: int):
+        return lambda delta: loop.call_soon_threadsafe(queue.put_nowait, (index, delta))
+
+    tasks = [asyncio.ensure_future(run_engine(engine.chat, r, forward(i), cancel=cancel))
+             for i, r in enumerate(reqs)]
+    everything = asyncio.gather(*tasks)
+    everything.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
+            except asyncio.TimeoutError:
+                await send_keepalive()
+                continue
+            if item is None:
+                break
+            await send_delta(*item)
+        return everything.result()
+    except BaseException:
+        cancel.set()                           # stop every choice at its next token
+        await asyncio.wait(tasks)
+        raise
+
+
+def usage(results: list[ChatResult]) -> dict:
+    """The prompt once, completion tokens summed over the choices, the KV numbers of the
+    first choice (the session's slot)."""
+    first = results[0]
+    completion = sum(r.completion_tokens for r in results)
+    out = {"prompt_tokens": first.prompt_tokens, "completion_tokens": completion,
+           "total_tokens": first.prompt_tokens + completion,
+           "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
+    if first.kv_cap:
+        out["kv_used"], out["kv_cap"] = first.kv_used, first.kv_cap
+    return out
+
+
+def merged_timings(results: list[ChatResult]) -> ChatTimings:
+    return results[0].timings

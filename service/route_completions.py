@@ -1,0 +1,149 @@
+"""POST /v1/completions: the legacy single-string completion (Fermion), streaming too.
+
+The prompt goes to the model as it is (no chat template). Shares sampling, stop strings,
+``n``, the 422 and the engine path with chat; ``logprobs`` is the legacy integer (0..5) and
+answers in the legacy shape (tokens / token_logprobs / top_logprobs / text_offset).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, EngineError
+from hypnos.service import errors
+from hypnos.service.chat_request import _number, parse_n, parse_sampling, parse_stream
+from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
+                                       stream_choices, usage)
+from hypnos.service.http import deadline_ms, json_body, require_ready
+from hypnos.service.route_chat import (ContextOverBudget, check_text_model, engine_error,
+                                       record, sse)
+from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
+
+bp = Blueprint("completions")
+MAX_LEGACY_LOGPROBS = 5
+
+
+def _prompt(body: dict, limits) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise errors.InvalidRequest("'prompt' must be a non-empty string (or an array of one)",
+                                    param="prompt")
+    if len(prompt) > limits.max_prompt_chars:
+        raise errors.InvalidRequest(f"'prompt' holds {len(prompt)} characters, above "
+                                    f"max_prompt_chars ({limits.max_prompt_chars})",
+                                    param="prompt")
+    return prompt
+
+
+def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
+    tokens, offsets, at = [], [], offset
+    for lp in r.logprobs or []:
+        tokens.append(lp.token)
+        offsets.append(at)
+        at += len(lp.token)
+    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in r.logprobs or []],
+            "top_logprobs": [{t: v for t, _, v in lp.top} for lp in r.logprobs or []],
+            "text_offset": offsets}
+
+
+@bp.post("/v1/completions")
+async def completions(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    limits = request.app.ctx.config.limits
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
+    prompt = _prompt(body, limits)
+    stream, include_usage = parse_stream(body)
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise errors.InvalidRequest("'echo' must be a boolean", param="echo")
+    top = _number(body, "logprobs", 0, MAX_LEGACY_LOGPROBS, integer=True)
+    n, n_status = parse_n(body)
+    req = ChatRequest(messages=[], prompt=prompt, logprobs=top is not None, top_logprobs=top or 0,
+                      **parse_sampling(body, limits, default_max_tokens=16))
+    st = check_text_model(request, model)
+    sched = request.app.ctx.scheduler
+    window = sched.context_window(st)
+    estimate = max(2048, len(prompt) // 4 + req.max_tokens)
+    async with sched.lease(model, deadline_ms=deadline_ms(request),
+                           context_len=min(estimate, window)) as lease:
+        reqs = choice_requests(req, n)
+        base = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion",
+                "created": int(time.time()), "model": model}
+        if n_status:
+            base["n_status"] = n_status
+        started = time.monotonic()
+        if stream:
+            return await _stream(request, lease, reqs, base, echo, include_usage, window)
+        try:
+            results = await run_choices(lease.engine, reqs)
+        except EngineError as exc:
+            raise engine_error(exc, window) from None
+        record(request, lease, results[0])
+        head = prompt if echo else ""
+        out = {**base, "choices": [
+            {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
+             "logprobs": _legacy_logprobs(r, len(head)) if r.logprobs is not None else None}
+            for i, r in enumerate(results)],
+            "usage": usage(results),
+            "hypnos_telemetry": _telemetry(sched, lease, results, started)}
+        return json_response(out, headers=wait_headers(lease))
+
+
+def _telemetry(sched, lease, results, started) -> dict:
+    timings = merged_timings(results)
+    timings.queue_ms += lease.queue_ms
+    return telemetry(lease, sched.placement_of(lease.model).to_wire(),
+                     (time.monotonic() - started) * 1000, engine_timings(timings))
+
+
+async def _stream(request, lease, reqs, base, echo, include_usage, window):
+    response = await request.respond(content_type="text/event-stream",
+                                     headers={"cache-control": "no-cache",
+                                              **wait_headers(lease)})
+    choice = lambda i, text, finish=None, **extra: sse(  # noqa: E731
+        {**base, "choices": [{"index": i, "text": text, "finish_reason": finish,
+                              "logprobs": None, **extra}]})
+    if echo:
+        for i in range(len(reqs)):
+            await response.send(choice(i, reqs[i].prompt))
+
+    async def send_delta(index: int, d: ChatDelta) -> None:
+        if d.content:
+            await response.send(choice(index, d.content))
+
+    started = time.monotonic()
+    sched = request.app.ctx.scheduler
+    try:
+        results = await stream_choices(lease.engine, reqs, send_delta,
+                                       lambda: response.send(": keep-alive\n\n"))
+    except EngineError as exc:
+        err = engine_error(exc, window)
+        error = {"message": err.message,
+                 "type": err.type if isinstance(err, ContextOverBudget) else "server_error"}
+        await response.send(sse({**base, "choices": [{"index": 0, "text": "",
+                                                      "finish_reason": "error"}],
+                                 "error": error}))
+        await response.send("data: [DONE]\n\n")
+        await response.eof()
+        return None
+    record(request, lease, results[0])
+    tele = _telemetry(sched, lease, results, started)
+    for i, r in enumerate(results):
+        last = i == len(results) - 1
+        extra = {"usage": usage(results), "hypnos_telemetry": tele} if last else {}
+        await response.send(sse({**base, "choices": [{"index": i, "text": "", "logprobs": None,
+                                                      "finish_reason": r.finish_reason}],
+                                 **extra}))
+    if include_usage:
+        await response.send(sse({**base, "choices": [], "usage": usage(results)}))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
+    return None
