@@ -155,19 +155,22 @@ class Projector:
         marker. ``text`` must hold exactly ``len(media)`` markers, in order. Special tokens in
         ``text`` are parsed (it is a rendered chat template); ``add_special`` adds the model's
         BOS as ``llama_tokenize`` would, for a template that does not write it. Blocks for
-        the image decode; raises MediaDecodeError for bad media or a count mismatch."""
+        the media decode (images are decoded before the lock is taken, so a large one does
+        not hold up ``evaluate``); raises MediaDecodeError for bad media or a count
+        mismatch."""
         count = text.count(self.marker)
         if count != len(media):
             raise MediaDecodeError(f"the prompt holds {count} media markers for "
                                    f"{len(media)} media items")
+        decoded = [self._decode(data, i) for i, data in enumerate(media)]
         mt = self._mt
         with self._lock:
             ctx = self._live_ctx()
             bitmaps = []
             chunks = None
             try:
-                for i, data in enumerate(media):
-                    bitmaps.append(self._bitmap(ctx, data, i))
+                for i, item in enumerate(decoded):
+                    bitmaps.append(self._bitmap(ctx, item, i))
                 raw = text.encode("utf-8")
                 inp = mt.mtmd_input_text()
                 inp.text, inp.text_len = raw, len(raw)
@@ -190,26 +193,34 @@ class Projector:
                 for bitmap in bitmaps:
                     mt.mtmd_bitmap_free(bitmap)
 
-    def _bitmap(self, ctx, data: bytes, index: int):
-        """One media item as an ``mtmd_bitmap`` (the caller frees it)."""
-        mt = self._mt
+    def _decode(self, data: bytes, index: int) -> bytes | tuple[int, int, bytes]:
+        """Audio stays encoded (libmtmd decodes and resamples it); an image becomes
+        (width, height, RGB). Refuses a modality the projector lacks."""
         if _is_audio(data):
             if not self.audio:
                 raise MediaDecodeError(f"media item {index} is audio and this model's "
                                        "projector has no audio encoder", index)
-            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+            return data
+        if not self.vision:
+            raise MediaDecodeError(f"media item {index} is not audio (WAV, MP3, FLAC) and "
+                                   "this model's projector has no vision encoder", index)
+        return _decode_image(data, index)
+
+    def _bitmap(self, ctx, item: bytes | tuple[int, int, bytes], index: int):
+        """One decoded media item as an ``mtmd_bitmap`` (the caller frees it). Under the
+        lock: the audio helper reads the context."""
+        mt = self._mt
+        if isinstance(item, bytes):
+            buf = (ctypes.c_uint8 * len(item)).from_buffer_copy(item)
             wrapper = mt.mtmd_helper_bitmap_init_from_buf_wrapper(
-                ctx, buf, len(data), False, mt.mtmd_helper_init_opt_default())
+                ctx, buf, len(item), False, mt.mtmd_helper_init_opt_default())
             if wrapper.video_ctx:
                 mt.mtmd_helper_video_free(wrapper.video_ctx)
             if not wrapper.bitmap:
                 raise MediaDecodeError(f"media item {index}: the audio could not be decoded",
                                        index)
             return wrapper.bitmap
-        if not self.vision:
-            raise MediaDecodeError(f"media item {index} is an image and this model's "
-                                   "projector has no vision encoder", index)
-        width, height, rgb = _decode_image(data, index)
+        width, height, rgb = item
         bitmap = mt.mtmd_bitmap_init(width, height,
                                      (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
         if not bitmap:
@@ -268,6 +279,6 @@ def _decode_image(data: bytes, index: int) -> tuple[int, int, bytes]:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError,
             Image.DecompressionBombError) as exc:
-        raise MediaDecodeError(f"media item {index} is not an image this server decodes "
-                               f"({exc.__class__.__name__})", index) from exc
+        raise MediaDecodeError(f"media item {index} is neither an image nor audio this "
+                               f"server decodes ({exc.__class__.__name__})", index) from exc
     return width, height, rgb

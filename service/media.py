@@ -113,7 +113,8 @@ async def system_resolver(host: str, port: int) -> list[str]:
 
 
 async def fetch_url(url: str, param: str, *, max_bytes: int, limit_name: str,
-                    allow_private: bool, timeout_s: float = FETCH_TIMEOUT_S, resolve: Resolver = system_resolver,
+                    allow_private: bool, timeout_s: float = FETCH_TIMEOUT_S,
+                    resolve: Resolver = system_resolver,
                     is_public: Callable[[str], bool] = is_public_address) -> bytes:
     """GET an http(s) URL, following up to MAX_REDIRECTS redirects, each hop's host checked
     (see the module doc), the body capped at ``max_bytes`` (``limit_name`` names that limit

@@ -7,7 +7,6 @@ that the model sees anything in the image.
 """
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 
@@ -28,12 +27,12 @@ THREADS = min(2, len(os.sched_getaffinity(0)))
 SPEC = TinyVision()
 
 
-def _png(width: int, height: int) -> bytes:
+def _png(width: int, height: int, fmt: str = "PNG") -> bytes:
     img = Image.new("RGB", (width, height))
     img.putdata([((x * 7) % 256, (y * 13) % 256, (x * y) % 256)
                  for y in range(height) for x in range(width)])
     out = io.BytesIO()
-    img.save(out, format="PNG")
+    img.save(out, format=fmt)
     return out.getvalue()
 
 
@@ -125,6 +124,14 @@ def test_two_images_in_order(projector, model):
     with projector.tokenize(prompt, [_png(32, 32), _png(64, 16)]) as chunks:
         text_only = _text_tokens(model, prompt.replace(projector.marker, ""))
         assert chunks.n_tokens == text_only + 2 * SPEC.n_patches
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP", "GIF", "BMP"])
+def test_other_image_formats(projector, model, fmt):
+    """WebP is why images go through Pillow: libmtmd's stb_image has no WebP decoder."""
+    prompt = f"see {projector.marker} ok"
+    with projector.tokenize(prompt, [_png(40, 40, fmt)]) as chunks:
+        assert chunks.n_tokens == _text_tokens(model, "see  ok") + SPEC.n_patches
 
 
 def test_undecodable_image_is_a_media_error(projector):
