@@ -10,7 +10,8 @@ import pytest
 from hypnos.engines.base import (
     ChatRequest, ContextOverflow, EngineError, InvalidGrammar, LoadSpec,
 )
-from hypnos.engines.llama import LlamaChatEngine, _collect
+from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
+from hypnos.engines.llama import AnswerReader, LlamaChatEngine, _collect
 from hypnos.engines.llama_batch import Job, Sampling, Slot, pick_slot
 
 MODEL = (Path(__file__).resolve().parents[1]
@@ -44,8 +45,8 @@ def engine():
 
 def ask(engine, messages, cancel=None, **kw):
     pieces: list[str] = []
-    result = engine.chat(ChatRequest(messages=messages, **kw), pieces.append,
-                         cancel or threading.Event())
+    result = engine.chat(ChatRequest(messages=messages, **kw),
+                         lambda delta: pieces.append(delta.content), cancel or threading.Event())
     return result, pieces
 
 
@@ -135,8 +136,8 @@ def test_cancel_after_first_piece_frees_the_slot(engine):
     cancel = threading.Event()
     pieces: list[str] = []
 
-    def on_text(piece: str) -> None:
-        pieces.append(piece)
+    def on_text(delta) -> None:
+        pieces.append(delta.content)
         cancel.set()
 
     result = engine.chat(ChatRequest(messages=STORY, max_tokens=200, temperature=0),
@@ -173,11 +174,13 @@ def test_incomplete_utf8_is_held_back():
               events=queue.Queue())
     for kind, value in [("token", b"caf\xc3"), ("token", b"\xa9 \xe2\x82"), ("token", b"\xac"),
                         ("token", b"\xf0\x9f"), ("done", "length")]:
-        job.events.put((kind, value))
+        job.events.put((kind, value, None))
     pieces: list[str] = []
-    text, finish, delivered = _collect(None, job, pieces.append, threading.Event())
+    reader = AnswerReader(AnswerSplitter(), StopMatcher([]),
+                          lambda delta: pieces.append(delta.content), logprobs=False)
+    finish, delivered = _collect(None, job, reader, threading.Event())
     assert pieces == ["caf", "é ", "€"]
-    assert (text, finish, delivered) == ("café €", "length", 4)
+    assert (reader.content, finish, delivered) == ("café €", "length", 4)
 
 
 def test_unload_is_idempotent_and_chat_after_it_fails():
@@ -282,8 +285,8 @@ def test_cancelling_one_of_four_streams_leaves_the_others_intact(four_slots):
         cancel = threading.Event()
         pieces: list[str] = []
 
-        def on_text(piece: str) -> None:
-            pieces.append(piece)
+        def on_text(delta) -> None:
+            pieces.append(delta.content)
             if topic == "a robot" and len(pieces) == 3:
                 cancel.set()
 
@@ -313,7 +316,9 @@ def test_a_job_failing_to_start_fails_alone(four_slots):
                stop=threading.Event())
     loop.submit(bad)
     loop.submit(good)
+    reader = lambda: AnswerReader(AnswerSplitter(), StopMatcher([]), None, False)  # noqa: E731
     with pytest.raises(EngineError, match="could not start"):
-        _collect(loop, bad, None, threading.Event())
-    text, finish, delivered = _collect(loop, good, None, threading.Event())
-    assert (finish, delivered) == ("length", 4) and text
+        _collect(loop, bad, reader(), threading.Event())
+    good_reader = reader()
+    finish, delivered = _collect(loop, good, good_reader, threading.Event())
+    assert (finish, delivered) == ("length", 4) and good_reader.content

@@ -268,8 +268,8 @@ class _FailingEngine:
     breaking a real model mid-generation."""
 
     def chat(self, req, on_text, cancel):
-        from hypnos.engines.base import EngineError
-        on_text("Hel")
+        from hypnos.engines.base import ChatDelta, EngineError
+        on_text(ChatDelta(content="Hel"))
         raise EngineError("decode failed (injected)")
 
 
