@@ -29,6 +29,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+#: Content parts that carry media (through the model's projector), not text.
+MEDIA_PARTS = ("image_url", "input_audio")
 #: Thinking-token budgets of ``reasoning_effort`` (spec 7.1); None = unbounded.
 EFFORT_BUDGETS = {"none": 0, "minimal": 512, "low": 512, "medium": 2048, "high": 6144}
 

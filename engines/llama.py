@@ -31,7 +31,7 @@ from hypnos.engines.base import (
     TokenLogprob,
 )
 from hypnos.engines import llama_state
-from hypnos.engines.chat_format import ChatFormat, detect, prepare
+from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
 from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
 from hypnos.engines.llama_state import KVLayout, ParkedKV
@@ -94,7 +94,9 @@ class LlamaChatEngine:
         self._loop: DecodeLoop | None = None
         self._formatter = None
         self.format: ChatFormat | None = None
+        self._projector = None                 # vision / audio projector (mmproj), if any
         self._bos: int | None = None
+        self._bos_text = ""
         self.slots = 0
         self.n_ctx_per_slot = 0
         self.model_id = ""
@@ -134,12 +136,20 @@ class LlamaChatEngine:
                 self.model_id = spec.model_id
                 self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
                 n_batch = ll.llama_n_batch(self._ctx)
+                t3 = time.perf_counter()
+                mmproj = spec.files.get("aux_path")
+                if mmproj is not None:
+                    from hypnos.engines.llama_mtmd import Projector
+                    self._projector = Projector(
+                        self._model, mmproj, spec.threads or len(os.sched_getaffinity(0)),
+                        use_gpu=spec.gpu_layers != 0)
+                t4 = time.perf_counter()
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
             except BaseException:
                 self._free_locked()
                 raise
         return LoadReport(load_mode="mmap", weights_ms=(t1 - t0) * 1e3,
-                          context_ms=(t2 - t1) * 1e3,
+                          context_ms=(t2 - t1) * 1e3, projector_ms=(t4 - t3) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
 
     def _load_model(self, spec: LoadSpec):
@@ -188,6 +198,7 @@ class LlamaChatEngine:
         eos = ll.llama_vocab_eos(self._vocab)
         self._bos = bos if bos != ll.LLAMA_TOKEN_NULL and ll.llama_vocab_get_add_bos(
             self._vocab) else None
+        self._bos_text = text(bos) if self._bos is not None else ""
         text = lambda tok: (ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
                             if tok != ll.LLAMA_TOKEN_NULL else "")
         self.format = detect(template, spec.options.get("tool_format", "auto"))
@@ -203,6 +214,9 @@ class LlamaChatEngine:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+        if self._projector is not None:
+            self._projector.close()
+            self._projector = None
         if self._ctx is not None:
             self._ll.llama_free(self._ctx)
             self._ctx = None
@@ -243,13 +257,17 @@ class LlamaChatEngine:
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
-                  repetition_bound=req.repetition_bound)
-        try:
-            loop.submit(job)
-        except RuntimeError as exc:
-            raise EngineError("model unloaded") from exc
+                  repetition_bound=req.repetition_bound, prefill=built.prefill)
         reader = AnswerReader(built.splitter, StopMatcher(req.stop), on_text, req.logprobs)
-        finish, delivered = _collect(loop, job, reader, cancel)
+        try:
+            try:
+                loop.submit(job)
+            except RuntimeError as exc:
+                raise EngineError("model unloaded") from exc
+            finish, delivered = _collect(loop, job, reader, cancel)
+        finally:
+            if built.chunks is not None:
+                built.chunks.free()
         if reader.splitter.calls and finish in ("stop", "length"):
             finish = "tool_calls"
         return ChatResult(text=reader.content, finish_reason=finish,
@@ -261,8 +279,12 @@ class LlamaChatEngine:
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
-        """Tokens the request's prompt takes, exactly as ``chat`` would send it."""
-        return len(self._build(req).prompt)
+        """Tokens the request's prompt takes, exactly as ``chat`` would send it (media
+        included)."""
+        built = self._build(req)
+        if built.chunks is not None:
+            built.chunks.free()
+        return len(built.prompt)
 
     def _build(self, req: ChatRequest) -> "_Built":
         """The prompt tokens, the grammar, the thinking budget and the answer's reader."""
@@ -287,16 +309,34 @@ class LlamaChatEngine:
             tracker = ThinkBudget(think.open, think.close,
                                   self._tokenize(think.close + "\n\n", parse_special=True),
                                   budget, state="in" if in_think else "maybe")
+        names = frozenset(t["function"]["name"] for t in req.tools or ())
+        splitter = AnswerSplitter(think=think, in_think=in_think,
+                                  tools=fmt.tools if prepared.tools_active else None,
+                                  prefix=prepared.prefix, known=names)
+        if req.media:
+            return self._build_media(text, req.media, prepared.grammar, tracker, splitter)
         tokens = self._tokenize(text, parse_special=True)
         if not tokens:
             raise EngineError("the chat template rendered an empty prompt")
         if self._bos is not None and tokens[0] != self._bos:
             tokens.insert(0, self._bos)
-        names = frozenset(t["function"]["name"] for t in req.tools or ())
-        splitter = AnswerSplitter(think=think, in_think=in_think,
-                                  tools=fmt.tools if prepared.tools_active else None,
-                                  prefix=prepared.prefix, known=names)
         return _Built(tokens, prepared.grammar, tracker, splitter)
+
+    def _build_media(self, text, media, grammar, tracker, splitter) -> "_Built":
+        """Images / audio through the projector: the text and media chunks are evaluated
+        together on the decode thread when the job starts (``Job.prefill``); the prompt
+        is then placeholders (-1, never a prefix match) for the cells they fill."""
+        projector = self._projector
+        if projector is None:
+            raise EngineError("this model has no vision / audio projector (mmproj)")
+        add_bos = self._bos is not None and not text.startswith(self._bos_text)
+        chunks = projector.tokenize(text, media, add_special=add_bos)
+        n_batch = self._ll.llama_n_batch(self._ctx)
+
+        def prefill(ctx, seq_id: int) -> int:
+            return projector.evaluate(ctx, chunks, seq_id, 0, n_batch)
+
+        return _Built([-1] * chunks.n_tokens, grammar, tracker, splitter, chunks, prefill)
 
     def _check_grammar(self, grammar: str) -> None:
         """Raise InvalidGrammar in the caller's thread, before the job takes a slot."""
@@ -399,8 +439,9 @@ class LlamaChatEngine:
     def _render(self, messages: list[dict], tools: list[dict] | None, variables: dict) -> str:
         if self._formatter is None:
             raise EngineError("model not loaded")
+        marker = self._projector.marker if self._projector is not None else None
         try:
-            return self._formatter(messages=[_text_message(m) for m in messages],
+            return self._formatter(messages=[_text_message(m, marker) for m in messages],
                                    tools=tools, **variables).prompt
         except EngineError:
             raise
@@ -430,6 +471,8 @@ class _Built:
     grammar: str | None
     think: ThinkBudget | None
     splitter: AnswerSplitter
+    chunks: object = None                      # llama_mtmd.Chunks when media are sent
+    prefill: object = None                     # (ctx, seq_id) -> n_past, on the decode thread
 
 
 class AnswerReader:
@@ -525,14 +568,25 @@ def _abandon(loop: DecodeLoop, job: Job) -> None:
     loop.withdraw(job)
 
 
-def _text_message(message: dict) -> dict:
-    """A message whose content is plain text (array content keeps its text parts)."""
+def _text_message(message: dict, marker: str | None = None) -> dict:
+    """A message whose content is plain text: text parts joined, each media part replaced
+    by the projector's ``marker`` where it appears (a marker typed in the text is removed,
+    so it cannot shift the media)."""
     content = message.get("content")
     if isinstance(content, list):
-        kinds = {part.get("type") for part in content}
-        if kinds - {"text"}:
-            raise EngineError(f"this model takes text only, got content parts {sorted(kinds)}")
-        content = "".join(part.get("text", "") for part in content)
+        pieces = []
+        for part in content:
+            kind = part.get("type")
+            if kind in MEDIA_PARTS:
+                if marker is None:
+                    raise EngineError(f"this model takes text only, got a {kind} part")
+                pieces.append(marker)
+            else:
+                text = part.get("text", "")
+                pieces.append(text.replace(marker, "") if marker else text)
+        content = "".join(pieces)
+    elif isinstance(content, str) and marker:
+        content = content.replace(marker, "")
     return {**message, "content": content if content is not None else ""}
 
 

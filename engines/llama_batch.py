@@ -91,6 +91,9 @@ class Job:
     think: "ThinkBudget | None" = None          # closes the thinking block at its budget
     repetition_bound: int = 0                   # 0: no loop detection
     history: list[int] = field(default_factory=list)   # generated token ids
+    # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:
+    # (ctx, seq_id) -> positions filled. Set for prompts with images or audio.
+    prefill: Callable | None = None
 
 
 @dataclass(eq=False)
@@ -363,6 +366,9 @@ class DecodeLoop:
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix and set up the job's sampler."""
         job = slot.job
+        if job.prefill is not None:
+            self._start_prefilled(slot)
+            return
         keep = min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
             self.forget(slot)                    # partial removal refused (recurrent)
@@ -372,6 +378,19 @@ class DecodeLoop:
         job.pending = list(job.prompt[keep:])
         job.started = True
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)
+
+    def _start_prefilled(self, slot: Slot) -> None:
+        """A prompt with media: evaluated whole by ``job.prefill`` (the other slots wait
+        for it), then the first token is sampled from its last logits."""
+        job = slot.job
+        self.forget(slot)
+        job.sampler = build_sampler(self.ll, self.vocab, job.sampling, [])
+        n_past = job.prefill(self.ctx, slot.seq_id)
+        slot.tokens = [-1] * n_past              # placeholders: never a prefix match
+        job.cached, job.pending, job.started = 0, [], True
+        token = self.ll.llama_sampler_sample(job.sampler, self.ctx, -1)
+        logprob = self._logprob(-1, token, job.logprobs) if job.logprobs is not None else None
+        self._on_token(slot, token, logprob)
 
     def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None]]:
         """Put each running slot's pending tokens in the batch, single tokens first.

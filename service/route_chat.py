@@ -16,7 +16,10 @@ from hypnos.service import errors
 from hypnos.service.chat_request import ChatParams, parse_chat
 from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
                                        stream_choices, usage)
+from hypnos.engines.chat_format import MEDIA_PARTS
+from hypnos.engines.llama_mtmd import MediaDecodeError
 from hypnos.service.http import deadline_ms, json_body, require_ready
+from hypnos.service.media import part_bytes
 from hypnos.service.route_sessions import AtSessionCapacity, session_key
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
 
@@ -60,10 +63,23 @@ def _check_model(request: Request, params: ChatParams):
         if params.media.get(part) and needed not in mods:
             raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
                                         f"(it does not serve {needed})", param="messages")
-    if params.media:
-        raise errors.InvalidRequest("Media parts are not supported by this version's "
-                                    "llama.cpp engine yet", param="messages")
+    images = params.media.get("image_url", 0)
+    limit = request.app.ctx.config.limits.max_images_per_request
+    if images > limit:
+        raise errors.InvalidRequest(f"The messages hold {images} images, above "
+                                    f"max_images_per_request ({limit})", param="messages")
     return st
+
+
+async def media_bytes(params: ChatParams, limits) -> list[bytes]:
+    """Every image / audio part's bytes, in prompt order (downloads awaited)."""
+    out = []
+    for i, m in enumerate(params.request.messages):
+        if isinstance(m.get("content"), list):
+            for j, part in enumerate(m["content"]):
+                if part.get("type") in MEDIA_PARTS:
+                    out.append(await part_bytes(part, f"messages[{i}].content[{j}]", limits))
+    return out
 
 
 async def count_prompt(request: Request, st, params) -> None:
@@ -87,6 +103,9 @@ async def count_prompt(request: Request, st, params) -> None:
 
 
 def engine_error(exc: Exception, window: int | None = None) -> errors.HypnosError:
+    if isinstance(exc, MediaDecodeError):
+        return errors.InvalidRequest(f"A media part could not be read: {exc}",
+                                     param="messages")
     if isinstance(exc, ContextOverflow):
         return ContextOverBudget(exc.prompt_tokens, window or exc.cap)
     if isinstance(exc, SessionCapacity):
@@ -155,6 +174,8 @@ async def chat_completions(request: Request):
     params = parse_chat(body, request.app.ctx.config.limits)
     params.request.session_key = session_key(request, body)
     st = _check_model(request, params)
+    if params.media:
+        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     await count_prompt(request, st, params)
     sched = request.app.ctx.scheduler
     async with sched.lease(params.model, deadline_ms=deadline_ms(request),
