@@ -70,16 +70,17 @@ async def stream_choices(engine, reqs: list[ChatRequest],
         raise
 
 
-def usage(results: list[ChatResult]) -> dict:
-    """The prompt once, completion tokens summed over the choices, the KV numbers of the
-    first choice (the session's slot)."""
+def usage(results: list[ChatResult], window: int | None = None) -> dict:
+    """The prompt once, completion tokens summed over the choices, the KV use of the first
+    choice (the session's slot) against the model's context ``window`` (Pantheon's kv_cap:
+    the same number /v1/models advertises as context_window)."""
     first = results[0]
     completion = sum(r.completion_tokens for r in results)
     out = {"prompt_tokens": first.prompt_tokens, "completion_tokens": completion,
            "total_tokens": first.prompt_tokens + completion,
            "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
     if first.kv_cap:
-        out["kv_used"], out["kv_cap"] = first.kv_used, first.kv_cap
+        out["kv_used"], out["kv_cap"] = first.kv_used, window or first.kv_cap
     return out
 
 

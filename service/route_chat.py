@@ -206,7 +206,7 @@ async def chat_completions(request: Request):
                             if r.logprobs is not None else {}),
                          **_choice_extras(r)}
                         for i, r in enumerate(results)],
-            "usage": usage(results),
+            "usage": usage(results, sched.context_window(lease.model)),
             **_top_level(params, results),
             "hypnos_telemetry": telemetry(lease, placement, inference_ms,
                                           engine_timings(timings)),
@@ -269,14 +269,15 @@ async def _stream(request: Request, params: ChatParams, lease, reqs):
     timings.queue_ms += lease.queue_ms
     tele = telemetry(lease, placement, inference_ms, engine_timings(timings))
     top = _top_level(params, results)
+    used = usage(results, sched.context_window(lease.model))
     for i, r in enumerate(results):
         last = i == len(results) - 1
-        extra = dict(usage=usage(results), **top, hypnos_telemetry=tele) if last else {}
+        extra = dict(usage=used, **top, hypnos_telemetry=tele) if last else {}
         await response.send(sse({**base, "choices": [{
             "index": i, "delta": {}, "finish_reason": r.finish_reason, **_choice_extras(r)}],
             **extra}))
     if params.include_usage:
-        await response.send(sse({**base, "choices": [], "usage": usage(results)}))
+        await response.send(sse({**base, "choices": [], "usage": used}))
     await response.send("data: [DONE]\n\n")
     await response.eof()
     return None

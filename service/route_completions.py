@@ -92,7 +92,7 @@ async def completions(request: Request):
             {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
              "logprobs": _legacy_logprobs(r, len(head)) if r.logprobs is not None else None}
             for i, r in enumerate(results)],
-            "usage": usage(results),
+            "usage": usage(results, window),
             "hypnos_telemetry": _telemetry(sched, lease, results, started)}
         return json_response(out, headers=wait_headers(lease))
 
@@ -136,14 +136,15 @@ async def _stream(request, lease, reqs, base, echo, include_usage, window):
         return None
     record(request, lease, results[0])
     tele = _telemetry(sched, lease, results, started)
+    used = usage(results, window)
     for i, r in enumerate(results):
         last = i == len(results) - 1
-        extra = {"usage": usage(results), "hypnos_telemetry": tele} if last else {}
+        extra = {"usage": used, "hypnos_telemetry": tele} if last else {}
         await response.send(sse({**base, "choices": [{"index": i, "text": "", "logprobs": None,
                                                       "finish_reason": r.finish_reason}],
                                  **extra}))
     if include_usage:
-        await response.send(sse({**base, "choices": [], "usage": usage(results)}))
+        await response.send(sse({**base, "choices": [], "usage": used}))
     await response.send("data: [DONE]\n\n")
     await response.eof()
     return None
