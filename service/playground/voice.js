@@ -54,7 +54,7 @@ async function toggleRecording() {
 }
 
 function stage(box, label) {
-  const out = el("div", { class: "stage" }, el("span", { class: "muted" }, label + ": "),
+  const out = el("div", { class: "stage", "data-stage": label }, el("span", { class: "muted" }, label + ": "),
     el("span", { class: "text" }), el("div", { class: "telemetry muted" }));
   box.append(out);
   return out;
@@ -72,7 +72,8 @@ async function turn(audio, filename) {
   const audioCtx = new AudioContext();
   const id = (crypto.randomUUID ? crypto.randomUUID() : String(Date.now())).slice(0, 8);
   const flow = { "x-hypnos-workflow": `voice_turn/${id}` };
-  const box = el("div", { class: "turn", "data-turn": id });
+  const box = el("div", { class: "turn", "data-turn": id },
+    el("div", { class: "source muted" }, `${filename} · ${(audio.size / 1024).toFixed(0)} KiB`));
   $("voice-turns").prepend(box);
   const heard = stage(box, "heard");
   const said = stage(box, "answer");
