@@ -131,7 +131,7 @@ function renderBars(s) {
     const chips = here.map((m) => el("span", { class: "chip", "data-model": m.id },
       `${m.id} ${bytes(holdings(m)[tier])}`,
       m.active_leases ? el("b", {}, ` · ${m.active_leases} leased`) : null));
-    const cpu = s.capabilities.accelerator === "CpuOnly" && CPU_MEANING[tier];
+    const cpu = s.capabilities.accelerator === "Cpu" && CPU_MEANING[tier];
     return el("div", { class: "lane", "data-tier": tier },
       el("div", { class: "lane-head" }, el("strong", {}, TIER_NAMES[tier]),
         cpu ? el("span", { class: "muted" }, `(${cpu})`) : null,
