@@ -1,7 +1,9 @@
 """The playground's serving, without a browser: GET / is the page, its files come from the
 package, /v1 is untouched, and `hypnos serve --no-playground` answers 404 at /."""
+import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from html.parser import HTMLParser
 
@@ -137,8 +139,18 @@ def test_hypnos_serve_with_and_without_playground(tmp_path):
 
 @pytest.mark.slow
 def test_the_wheel_ships_every_playground_file(tmp_path):
+    # Built from a copy of the sources, so setuptools' build/ never lands in the checkout.
+    src = tmp_path / "src"
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"].values()
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in folders:
+        shutil.copytree(ROOT / folder, src / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+                    "--no-build-isolation", "-w", str(tmp_path), str(src)],
                    check=True, capture_output=True, cwd=tmp_path)
     wheel = next(tmp_path.glob("hypnos-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
