@@ -301,3 +301,37 @@ def test_api_key_is_asked_once_and_kept_for_the_tab(browser, tmp_path):
     finally:
         srv.stop()
 
+
+
+def test_a_layer_split_and_an_eviction_on_a_simulated_gpu(browser, tmp_path):
+    """A 250 MiB tier 1 (simulated discrete GPU): SmolLM2 is staged split across tiers 1
+    and 2; promoting a second copy from the page evicts it, which the timeline shows."""
+    require_smollm2()
+    smol = ('modality = "text_generation"\nengine = "ggml_llama"\ncontext_len = 2048\n'
+            'weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"\n')
+    srv = _serve(tmp_path, f'models_dir = "{MODELS_DIR}"\n[hardware.simulate]\n'
+                           f'vram_bytes = {(512 + 250) * 2**20}\nram_bytes = {8 * 2**30}\n'
+                           f'[[models]]\nid = "smol"\ninitial_tier = "tier1_gpu_vram"\n{smol}'
+                           f'[[models]]\nid = "smol2"\n{smol}')
+    t = Page(browser, srv.base)
+    try:
+        page = t.open("tiers")
+        placement = next(m for m in srv.status()["models"] if m["id"] == "smol")["placement"]
+        assert placement["gpu_layers"] > 0 and placement["pinned_ram_layers"] > 0
+        split = f'{placement["gpu_layers"]} / {placement["pinned_ram_layers"]} / 0'
+        for tier in ("tier1_gpu_vram", "tier2_pinned_ram"):
+            block = page.wait_for_selector(f'.lane[data-tier="{tier}"] .block.split[data-model="smol"]')
+            assert block.inner_text().endswith(split)
+        assert page.inner_text('#tiers-models tr[data-model="smol"] td:nth-child(4)') == split
+        assert "simulated" in page.inner_text("#server-info")
+        assert page.locator("#tiers-timeline .dot").count() == 0
+        page.click('#tiers-models tr[data-model="smol2"] button[data-move="tier1_gpu_vram"]')
+        page.wait_for_selector("#tiers-timeline .dot", timeout=SLOW_MS)
+        entry = page.inner_text("#tiers-evictions li")
+        assert "smol → T" in entry and "for smol2" in entry and "memory_budget" in entry
+        page.wait_for_selector('.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol2"]')
+        t.screenshot("tiers-split-and-eviction")
+        assert not t.page_errors and t.console_errors == []
+    finally:
+        t.context.close()
+        srv.stop()

@@ -12,10 +12,10 @@ const VIEWS = { tiers, chat, voice, documents, entities, embeddings, logs };
 
 // Models from /v1/memory/status (it lists every modality a model serves, /v1/models only the
 // primary one). Refreshed when a view is shown, since the pool can change while we run.
-export const catalog = { models: [] };
+const catalog = { models: [] };
 
 // Fill a <select> with the enabled models serving `modality`, keeping the current choice.
-export function fillPicker(select, modality) {
+function fillPicker(select, modality) {
   const current = select.value;
   const fits = catalog.models.filter((m) => m.enabled && m.modalities.includes(modality));
   // Models whose primary modality it is come first: they are what the operator meant.
@@ -25,7 +25,7 @@ export function fillPicker(select, modality) {
   if (fits.some((m) => m.id === current)) select.value = current;
 }
 
-export function modelInfo(id) {
+function modelInfo(id) {
   return catalog.models.find((m) => m.id === id);
 }
 
@@ -35,7 +35,8 @@ async function refreshCatalog() {
   catalog.status = status;
   const cap = status.capabilities;
   document.getElementById("server-info").textContent =
-    `${cap.device_name || cap.accelerator} · ${cap.topology}${cap.simulated ? " · simulated" : ""}`;
+    [cap.device_name || cap.accelerator, cap.topology, cap.simulated && "simulated"]
+      .filter((x, i, all) => x && all.indexOf(x) === i).join(" · ");
   return status;
 }
 

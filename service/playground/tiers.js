@@ -15,7 +15,7 @@ const POLL_MS = 2000;
 const TIMELINE_SPAN_MS = 10 * 60 * 1000;
 let ctx;
 let timer = null;
-let busy = new Set();    // models with a move or enable/disable in flight
+const busy = new Set();    // models with a move or enable/disable in flight
 
 export function setup(context) {
   ctx = context;
@@ -104,7 +104,9 @@ function renderBars(s) {
   const out = document.getElementById("tiers-bars");
   const lanes = TIERS.map((tier) => {
     const [budget, booked, real, note] = tierTotals(s, tier, s.models);
-    const scale = Math.max(budget, booked, real || 0, 1);
+    // Scaled to the budget: the host's real use (all of its memory on a CPU-only or a
+    // simulated host) may run past it, and its marker then stops at the end.
+    const scale = Math.max(budget, booked, 1);
     const pct = (v) => `${Math.min(100, (100 * v) / scale).toFixed(2)}%`;
     const here = s.models.filter((m) => holdings(m)[tier]);
     const blocks = here.map((m) => {
@@ -123,8 +125,8 @@ function renderBars(s) {
     const bar = el("div", { class: "bar" }, el("div", { class: "booked" }), ...blocks);
     bar.firstChild.style.width = pct(booked);
     if (real !== null) {
-      const marker = el("div", { class: "real", title: `real used ${bytes(real)}` });
-      marker.style.left = pct(real);
+      const marker = el("div", { class: "real", title: `real use ${bytes(real)}` });
+      marker.style.left = `${Math.min(99.5, (100 * real) / scale).toFixed(2)}%`;
       bar.append(marker);
     }
     // Blocks of small models are slivers at the budget's scale: the chips name them.
@@ -190,7 +192,7 @@ function renderEvictions(s) {
     const age = now - e.unix_ms;
     if (age > TIMELINE_SPAN_MS) continue;
     const dot = el("div", { class: "dot", title: `${e.model} → ${e.to_tier} for ${e.for_model} (${e.reason})` });
-    dot.style.left = `${(100 * (1 - Math.max(0, age) / TIMELINE_SPAN_MS)).toFixed(2)}%`;
+    dot.style.left = `${Math.min(99, 100 * (1 - Math.max(0, age) / TIMELINE_SPAN_MS)).toFixed(2)}%`;
     line.append(dot);
   }
   const list = events.slice(0, 20).map((e) => el("li", {},
