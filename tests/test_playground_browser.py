@@ -131,7 +131,8 @@ def test_page_loads_with_no_console_errors(tab, server):
         assert page.locator(f'.lane[data-tier="{tier}"] .bar').count() == 1
     # Everything not staged starts on disk.
     for model in ("minilm", "whisper", "kokoro"):
-        assert page.locator(f'.lane[data-tier="tier3_nvme_ssd"] .chip[data-model="{model}"]').count() == 1
+        chip = f'.lane[data-tier="tier3_nvme_ssd"] .chip[data-model="{model}"]'
+        assert page.locator(chip).count() == 1
     rows = page.locator("#tiers-models tbody tr")
     assert rows.count() == 4
     # Live: the status is polled again without reloading the page.
@@ -151,7 +152,8 @@ def test_chat_streams_an_answer(tab):
       new MutationObserver(() => {
         const c = document.querySelector('.msg.assistant .content');
         if (c) window.states.push(c.textContent);
-      }).observe(document.getElementById('chat-log'), {childList: true, subtree: true, characterData: true});
+      }).observe(document.getElementById('chat-log'),
+                 {childList: true, subtree: true, characterData: true});
     }""")
     page.click("#view-chat details summary")
     page.fill("#chat-system", "Answer in one short sentence.")
@@ -176,9 +178,9 @@ def test_chat_streams_an_answer(tab):
 def test_a_tier_move_shows_up_in_the_visualizer(tab, server):
     page = tab.open("tiers")
     row = '#tiers-models tr[data-model="smol"]'
-    page.wait_for_selector(f'.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol"]')
+    page.wait_for_selector('.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol"]')
     page.click(f'{row} button[data-move="tier2_pinned_ram"]')
-    page.wait_for_selector(f'.lane[data-tier="tier2_pinned_ram"] .block[data-model="smol"]',
+    page.wait_for_selector('.lane[data-tier="tier2_pinned_ram"] .block[data-model="smol"]',
                            timeout=SLOW_MS)
     assert page.locator('.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol"]').count() == 0
     assert page.inner_text(f'{row} td[data-col="tier"]') == "T2"
@@ -188,7 +190,7 @@ def test_a_tier_move_shows_up_in_the_visualizer(tab, server):
     tab.screenshot("tiers-after-move")
     # And back up: a promotion from the page.
     page.click(f'{row} button[data-move="tier1_gpu_vram"]')
-    page.wait_for_selector(f'.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol"]',
+    page.wait_for_selector('.lane[data-tier="tier1_gpu_vram"] .block[data-model="smol"]',
                            timeout=SLOW_MS)
     smol = next(m for m in server.status()["models"] if m["id"] == "smol")
     assert smol["current_tier"] == "tier1_gpu_vram"
@@ -200,7 +202,8 @@ def test_embeddings_similarity_matches_the_api(tab, server):
     page.fill("#emb-a", "A cat sits on the mat.")
     page.fill("#emb-b", "A kitten is resting on a rug.")
     page.click('#emb-form button[type="submit"]')
-    shown = float(page.wait_for_selector("#emb-similarity", timeout=SLOW_MS).get_attribute("data-value"))
+    shown = page.wait_for_selector("#emb-similarity", timeout=SLOW_MS)
+    shown = float(shown.get_attribute("data-value"))
     body = server.post("/v1/embeddings", {"model": "minilm", "input": [
         "A cat sits on the mat.", "A kitten is resting on a rug."]}).json()
     a, b = (d["embedding"] for d in body["data"])
@@ -216,7 +219,8 @@ def test_voice_turn_from_an_uploaded_recording(tab, server):
                                                 "input": "What is the capital of France?"})
     assert question.status_code == 200
     page = tab.open("voice")
-    assert page.input_value("#voice-stt") == "whisper" and page.input_value("#voice-tts") == "kokoro"
+    assert page.input_value("#voice-stt") == "whisper"
+    assert page.input_value("#voice-tts") == "kokoro"
     sent = []
     page.on("request", lambda r: "/v1/" in r.url and r.method == "POST" and sent.append(r))
     page.set_input_files("#voice-file", files=[{"name": "question.wav", "mimeType": "audio/wav",
@@ -320,7 +324,8 @@ def test_a_layer_split_and_an_eviction_on_a_simulated_gpu(browser, tmp_path):
         assert placement["gpu_layers"] > 0 and placement["pinned_ram_layers"] > 0
         split = f'{placement["gpu_layers"]} / {placement["pinned_ram_layers"]} / 0'
         for tier in ("tier1_gpu_vram", "tier2_pinned_ram"):
-            block = page.wait_for_selector(f'.lane[data-tier="{tier}"] .block.split[data-model="smol"]')
+            block = page.wait_for_selector(
+                f'.lane[data-tier="{tier}"] .block.split[data-model="smol"]')
             assert block.inner_text().endswith(split)
         assert page.inner_text('#tiers-models tr[data-model="smol"] td:nth-child(4)') == split
         assert "simulated" in page.inner_text("#server-info")
