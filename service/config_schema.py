@@ -81,6 +81,8 @@ class ServerConfig:
     # Seconds after which an idle chat slot's KV cache is emptied (0: never).
     kv_idle_timeout_secs: int = 0
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
+    # Serve the playground web page at / (`hypnos serve --no-playground` turns it off).
+    playground: bool = True
 
 
 @dataclass

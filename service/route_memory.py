@@ -32,6 +32,8 @@ def _model(sched, st: ModelState) -> dict:
         "current_tier": str(st.tier), "placement": sched.placement_of(st).to_wire(),
         "moe_offload": str(st.cfg.moe_offload), "expert_bytes": st.shape.expert_bytes,
         "active_leases": st.leases, "idle_seconds": round(st.idle_seconds(), 1),
+        # Queue depth for the playground: admitted requests still waiting for a slot.
+        "slots": st.cfg.slots, "queued": st.waiting,
         "total_requests_served": st.stats.served,
         "requests_per_minute": round(st.stats.requests_per_minute(), 3),
         "reload_estimate_ms": round(st.reload_estimate_ms(), 1),

@@ -1,4 +1,4 @@
-"""GET /, /health, /ready, /v1/models, /v1/models/catalog, POST /v1/advisor."""
+"""GET /health, /ready, /v1/models, /v1/models/catalog, POST /v1/advisor."""
 from __future__ import annotations
 
 import time
@@ -19,14 +19,6 @@ def hypnos_version() -> str:
         return version("hypnos")
     except PackageNotFoundError:
         return "0.0.0"
-
-
-@bp.get("/")
-async def index(request: Request):
-    return json_response({
-        "service": "hypnos", "version": hypnos_version(),
-        "api": "/v1", "health": "/health", "ready": "/ready", "models": "/v1/models",
-        "memory": "/v1/memory/status"})
 
 
 @bp.get("/health")
