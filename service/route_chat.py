@@ -178,40 +178,65 @@ async def chat_completions(request: Request):
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     await count_prompt(request, st, params)
     sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request),
-                           context_len=params.estimated_ctx()) as lease:
-        fmt = getattr(lease.engine, "format", None)
-        if params.request.tools and params.request.tool_choice != "none" and \
-                fmt is not None and fmt.tools is None:
-            raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
-                                        "format", param="tools")
-        reqs = choice_requests(params.request, params.n)
-        if params.stream:
-            return await _stream(request, params, lease, reqs)
-        started = time.monotonic()
-        try:
-            results = await run_choices(lease.engine, reqs)
-        except EngineError as exc:
-            raise engine_error(exc, sched.context_window(lease.model)) from None
-        inference_ms = (time.monotonic() - started) * 1000
-        record(request, lease, results[0])
-        placement = sched.placement_of(lease.model).to_wire()
-        timings = merged_timings(results)
-        timings.queue_ms += lease.queue_ms
-        out = {
-            "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
-            "created": int(time.time()), "model": params.model,
-            "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
-                         **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
-                            if r.logprobs is not None else {}),
-                         **_choice_extras(r)}
-                        for i, r in enumerate(results)],
-            "usage": usage(results, sched.context_window(lease.model)),
-            **_top_level(params, results),
-            "hypnos_telemetry": telemetry(lease, placement, inference_ms,
-                                          engine_timings(timings)),
-        }
-        return json_response(out, headers=wait_headers(lease))
+    for attempt in (1, 2):
+        async with sched.lease(params.model, deadline_ms=deadline_ms(request),
+                               context_len=params.estimated_ctx()) as lease:
+            if params.prompt_tokens is None and await _counted_too_big(request, lease, params) \
+                    and attempt == 1:
+                continue       # counted only now: lease again, for a context that fits it
+            return await _answer(request, params, lease)
+
+
+async def _counted_too_big(request: Request, lease, params: ChatParams) -> bool:
+    """Count the prompt on the engine just loaded (the model was out of tier 1 when the
+    request came): 422 past the window; True when the slot is too small for it."""
+    count = getattr(lease.engine, "prompt_tokens", None)
+    if count is None:
+        return False
+    try:
+        params.prompt_tokens = await asyncio.to_thread(count, params.request)
+    except EngineError as exc:
+        raise engine_error(exc) from None
+    window = request.app.ctx.scheduler.context_window(lease.model)
+    if params.prompt_tokens >= window:
+        raise ContextOverBudget(params.prompt_tokens, window)
+    return params.prompt_tokens >= getattr(lease.engine, "n_ctx_per_slot", window)
+
+
+async def _answer(request: Request, params: ChatParams, lease):
+    sched = request.app.ctx.scheduler
+    fmt = getattr(lease.engine, "format", None)
+    if params.request.tools and params.request.tool_choice != "none" and \
+            fmt is not None and fmt.tools is None:
+        raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
+                                    "format", param="tools")
+    reqs = choice_requests(params.request, params.n)
+    if params.stream:
+        return await _stream(request, params, lease, reqs)
+    started = time.monotonic()
+    try:
+        results = await run_choices(lease.engine, reqs)
+    except EngineError as exc:
+        raise engine_error(exc, sched.context_window(lease.model)) from None
+    inference_ms = (time.monotonic() - started) * 1000
+    record(request, lease, results[0])
+    placement = sched.placement_of(lease.model).to_wire()
+    timings = merged_timings(results)
+    timings.queue_ms += lease.queue_ms
+    out = {
+        "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
+        "created": int(time.time()), "model": params.model,
+        "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
+                     **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
+                        if r.logprobs is not None else {}),
+                     **_choice_extras(r)}
+                    for i, r in enumerate(results)],
+        "usage": usage(results, sched.context_window(lease.model)),
+        **_top_level(params, results),
+        "hypnos_telemetry": telemetry(lease, placement, inference_ms,
+                                      engine_timings(timings)),
+    }
+    return json_response(out, headers=wait_headers(lease))
 
 
 def sse(payload: dict) -> str:
