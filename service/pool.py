@@ -53,6 +53,9 @@ class ModelState:
     pinned: object | None = None           # residency.PinnedWeights while in tier 2
     enabled: bool = True
     leases: int = 0                        # admitted requests (queued or running)
+    # Holds keep the model from eviction without being requests: they never count against
+    # max_queue_per_model (a prompt being counted is not queued).
+    holds: int = 0
     running: int = 0                       # requests holding an execution slot
     last_used: float = field(default_factory=time.monotonic)
     stats: Stats = field(default_factory=Stats)
@@ -100,10 +103,14 @@ class ModelState:
         return ResidentModel(self.id, self.cfg.priority,
                              self.placement.booked_tier1_bytes if self.placement else 0,
                              self.reload_estimate_ms(), self.stats.requests_per_minute(),
-                             leased=self.leases > 0 or self.load_lock.locked())
+                             leased=self.in_use or self.load_lock.locked())
+
+    @property
+    def in_use(self) -> bool:
+        return self.leases > 0 or self.holds > 0
 
     def idle_seconds(self) -> float:
-        return 0.0 if self.leases else time.monotonic() - self.last_used
+        return 0.0 if self.in_use else time.monotonic() - self.last_used
 
     @property
     def priority(self) -> Priority:

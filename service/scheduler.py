@@ -126,11 +126,11 @@ class Scheduler:
         """Keep ``model_id`` from being evicted while held, without loading it or taking a
         slot (session watch)."""
         st = self.get(model_id)
-        st.leases += 1
+        st.holds += 1
         try:
             yield st
         finally:
-            st.leases -= 1
+            st.holds -= 1
             st.last_used = time.monotonic()
 
     async def _ensure_resident(self, st: ModelState, lease: Lease,
@@ -242,10 +242,14 @@ class Scheduler:
         async with self._place_lock:
             if st.tier is Tier.GPU and st.engine is not None:
                 return          # another request loaded it while this one waited
+            # One victim at a time, planning again after each: a victim leased while an
+            # earlier one was being unloaded is skipped, never unloaded under its request.
             placement, evict = self._plan(st, per_slot)
-            for victim in evict:
-                await self._evict(self.models[victim], for_model=st.id, reason="memory_budget")
-                lease.evicted.append(victim)
+            while evict:
+                if await self._evict(self.models[evict[0]], for_model=st.id,
+                                     reason="memory_budget"):
+                    lease.evicted.append(evict[0])
+                placement, evict = self._plan(st, per_slot)
             from_tier = st.tier
             try:
                 report = await asyncio.to_thread(self.effects.load, st, placement)
@@ -265,14 +269,18 @@ class Scheduler:
         lease.phases = report
         st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
 
-    async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> None:
+    async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> bool:
+        """Demote an idle victim; False (nothing done) when it was leased since the plan."""
         to = Tier.RAM if victim.cfg.keep_warm_in_ram else Tier.SSD
         async with victim.load_lock:
+            if victim.in_use:
+                return False
             to = await self._unload(victim, to)
         self.recent_evictions.append({
             "model": victim.id, "for_model": for_model, "reason": reason,
             "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
         self.effects.count_eviction(victim)
+        return True
 
     async def _unload(self, st: ModelState, to: Tier) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
@@ -301,7 +309,7 @@ class Scheduler:
         """POST /v1/memory/tier and startup staging. 429 while leased, 507 when it cannot fit.
         Blocks for as long as the load takes."""
         st = self.get(model_id, enabled_only=not allow_disabled)
-        if st.leases:
+        if st.in_use:
             raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when it is idle")
         lease = Lease(st, previous_tier=st.tier)
         st.leases += 1     # a move is a lease of its own: nothing evicts the model meanwhile
@@ -320,7 +328,7 @@ class Scheduler:
         """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy
         or failing models are ignored; the current request never waits for this."""
         st = self.models.get(model_id)
-        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.leases:
+        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use:
             return
 
         async def load():

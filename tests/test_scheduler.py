@@ -300,3 +300,62 @@ async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
     async with sched.lease("a") as lease:
         assert lease.previous_tier is Tier.GPU
     assert fx.log.count(("load", "a")) == 1
+
+
+class SlowUnloadEffects(FakeEffects):
+    """Unloads take a while (a big model's pages dropped), so a request can arrive meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.unloading = threading.Event()
+        self.first: str | None = None
+
+    def unload(self, st):
+        import time
+        self.first = self.first or st.id
+        self.unloading.set()
+        time.sleep(0.2)
+        super().unload(st)
+
+
+async def test_victim_leased_during_an_earlier_eviction_is_not_unloaded():
+    """Regression: the eviction list was planned once and unloaded in turn, so a victim that a
+    request leased while the first victim was being unloaded was unloaded under it."""
+    fx = SlowUnloadEffects()
+    sched = make([(model("a"), 400), (model("b"), 400), (model("c"), 800)], fx)
+    for mid in ("a", "b"):
+        async with sched.lease(mid):
+            pass
+    big = asyncio.create_task(_lease_once(sched, "c"))
+    while not fx.unloading.is_set():
+        await asyncio.sleep(0.005)
+    other = "b" if fx.first == "a" else "a"     # still resident, next on the list
+    async with sched.lease(other):
+        fx.serving.add(other)
+        await asyncio.sleep(0.4)
+        fx.serving.discard(other)
+    with pytest.raises(errors.InsufficientMemory):
+        await big
+    assert fx.violations == []
+    assert sched.models[other].tier is Tier.GPU
+
+
+async def _lease_once(sched, mid):
+    async with sched.lease(mid):
+        pass
+
+
+async def test_a_hold_does_not_take_a_queue_place():
+    """Regression: counting a prompt holds the model, and holds were counted as leases, so a
+    burst of arrivals saw a full queue before max_queue_per_model requests were queued."""
+    sched = make([(model("a", slots=1), 100)], max_queue=1)
+    async with sched.hold("a"):
+        async with sched.lease("a"):
+            second = asyncio.create_task(_lease_once(sched, "a"))
+            await asyncio.sleep(0.01)
+            assert sched.models["a"].leases == 2       # one running, one queued
+            with pytest.raises(errors.ModelBusy):
+                await _lease_once(sched, "a")
+        await second
+    st = sched.models["a"]
+    assert st.leases == 0 and st.holds == 0
