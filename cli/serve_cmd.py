@@ -44,6 +44,7 @@ def serve(config_path, host, port, check: bool, no_playground: bool) -> None:
     every model and watching the tiers, is at http://HOST:PORT/."""
     from hypnos.catalog.catalog import load_catalog
     from hypnos.service.app import create_app
+    from hypnos.service.shutdown import install_drain
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = resolve_config(config_path, host=host, port=port)
     if no_playground:
@@ -56,6 +57,7 @@ def serve(config_path, host, port, check: bool, no_playground: bool) -> None:
     if check:
         sys.exit(_check(create_app(cfg, catalog=catalog, stage=False)))
     app = create_app(cfg, catalog=catalog, before_stage=before_stage)
+    install_drain(app)
     ssl = None
     if cfg.server.tls is not None:
         ssl = {"cert": cfg.server.tls.cert, "key": cfg.server.tls.key}

@@ -118,6 +118,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage
+    app.ctx.draining = False
     app.ctx.ready_reason = "startup tier initialization in progress"
     app.ctx.before_stage = before_stage
     for m in config.models:
@@ -163,4 +164,4 @@ async def stage_models(app: Sanic) -> None:
             except Exception as exc:  # noqa: BLE001 - one failing model must not stop the rest
                 log.warning("could not stage %s in %s: %s", st.id, target, exc)
     finally:
-        app.ctx.ready = True
+        app.ctx.ready = not app.ctx.draining

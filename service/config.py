@@ -115,6 +115,7 @@ def validate_model(m: ModelConfig, key: str, problems: list[str]) -> None:
 def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.port", cfg.server.port, 0, 65535)
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
+    _check_range(problems, "server.shutdown_grace_secs", cfg.server.shutdown_grace_secs, 0)
     if cfg.server.request_log.level not in ("off", "error", "warn", "info", "debug", "trace"):
         problems.append(f"server.request_log.level: unknown level {cfg.server.request_log.level!r}")
     if cfg.server.profile is not None and cfg.server.profile not in PROFILES:

@@ -83,6 +83,8 @@ class ServerConfig:
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
     # Serve the playground web page at / (`hypnos serve --no-playground` turns it off).
     playground: bool = True
+    # On SIGTERM: seconds the running requests get to finish before the server stops.
+    shutdown_grace_secs: int = 30
 
 
 @dataclass

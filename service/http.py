@@ -125,7 +125,12 @@ def after_handler(request: Request) -> None:
 
 
 def require_ready(request: Request) -> None:
-    """Inference and placement routes answer 503 + Retry-After while startup staging runs."""
+    """Inference and placement routes answer 503 + Retry-After while startup staging runs
+    and once a SIGTERM started the drain (service/shutdown.py)."""
+    if request.app.ctx.draining:
+        raise errors.ModelNotAvailable("Hypnos is shutting down and admits no new requests; "
+                                       "retry against its replacement",
+                                       headers={"Retry-After": "5"})
     if not request.app.ctx.ready:
         raise errors.staging_error()
 

@@ -1,0 +1,238 @@
+"""Faults on a real `hypnos serve`: broken model files, clients that hang up, SIGTERM while
+requests run, kill -9 and a restart.
+
+The engine failing mid-stream (error chunk, then [DONE]) is covered through the ASGI client
+in tests/test_http.py (test_engine_failure_mid_stream_is_an_error_chunk_then_done), since a
+real model cannot be made to fail on demand; here it is checked that its lease is freed.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from conftest import ROOT, require_smollm2
+from test_http import _FailingEngine, app_for, call
+
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import ServerProcess  # noqa: E402
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+NO_EOS = {"0": -100, "2": -100}
+HI = [{"role": "user", "content": "Tell me a long story about a lighthouse."}]
+FREED_WITHIN_S = 10
+
+
+def _config(models_dir, extra: str = "") -> str:
+    return f"""models_dir = "{models_dir}"
+[limits]
+repetition_loop_tokens = 0
+{extra}
+[[models]]
+id = "chat"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "smol.gguf"
+slots = 2
+context_len = 4096
+initial_tier = "tier1_gpu_vram"
+[[models]]
+id = "truncated"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "truncated.gguf"
+[[models]]
+id = "garbage"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "garbage.gguf"
+[[models]]
+id = "headless"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "headless.gguf"
+"""
+
+
+def _models(tmp):
+    """SmolLM2, and three broken copies: cut in half (metadata readable, tensors short), cut
+    inside its header, and random bytes after a GGUF magic."""
+    smol = require_smollm2()
+    models = tmp / "models"
+    models.mkdir()
+    os.link(smol, models / "smol.gguf")
+    data = smol.read_bytes()
+    (models / "truncated.gguf").write_bytes(data[:len(data) // 2])
+    (models / "headless.gguf").write_bytes(data[:4096])
+    (models / "garbage.gguf").write_bytes(b"GGUF" + os.urandom(1 << 20))
+    return models
+
+
+def _serve(tmp, extra: str = "") -> ServerProcess:
+    models = tmp / "models" if (tmp / "models").exists() else _models(tmp)
+    path = tmp / "hypnos.toml"
+    path.write_text(_config(models, extra))
+    return ServerProcess(path, tmp / "server.log", ready_timeout=180,
+                         env={"HYPNOS_MODELS_DIR": str(models)})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = _serve(tmp_path_factory.mktemp("faults"))
+    yield srv
+    srv.stop()
+
+
+def chat(base: str, **extra) -> httpx.Response:
+    return httpx.post(base + "/v1/chat/completions", timeout=300, json={
+        "model": extra.pop("model", "chat"), "messages": HI, "max_tokens": 8, **extra})
+
+
+def wait_idle(srv: ServerProcess, bound: float = FREED_WITHIN_S) -> float:
+    """Seconds until no model has a lease or a running request; fails past ``bound``."""
+    started = time.monotonic()
+    while time.monotonic() - started < bound:
+        models = srv.status()["models"]
+        if all(m["active_leases"] == 0 and m["queued"] == 0 for m in models):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    pytest.fail(f"leases still held after {bound} s: {srv.status()['models']}")
+
+
+def test_broken_model_files_are_named_and_the_others_keep_serving(server):
+    for model in ("truncated", "garbage", "headless"):
+        resp = chat(server.base, model=model)
+        assert resp.status_code in (500, 503), resp.text
+        err = resp.json()["error"]
+        assert err["type"] == {500: "server_error", 503: "model_not_available"}[
+            resp.status_code]
+        assert f"'{model}'" in err["message"], err
+        # The same answer again: a broken file is not retried into a crash.
+        assert chat(server.base, model=model).status_code == resp.status_code
+        ok = chat(server.base)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"]
+    listed = {m["id"]: m for m in server.status()["models"]}
+    assert listed["chat"]["current_tier"] == "tier1_gpu_vram"
+    wait_idle(server)
+
+
+def test_client_gone_mid_stream_frees_the_slot(server):
+    with httpx.Client(base_url=server.base, timeout=60) as client:
+        with client.stream("POST", "/v1/chat/completions", json={
+                "model": "chat", "messages": HI, "max_tokens": 2000, "stream": True,
+                "logit_bias": NO_EOS}) as resp:
+            assert resp.status_code == 200
+            # Leaving iter_lines() closes the connection, so the check is made inside it.
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and '"content": ""' not in line:
+                    chat_model = server.status()["models"][0]
+                    assert chat_model["active_leases"] == 1    # the stream is under way
+                    break
+    # The client is gone with ~2000 tokens left to generate (minutes here): the lease goes
+    # within a bound far below that.
+    freed = wait_idle(server)
+    print(f"\nlease freed {freed * 1000:.0f} ms after the client hung up mid-stream")
+    assert chat(server.base).status_code == 200
+
+
+@pytest.mark.parametrize("path,content_type", [
+    ("/v1/audio/transcriptions", "multipart/form-data; boundary=xyz"),
+    ("/v1/chat/completions", "application/json")])
+def test_client_gone_mid_upload_leaves_nothing_held(server, path, content_type):
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {8 << 20}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head + b"--xyz\r\n" + b"x" * (256 << 10))
+        time.sleep(0.3)
+    wait_idle(server, bound=2)
+    assert httpx.get(server.base + "/health").status_code == 200
+    assert chat(server.base).status_code == 200
+
+
+def test_engine_failure_mid_stream_frees_the_lease():
+    import anyio
+
+    async def run():
+        app = app_for(effects=__import__("conftest").EngineEffects(_FailingEngine()))
+        body = {"model": "chat", "stream": True, "messages": HI}
+        resp = await call(app, "post", "/v1/chat/completions", json=body)
+        assert resp.text.rstrip().endswith("data: [DONE]")
+        st = app.ctx.scheduler.models["chat"]
+        assert st.leases == 0 and st.running == 0 and st.holds == 0
+    anyio.run(run)
+
+
+# ------------------------------------------------------------------ SIGTERM, kill -9
+
+def _stream_in_background(base: str, max_tokens: int):
+    """A streaming chat in a child process (so the test can signal the server meanwhile);
+    it prints each event and exits 0 once [DONE] came."""
+    code = f"""
+import httpx, sys
+with httpx.stream("POST", {base + "/v1/chat/completions"!r}, timeout=120, json={{
+        "model": "chat", "stream": True, "max_tokens": {max_tokens},
+        "logit_bias": {NO_EOS!r}, "messages": {HI!r}}}) as r:
+    for line in r.iter_lines():
+        if line.startswith("data: "):
+            print(line, flush=True)
+"""
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+
+
+def _first_event(proc) -> str:
+    line = proc.stdout.readline()
+    assert line.startswith("data: "), line
+    return line
+
+
+SIGTERM_BOUND_S = 60
+
+
+def test_sigterm_refuses_new_work_finishes_running_and_exits_0(tmp_path):
+    srv = _serve(tmp_path, "")
+    streams = [_stream_in_background(srv.base, 48) for _ in range(2)]
+    for proc in streams:
+        _first_event(proc)
+    signalled = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    refused = chat(srv.base)
+    assert refused.status_code == 503, refused.text
+    err = refused.json()["error"]
+    assert err["type"] == "model_not_available" and "shutting down" in err["message"]
+    assert refused.headers["retry-after"] == "5"
+    ready = httpx.get(srv.base + "/ready", timeout=10)
+    assert ready.status_code == 503 and ready.json()["reason"] == "shutting down"
+    for proc in streams:
+        rest = proc.communicate(timeout=SIGTERM_BOUND_S)[0].splitlines()
+        assert proc.returncode == 0 and rest[-1] == "data: [DONE]", rest[-3:]
+        final = json.loads(rest[-2][len("data: "):])
+        assert final["choices"][0]["finish_reason"] == "length"
+    assert srv.proc.wait(SIGTERM_BOUND_S) == 0
+    print(f"\nSIGTERM to exit: {time.monotonic() - signalled:.1f} s with 2 streams running")
+    srv.log.close()
+
+
+def test_kill_9_mid_stream_then_a_restart_serves(tmp_path):
+    srv = _serve(tmp_path, "")
+    proc = _stream_in_background(srv.base, 2000)
+    _first_event(proc)
+    srv.proc.kill()
+    assert srv.proc.wait(10) == -signal.SIGKILL
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0            # the client saw the connection break, not a hang
+    srv.log.close()
+    again = _serve(tmp_path, "")
+    try:
+        resp = chat(again.base)
+        assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]
+        assert {m["id"] for m in again.get("/v1/models")["data"]} >= {"chat", "truncated"}
+    finally:
+        again.stop()
