@@ -9,7 +9,8 @@ import logging
 
 from sanic import Sanic
 from sanic.exceptions import (BadRequest, HeaderNotFound, MethodNotAllowed, NotFound,
-                              PayloadTooLarge, RequestTimeout, SanicException)
+                              PayloadTooLarge, RequestTimeout, SanicException,
+                              ServiceUnavailable)
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
@@ -145,10 +146,17 @@ def install_error_handlers(app: Sanic) -> None:
 
     @app.exception(PayloadTooLarge)
     async def _too_large(request, exc):
-        # The body-limit layer answers plain text (spec section 4).
+        # The body-limit layer answers plain text for JSON bodies, the JSON error naming the
+        # limit for multipart uploads (spec section 4).
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            limit = request.app.config.REQUEST_MAX_SIZE
+            return error_response(PayloadTooLargeError(
+                f"The upload is larger than max_body_bytes ({limit} bytes)"))
         return text_response("Payload Too Large", status=413)
 
-    @app.exception(RequestTimeout)
+    # Sanic's "Response Timeout" (ServiceUnavailable) is the same limit, request_timeout_secs,
+    # reached while a body was still arriving or a handler ran: the spec's 408, not a 500.
+    @app.exception(RequestTimeout, ServiceUnavailable)
     async def _timeout(request, exc):
         return text_response("Request Timeout", status=408)
 

@@ -143,6 +143,8 @@ def json_body(request: Request) -> dict:
         body = json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise errors.InvalidRequest("The request body is nested too deeply to parse") from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object")
     return body

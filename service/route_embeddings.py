@@ -33,8 +33,8 @@ class EmbeddingParams:
 
 
 def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
-    """The typed request, or a 400 naming the field. ``dimensions`` and ``user`` are
-    accepted and ignored."""
+    """The typed request, or a 400 naming the field. ``dimensions`` (a positive integer)
+    and ``user`` are accepted and ignored."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.InvalidRequest("'model' is required: the id of an embeddings model",
@@ -53,6 +53,10 @@ def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
     if chars > max_prompt_chars:
         raise errors.InvalidRequest(f"The input holds {chars} characters, above "
                                     f"max_prompt_chars ({max_prompt_chars})", param="input")
+    dims = body.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise errors.InvalidRequest(f"'dimensions' must be a positive integer, got {dims!r}",
+                                    param="dimensions")
     fmt = body.get("encoding_format", "float")
     if fmt is None:
         fmt = "float"

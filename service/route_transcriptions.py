@@ -168,13 +168,20 @@ def _check_size(size: int, limits, param: str) -> None:
             param=param)
 
 
+SINGLE_FIELDS = ("model", "response_format", "language", "prompt")
+
+
 def parse_multipart(request: Request, limits) -> TranscriptionParams:
     upload = request.files.get("file") if request.files else None
     if upload is None:
         raise errors.InvalidRequest("The multipart body has no 'file' part", param="file")
-    _check_size(len(upload.body), limits, "file")
     form = request.form or {}
-    fields = {k: form.get(k) for k in ("model", "response_format", "language", "prompt")}
+    for name, parts in (("file", request.files), *((f, form) for f in SINGLE_FIELDS)):
+        if parts and len(parts.getlist(name) or ()) > 1:
+            raise errors.InvalidRequest(f"The multipart body has more than one '{name}' part",
+                                        param=name)
+    _check_size(len(upload.body), limits, "file")
+    fields = {k: form.get(k) for k in SINGLE_FIELDS}
     fields["hotwords"] = form.getlist("hotwords") + form.getlist("hotwords[]") if form else None
     return _common(fields, upload.body, upload.name or None)
 
