@@ -283,3 +283,53 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
     return ChatParams(model=model, request=req, stream=stream, prompt_chars=chars, media=media,
                       num_ctx=req.num_ctx, n=n, n_status=n_status,
                       response_format_status=format_status, include_usage=include_usage)
+
+
+# ------------------------------------------------------------------ the body's schema
+# What parse_chat / parse_sampling accept, as JSON Schema: json_body enforces it and
+# /openapi.json publishes it (service/openapi.py). Keep each range equal to the parser's.
+
+def _int(low: int, high: int) -> dict:
+    return {"type": "integer", "minimum": low, "maximum": high}
+
+
+def _num(low: float, high: float) -> dict:
+    return {"type": "number", "minimum": low, "maximum": high}
+
+
+STRINGS = {"type": "array", "items": {"type": "string"}}
+SAMPLING_SCHEMA = {
+    "max_tokens": _int(1, 1 << 31), "max_completion_tokens": _int(1, 1 << 31),
+    "temperature": _num(0, 2), "top_p": _num(0, 1), "top_k": _int(0, 1 << 20),
+    "seed": _int(-(1 << 63), (1 << 64) - 1), "presence_penalty": _num(-2, 2),
+    "frequency_penalty": _num(-2, 2), "repetition_penalty": _num(0, 10), "min_p": _num(0, 1),
+    "stop": {"anyOf": [{"type": "string"}, {**STRINGS, "maxItems": MAX_STOPS}]},
+    "logit_bias": {"type": "object"}, "n": _int(1, 1 << 31), "stream": {"type": "boolean"},
+    "stream_options": {"type": "object"},
+}
+PART_SCHEMA = {"type": "object", "required": ["type"], "properties": {
+    "type": {"enum": ["text", "image_url", "input_audio"]}, "text": {"type": "string"},
+    "image_url": {"anyOf": [{"type": "object"}, {"type": "string"}]},
+    "input_audio": {"type": "object"}}}
+MESSAGE_SCHEMA = {"type": "object", "required": ["role"], "properties": {
+    "role": {"enum": list(ROLES)},
+    "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": PART_SCHEMA},
+                          {"type": "null"}]},
+    "tool_calls": {"type": "array"}, "tool_call_id": {"type": "string"},
+    "name": {"type": "string"}}}
+CHAT_SCHEMA = {"type": "object", "required": ["model", "messages"], "properties": {
+    "model": {"type": "string", "minLength": 1},
+    "messages": {"type": "array", "minItems": 1, "items": MESSAGE_SCHEMA},
+    **SAMPLING_SCHEMA,
+    "tools": {"type": "array", "items": {"type": "object"}},
+    "tool_choice": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+    "functions": {"type": "array"}, "logprobs": {"type": "boolean"},
+    "top_logprobs": _int(0, 1 << 31), "num_ctx": _int(1, 1 << 22),
+    "response_format": {"type": "object", "required": ["type"],
+                        "properties": {"type": {"type": "string"}}},
+    "think": {"type": "boolean"}, "enable_thinking": {"type": "boolean"},
+    "reasoning_effort": {"enum": list(EFFORT_BUDGETS)},
+    "reasoning_budget": _int(-(1 << 31), 1 << 31),
+    "max_reasoning_tokens": _int(-(1 << 31), 1 << 31),
+    "session_id": {"type": "string"}, "prompt_cache_key": {"type": "string"}}}
+

@@ -13,6 +13,7 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
 from hypnos.service import errors
+from hypnos.service.openapi import check_body
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
@@ -147,6 +148,7 @@ def json_body(request: Request) -> dict:
         raise errors.InvalidRequest("The request body is nested too deeply to parse") from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object")
+    check_body(request, body)
     return body
 
 

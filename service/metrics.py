@@ -13,6 +13,7 @@ from sanic import Blueprint, Request
 from sanic.response import raw
 
 from hypnos.planner.types import Tier
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("metrics")
 TIER_NUMBER = {Tier.GPU: 1, Tier.RAM: 2, Tier.SSD: 3}
@@ -76,12 +77,13 @@ class Metrics:
         self.uptime.set(time.time() - self.started)
         for st in scheduler.models.values():
             self.model_tier.labels(st.id).set(TIER_NUMBER[st.tier])
-            self.model_leases.labels(st.id).set(st.leases)
+            self.model_leases.labels(st.id).set(st.leases + st.holds)
             self.model_requests.labels(st.id).set(st.stats.served)
         return generate_latest(self.registry)
 
 
 @bp.get("/metrics")
+@endpoint("Prometheus metrics", ok={"text/plain": {"type": "string"}})
 async def metrics(request: Request):
     body = request.app.ctx.metrics.render(request.app.ctx.scheduler)
     return raw(body, content_type="text/plain; version=0.0.4; charset=utf-8")

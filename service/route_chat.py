@@ -13,7 +13,7 @@ from sanic.response import json as json_response
 from hypnos.engines.base import (ChatDelta, ChatResult, ContextOverflow, EngineError,
                                  InvalidGrammar, SessionCapacity)
 from hypnos.service import errors
-from hypnos.service.chat_request import ChatParams, parse_chat
+from hypnos.service.chat_request import CHAT_SCHEMA, ChatParams, parse_chat
 from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.engines.chat_format import MEDIA_PARTS
@@ -22,6 +22,7 @@ from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.media import part_bytes
 from hypnos.service.route_sessions import AtSessionCapacity, session_key
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
+from hypnos.service.openapi import endpoint, ANY_OBJECT
 
 bp = Blueprint("chat")
 
@@ -168,6 +169,9 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
 
 
 @bp.post("/v1/chat/completions")
+@endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=CHAT_SCHEMA,
+          ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}},
+          errors=(404, 422, 429, 500, 503, 504, 507))
 async def chat_completions(request: Request):
     require_ready(request)
     body = json_body(request)

@@ -14,13 +14,15 @@ from sanic.response import json as json_response
 
 from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, EngineError
 from hypnos.service import errors
-from hypnos.service.chat_request import _number, parse_n, parse_sampling, parse_stream
+from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
+                                         parse_stream)
 from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.route_chat import (ContextOverBudget, check_text_model, engine_error,
                                        record, sse)
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
+from hypnos.service.openapi import endpoint, ANY_OBJECT
 
 bp = Blueprint("completions")
 MAX_LEGACY_LOGPROBS = 5
@@ -51,7 +53,20 @@ def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
             "text_offset": offsets}
 
 
+COMPLETIONS_SCHEMA = {"type": "object", "required": ["model", "prompt"], "properties": {
+    "model": {"type": "string", "minLength": 1},
+    "prompt": {"anyOf": [{"type": "string", "minLength": 1},
+                         {"type": "array", "minItems": 1, "maxItems": 1,
+                          "items": {"type": "string", "minLength": 1}}]},
+    "echo": {"type": "boolean"},
+    "logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_LEGACY_LOGPROBS},
+    **SAMPLING_SCHEMA}}
+
+
 @bp.post("/v1/completions")
+@endpoint("Text completion (OpenAI legacy); SSE when stream is true",
+          body=COMPLETIONS_SCHEMA, errors=(404, 422, 429, 500, 503, 504, 507),
+          ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def completions(request: Request):
     require_ready(request)
     body = json_body(request)

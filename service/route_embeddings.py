@@ -20,6 +20,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("embeddings")
 ENCODINGS = ("float", "base64")
@@ -81,7 +82,17 @@ def encode(vector: list[float], fmt: str):
 
 
 
+EMBEDDINGS_SCHEMA = {"type": "object", "required": ["model", "input"], "properties": {
+    "model": {"type": "string", "minLength": 1},
+    # The items' shape (non-empty strings, no token ids) is left to parse_embeddings, whose
+    # messages say more than a schema's would.
+    "input": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]},
+    "encoding_format": {"enum": list(ENCODINGS)}, "dimensions": {"type": "integer", "minimum": 1},
+    "user": {"type": "string"}}}
+
+
 @bp.post("/v1/embeddings")
+@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=(404, 429, 500, 503, 504, 507))
 async def embeddings(request: Request):
     require_ready(request)
     params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)

@@ -9,6 +9,7 @@ from hypnos.service import errors
 from hypnos.service.hardware import available_memory, nvml_sample, physical_memory, process_rss
 from hypnos.service.http import json_body, require_ready
 from hypnos.service.pool import ModelState
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("memory")
 
@@ -31,9 +32,10 @@ def _model(sched, st: ModelState) -> dict:
         "total_weight_bytes": st.weight_bytes, "priority": str(st.cfg.priority),
         "current_tier": str(st.tier), "placement": sched.placement_of(st).to_wire(),
         "moe_offload": str(st.cfg.moe_offload), "expert_bytes": st.shape.expert_bytes,
-        "active_leases": st.leases, "idle_seconds": round(st.idle_seconds(), 1),
+        # Requests admitted plus holds (a session watch, a prompt being counted).
+        "active_leases": st.leases + st.holds, "idle_seconds": round(st.idle_seconds(), 1),
         # Queue depth for the playground: admitted requests still waiting for a slot.
-        "slots": st.cfg.slots, "queued": st.waiting,
+        "slots": st.cfg.slots, "queued": st.waiting, "running": st.running,
         "total_requests_served": st.stats.served,
         "requests_per_minute": round(st.stats.requests_per_minute(), 3),
         "reload_estimate_ms": round(st.reload_estimate_ms(), 1),
@@ -51,6 +53,7 @@ def _model(sched, st: ModelState) -> dict:
 
 
 @bp.get("/v1/memory/status")
+@endpoint("Tiers, budgets, models, evictions and latency")
 async def status(request: Request):
     app = request.app
     sched = app.ctx.scheduler
@@ -86,7 +89,13 @@ async def status(request: Request):
     return json_response(body)
 
 
+TIER_SCHEMA = {"type": "object", "required": ["model", "target_tier"], "properties": {
+    "model": {"type": "string"}, "target_tier": {"enum": [str(t) for t in Tier]},
+    "context_len": {"type": "integer", "minimum": 1}}}
+
+
 @bp.post("/v1/memory/tier")
+@endpoint("Move a model to a tier", body=TIER_SCHEMA, errors=(404, 429, 500, 503, 507))
 async def move_tier(request: Request):
     require_ready(request)
     body = json_body(request)
@@ -113,11 +122,17 @@ async def move_tier(request: Request):
 
 
 @bp.get("/v1/memory/kv-park")
+@endpoint("KV parking: state and parked conversations")
 async def kv_park_status(request: Request):
     return json_response(request.app.ctx.scheduler.kv_park.snapshot())
 
 
+KV_PARK_SCHEMA = {"type": "object", "properties": {
+    "enabled": {"type": "boolean"}, "max_bytes": {"type": "integer", "minimum": 0}}}
+
+
 @bp.post("/v1/memory/kv-park")
+@endpoint("Turn KV parking on or off, or change its cap", body=KV_PARK_SCHEMA)
 async def kv_park_configure(request: Request):
     body = json_body(request)
     enabled, max_bytes = body.get("enabled"), body.get("max_bytes")

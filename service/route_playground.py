@@ -13,6 +13,7 @@ from sanic import Blueprint, Request
 from sanic.response import file as file_response
 
 from hypnos.service import errors
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("playground")
 PLAYGROUND_DIR = Path(__file__).resolve().parent / "playground"
@@ -42,10 +43,12 @@ async def _serve(request: Request, name: str):
 
 
 @bp.get("/")
+@endpoint("The playground web page", ok={"text/html": {"type": "string"}})
 async def index(request: Request):
     return await _serve(request, "index.html")
 
 
 @bp.get("/playground/<name:str>")
+@endpoint("A playground asset", errors=(404,), ok={"*/*": {"type": "string"}})
 async def asset(request: Request, name: str):
     return await _serve(request, name)

@@ -20,6 +20,7 @@ from hypnos.engines.base import SessionNotFound as EngineSessionNotFound
 from hypnos.planner.types import Tier
 from hypnos.service import errors
 from hypnos.service.http import json_body, require_ready
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("sessions")
 DEFAULT_PREFILL_TPS = 500.0          # before a prefill was measured
@@ -75,7 +76,13 @@ def _require_key(request: Request, body: dict | None) -> str:
     return key
 
 
+SESSION_SCHEMA = {"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string"}, "session_id": {"type": "string"},
+    "prompt_cache_key": {"type": "string"}}}
+
+
 @bp.post("/v1/sessions/export")
+@endpoint("Export a chat session's KV state", body=SESSION_SCHEMA, errors=(404, 429, 503))
 async def export(request: Request):
     require_ready(request)
     body = json_body(request)
@@ -97,6 +104,7 @@ async def export(request: Request):
 
 
 @bp.post("/v1/sessions/restore")
+@endpoint("Restore an exported session", body=SESSION_SCHEMA, errors=(404, 429, 503))
 async def restore(request: Request):
     require_ready(request)
     body = json_body(request)
@@ -125,6 +133,7 @@ async def restore(request: Request):
 
 
 @bp.post("/v1/sessions/release")
+@endpoint("Release a session's slot", body=SESSION_SCHEMA, errors=(404, 503))
 async def release(request: Request):
     body = json_body(request)
     st = _chat_model(request, body.get("model"))
@@ -148,6 +157,9 @@ def _positive(request: Request, name: str, default: float | None) -> float | Non
 
 
 @bp.get("/v1/sessions/estimate")
+@endpoint("Estimate the cost of moving a session", errors=(404,), query={
+    name: {"type": "string"} for name in ("model", "tokens", "blob_bytes", "upload_bps")},
+    required_query=("tokens",))
 async def estimate(request: Request):
     tokens = _positive(request, "tokens", None)
     if tokens is None:
@@ -168,6 +180,10 @@ async def estimate(request: Request):
 
 
 @bp.get("/v1/sessions/watch")
+@endpoint("Server-sent events about a session", errors=(404, 503),
+          ok={"text/event-stream": {"type": "string"}},
+          query={"model": {"type": "string"}, "session_id": {"type": "string"}},
+          required_query=("session_id",))
 async def watch(request: Request):
     """Holds the model resident (it is not evicted, so the session's KV stays) for as long as
     the connection is open."""

@@ -27,6 +27,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry_headers, wait_headers
+from hypnos.service.openapi import endpoint
 
 log = logging.getLogger(__name__)
 bp = Blueprint("speech")
@@ -169,7 +170,18 @@ class _Audio:
 
 # ------------------------------------------------------------------- routes
 
+SPEECH_SCHEMA = {"type": "object", "required": ["model", "input"], "properties": {
+    "model": {"type": "string"}, "input": {"type": "string", "minLength": 1},
+    "voice": {"type": "string"}, "language": {"type": "string"},
+    "response_format": {"enum": list(CONTENT_TYPES)}, "stream": {"type": "boolean"},
+    "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED}}}
+
+
 @bp.post("/v1/audio/speech")
+@endpoint("Speech synthesis (OpenAI-compatible): audio bytes, chunked when stream is true",
+          body=SPEECH_SCHEMA, errors=(404, 429, 500, 503, 504, 507),
+          ok={ctype: {"type": "string", "contentMediaType": ctype}
+              for ctype in sorted(set(CONTENT_TYPES.values()))})
 async def speech(request: Request):
     require_ready(request)
     params = parse_speech(json_body(request), request.app.ctx.config.limits.max_prompt_chars)

@@ -10,6 +10,7 @@ from sanic.response import json as json_response
 from hypnos.catalog.state import catalog_wire
 from hypnos.service import errors
 from hypnos.service.http import json_body
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("status")
 
@@ -22,12 +23,14 @@ def hypnos_version() -> str:
 
 
 @bp.get("/health")
+@endpoint("Liveness: always 200 while the process serves")
 async def health(request: Request):
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
                           "uptime_secs": int(time.monotonic() - request.app.ctx.started)})
 
 
 @bp.get("/ready")
+@endpoint("Readiness: 503 while startup staging runs or the server shuts down", errors=(503,))
 async def ready(request: Request):
     if request.app.ctx.ready:
         return json_response({"ready": True})
@@ -35,12 +38,13 @@ async def ready(request: Request):
 
 
 @bp.get("/v1/models")
+@endpoint("The models in service (disabled ones hidden)")
 async def list_models(request: Request):
     sched = request.app.ctx.scheduler
     created = int(request.app.ctx.created)
     data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
              "modality": st.cfg.modality, "current_tier": str(st.tier),
-             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases,
+             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases + st.holds,
              **({"context_window": sched.context_window(st)}
                 if "text_generation" in st.cfg.all_modalities else {})}
             for st in sched.models.values() if st.enabled]
@@ -48,6 +52,8 @@ async def list_models(request: Request):
 
 
 @bp.get("/v1/models/catalog")
+@endpoint("The model catalog, with what is installed and configured", errors=(404,),
+          query={"modality": {"type": "string"}})
 async def catalog(request: Request):
     cat = request.app.ctx.catalog
     if cat is None:
@@ -60,7 +66,14 @@ async def catalog(request: Request):
     return json_response(body)
 
 
+ADVISOR_SCHEMA = {"type": "object", "required": ["needs"], "properties": {
+    "needs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    "vram_bytes": {"type": "integer", "minimum": 1}, "ram_bytes": {"type": "integer", "minimum": 1},
+    "unified_memory": {"type": "boolean"}}}
+
+
 @bp.post("/v1/advisor")
+@endpoint("Recommend a lineup for needs and a machine", body=ADVISOR_SCHEMA, errors=(404,))
 async def advisor(request: Request):
     from hypnos.advisor import AdvisorError, NoLineupFits, advise
     cat = request.app.ctx.catalog

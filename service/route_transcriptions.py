@@ -24,6 +24,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, origin_allowed, require_ready
 from hypnos.service.telemetry import telemetry, telemetry_headers
+from hypnos.service.openapi import endpoint, ANY_OBJECT
 
 bp = Blueprint("transcriptions")
 
@@ -262,7 +263,22 @@ def render(params: TranscriptionParams, done) -> object:
 
 # ------------------------------------------------------------------ routes
 
+_FIELDS = {"model": {"type": "string"}, "response_format": {"enum": list(FORMATS)},
+           "language": {"type": "string"}, "prompt": {"type": "string"}}
+TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properties": {
+    "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "hotwords": {"type": "string"}, **_FIELDS}}
+TRANSCRIPTION_JSON = {"type": "object", "required": ["audio_bytes"], "properties": {
+    "audio_bytes": {"type": "array", "minItems": 1,
+                    "items": {"type": "integer", "minimum": 0, "maximum": 255}},
+    "filename": {"type": "string"}, **_FIELDS}}
+
+
 @bp.post("/v1/audio/transcriptions")
+@endpoint("Transcription (OpenAI-compatible): a multipart upload, or JSON with audio_bytes",
+          body=TRANSCRIPTION_JSON, form=TRANSCRIPTION_FORM, errors=(404, 429, 500, 503, 504, 507),
+          ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
+              "text/vtt": {"type": "string"}})
 async def transcriptions(request: Request):
     require_ready(request)
     params = parse_request(request)
@@ -292,6 +308,8 @@ async def guard_upgrade(request: Request):
 
 
 @bp.websocket(LIVE_PATH, name="audio_stream")
+@endpoint("Live transcription over a WebSocket (docs/live-transcription.md)", websocket=True,
+          ok={}, query={"model": {"type": "string"}})
 async def audio_stream(request: Request, ws):
     """GET /v1/audio/stream. Returns when the session ends (done, error, or hang-up)."""
     # Imported here: live_transcription imports this module's primitives.

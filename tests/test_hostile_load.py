@@ -65,7 +65,7 @@ def idle(srv: ServerProcess) -> None:
     for m in srv.get("/v1/models")["data"]:
         assert m["active_leases"] == 0, m
     for m in srv.status()["models"]:
-        assert m["active_leases"] == 0 and m["queued"] == 0, m
+        assert m["active_leases"] == 0 and m["queued"] == 0 and m["running"] == 0, m
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +228,7 @@ def test_mixed_modalities_under_a_simulated_budget_that_forces_evictions(tmp_pat
         assert len(status["recent_evictions"]) >= 2 * ROUNDS
         running_off_tier1 = [(m["id"], m["current_tier"]) for s in snapshots
                              for m in s["models"]
-                             if m["active_leases"] - m["queued"] > 0
+                             if m["running"] > 0
                              and m["current_tier"] != "tier1_gpu_vram"]
         assert running_off_tier1 == []
         assert len(snapshots) > 20

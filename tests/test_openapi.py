@@ -1,0 +1,94 @@
+"""GET /openapi.json: built from the routes' own declarations (service/openapi.py), it covers
+every registered route, is a valid OpenAPI 3.1 document, and the schemas it publishes are the
+ones the routes enforce."""
+import re
+
+import pytest
+from sanic import Sanic
+
+from test_http import app_for, assert_envelope, call
+
+Sanic.test_mode = True
+pytestmark = pytest.mark.anyio
+
+
+def sanic_routes(app) -> set[tuple[str, str]]:
+    app.router.finalize() if not app.router.finalized else None
+    out = set()
+    for route in app.router.routes:
+        path = "/" + re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", route.path).lstrip("/")
+        out |= {(path, m.lower()) for m in route.methods - {"HEAD", "OPTIONS"}}
+    return out
+
+
+async def test_every_registered_route_is_in_the_document():
+    app = app_for()
+    doc = (await call(app, "get", "/openapi.json")).json
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
+    missing = sanic_routes(app) - documented
+    assert not missing, f"routes without @endpoint (service/openapi.py): {sorted(missing)}"
+    assert documented == sanic_routes(app)
+    assert ("/openapi.json", "get") in documented and len(documented) >= 20
+
+
+async def test_the_document_is_valid_openapi_3_1():
+    from jsonschema import Draft202012Validator
+    from openapi_spec_validator import validate
+    doc = (await call(app_for(), "get", "/openapi.json")).json
+    assert doc["openapi"].startswith("3.1")
+    validate(doc)
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            for content in op.get("requestBody", {}).get("content", {}).values():
+                Draft202012Validator.check_schema(content["schema"])
+            assert op["responses"], (path, method)
+
+
+async def test_errors_are_documented_with_the_envelope():
+    doc = (await call(app_for(), "get", "/openapi.json")).json
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    for status in ("400", "401", "404", "422", "429", "503", "507"):
+        schema = chat["responses"][status]["content"]["application/json"]["schema"]
+        assert schema["properties"]["error"]["required"] == ["message", "type"]
+    assert "text/plain" in chat["responses"]["413"]["content"]
+    upload = doc["paths"]["/v1/audio/transcriptions"]["post"]
+    assert "application/json" in upload["responses"]["413"]["content"]
+    assert "multipart/form-data" in upload["requestBody"]["content"]
+
+
+async def test_the_published_schema_is_the_one_enforced():
+    """A body the chat schema refuses is refused by the route with the same field named; the
+    published range of max_tokens is the enforced one."""
+    app = app_for()
+    doc = (await call(app, "get", "/openapi.json")).json
+    props = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"]["properties"]
+    low = props["max_tokens"]["minimum"]
+    body = {"model": "chat", "messages": [{"role": "user", "content": "x"}]}
+    resp = await call(app, "post", "/v1/chat/completions", json={**body, "max_tokens": low - 1})
+    assert "max_tokens" in assert_envelope(resp, 400, "invalid_request_error")["message"]
+    assert props["reasoning_effort"]["enum"][:-1]           # the parser's efforts, then null
+    resp = await call(app, "post", "/v1/chat/completions",
+                      json={**body, "reasoning_effort": "galactic"})
+    assert_envelope(resp, 400, "invalid_request_error")
+    # null counts as absent, as the document says (optional properties are nullable)
+    assert "null" in props["temperature"]["type"]
+    resp = await call(app, "post", "/v1/chat/completions", json={**body, "model": "nope",
+                                                                  "temperature": None})
+    assert_envelope(resp, 404, "model_not_found")
+
+
+@pytest.mark.parametrize("path,body,field", [
+    ("/v1/embeddings", {"model": "m", "input": 5}, "input"),
+    ("/v1/embeddings", {"input": "x"}, "model"),
+    ("/v1/audio/speech", {"model": "k", "input": "hi", "speed": 99}, "speed"),
+    ("/v1/memory/tier", {"model": "chat", "target_tier": "tier9"}, "target_tier"),
+    ("/v1/advisor", {"needs": "chat"}, "needs"),
+    ("/v1/completions", {"model": "chat", "prompt": ["a", "b"]}, "prompt"),
+    ("/v1/chat/completions", {"model": "chat", "messages": [{"role": "user", "content": [
+        {"type": "video"}]}]}, "messages"),
+])
+async def test_schema_refusals_name_the_field(path, body, field):
+    resp = await call(app_for(), "post", path, json=body)
+    err = assert_envelope(resp, 400, "invalid_request_error")
+    assert field in err["message"] and err["param"] == field
