@@ -243,6 +243,21 @@ def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
+async def send_stream_error(response, base: dict, empty_choice: dict,
+                            err: errors.HypnosError) -> None:
+    """A failure after the stream started (spec 7.4): a chunk with finish_reason "error"
+    and the error object, then [DONE]. A context_over_budget keeps its type and its KV
+    numbers (Pantheon); anything else is a server_error."""
+    error = {"message": err.message, "type": "server_error"}
+    if isinstance(err, ContextOverBudget):
+        error.update(type=err.type, code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
+    await response.send(sse({**base, "choices": [{"index": 0, **empty_choice,
+                                                  "finish_reason": "error"}],
+                             "error": error}))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
+
+
 async def _stream(request: Request, params: ChatParams, lease, reqs):
     base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
             "created": int(time.time()), "model": params.model}
@@ -276,16 +291,8 @@ async def _stream(request: Request, params: ChatParams, lease, reqs):
         results = await stream_choices(lease.engine, reqs, send_delta,
                                        lambda: response.send(": keep-alive\n\n"))
     except EngineError as exc:
-        err = engine_error(exc, sched.context_window(lease.model))
-        error = {"message": err.message, "type": err.type if isinstance(
-            err, ContextOverBudget) else "server_error"}
-        if isinstance(err, ContextOverBudget):
-            error.update(code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
-        await response.send(sse({**base, "choices": [{"index": 0, "delta": {},
-                                                      "finish_reason": "error"}],
-                                 "error": error}))
-        await response.send("data: [DONE]\n\n")
-        await response.eof()
+        await send_stream_error(response, base, {"delta": {}},
+                                engine_error(exc, sched.context_window(lease.model)))
         return None     # the response went out through request.respond()
     inference_ms = (time.monotonic() - started) * 1000
     record(request, lease, results[0])
