@@ -15,9 +15,10 @@ ENGINES = {
     ("onnx_runtime", "embeddings"): ("hypnos.engines.onnx_embed", "OnnxEmbedder", "embeddings"),
     ("onnx_runtime", "text_to_speech"): ("hypnos.engines.kokoro", "KokoroSpeaker", "tts"),
     ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
+    ("docling", None): ("hypnos.engines.docling_convert", "DoclingConverter", "docs"),
 }
 PLANNED = {
-    "ggml_whisper": "stt", "docling": "docs", "gliner": "ner", "ggml_diffusion": "images",
+    "ggml_whisper": "stt", "gliner": "ner", "ggml_diffusion": "images",
 }
 
 
