@@ -324,3 +324,36 @@ class Converter(Engine, Protocol):
         """Convert ``doc.pages`` in order, calling ``on_page`` with each as soon as it is
         ready; ``cancel`` is checked between pages (a cancelled call returns the pages done).
         Raises EngineError when the conversion fails midway."""
+
+
+# ------------------------------------------------------------- entity extraction
+
+@dataclass
+class Entity:
+    text: str
+    label: str
+    start: int                          # [start, end) in Unicode code points
+    end: int
+    score: float
+
+
+@dataclass
+class ExtractRequest:
+    texts: list[str]
+    labels: list[str]
+    threshold: float = 0.5
+    flat: bool = True
+
+
+@dataclass
+class ExtractResult:
+    entities: list[list[Entity]]        # one list per text, in text order, by start offset
+    windows: int = 0                    # model passes over text windows, all families
+    families: int = 0                   # label groups each window was run with
+
+
+class Extractor(Engine, Protocol):
+    def extract(self, req: ExtractRequest, cancel: threading.Event) -> ExtractResult:
+        """Find the spans of every text that score at least ``threshold`` for a label.
+        Long texts run in overlapping windows and many labels in families, transparently.
+        ``cancel`` is checked between passes (a cancelled call returns what it found)."""

@@ -16,9 +16,10 @@ ENGINES = {
     ("onnx_runtime", "text_to_speech"): ("hypnos.engines.kokoro", "KokoroSpeaker", "tts"),
     ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
     ("docling", None): ("hypnos.engines.docling_convert", "DoclingConverter", "docs"),
+    ("gliner", None): ("hypnos.engines.gliner_ner", "GlinerExtractor", "ner"),
 }
 PLANNED = {
-    "ggml_whisper": "stt", "gliner": "ner", "ggml_diffusion": "images",
+    "ggml_whisper": "stt", "ggml_diffusion": "images",
 }
 
 
