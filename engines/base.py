@@ -357,3 +357,32 @@ class Extractor(Engine, Protocol):
         """Find the spans of every text that score at least ``threshold`` for a label.
         Long texts run in overlapping windows and many labels in families, transparently.
         ``cancel`` is checked between passes (a cancelled call returns what it found)."""
+
+
+# ----------------------------------------------------------------------- images
+
+@dataclass
+class ImageRequest:
+    prompt: str
+    width: int
+    height: int
+    steps: int
+    cfg_scale: float
+    seed: int                           # image i is made with seed + i
+    n: int = 1
+    negative_prompt: str = ""
+    sampler: str | None = None
+    references: list[bytes] = field(default_factory=list)   # edits: encoded images
+
+
+@dataclass
+class GeneratedImage:
+    png: bytes
+    seed: int
+
+
+class ImageGenerator(Engine, Protocol):
+    def generate(self, req: ImageRequest, cancel: threading.Event) -> list[GeneratedImage]:
+        """Make ``req.n`` PNG images, one at a time (``cancel`` is checked between them;
+        a cancelled call returns the images made). With ``references`` the model edits or
+        composes from them. Raises EngineError when the library fails."""

@@ -17,9 +17,10 @@ ENGINES = {
     ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
     ("docling", None): ("hypnos.engines.docling_convert", "DoclingConverter", "docs"),
     ("gliner", None): ("hypnos.engines.gliner_ner", "GlinerExtractor", "ner"),
+    ("ggml_diffusion", None): ("hypnos.engines.sd_diffusion", "DiffusionGenerator", "images"),
 }
 PLANNED = {
-    "ggml_whisper": "stt", "ggml_diffusion": "images",
+    "ggml_whisper": "stt",
 }
 
 

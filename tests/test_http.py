@@ -263,7 +263,9 @@ async def test_every_route_answers_bad_input_with_the_envelope():
             if resp.status >= 400:
                 assert_envelope(resp, resp.status, resp.json["error"]["type"])
     assert seen >= 9
-    assert walked[("POST", "/v1/documents/convert")] == 400
+    for path in ("/v1/documents/convert", "/v1/entities", "/v1/images/generations",
+                 "/v1/images/edits"):
+        assert walked[("POST", path)] == 400, path
     for key in (("GET", "/v1/documents/<doc_id:str>/pictures"),
                 ("GET", "/v1/documents/<doc_id:str>/pictures/<index:int>"),
                 ("DELETE", "/v1/documents/<doc_id:str>")):
