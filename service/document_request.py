@@ -25,6 +25,7 @@ class ConvertParams:
     stream: bool = False
     return_pictures: bool = False
     output_format: str = "markdown"
+    url: str | None = None              # fetched by the route (document.data is empty)
 
 
 def parse_bool(value, name: str, default: bool) -> bool:
@@ -76,9 +77,19 @@ def decode_file(value, max_bytes: int) -> bytes:
         raise errors.InvalidRequest("'file' is not valid base64", param="file") from None
 
 
-def _too_large(size: int, max_bytes: int):
+def check_document(data: bytes | None, max_bytes: int, param: str) -> None:
+    """A 400 for an empty document or one above max_document_bytes (None: not sent)."""
+    if data is None:
+        return
+    if not data:
+        raise errors.InvalidRequest(f"'{param}' is empty", param=param)
+    if len(data) > max_bytes:
+        _too_large(len(data), max_bytes, param)
+
+
+def _too_large(size: int, max_bytes: int, param: str = "file"):
     raise errors.InvalidRequest(f"The document is {size} bytes; max_document_bytes is "
-                                f"{max_bytes}", param="file")
+                                f"{max_bytes}", param=param)
 
 
 def _text(value, name: str) -> str | None:
@@ -108,31 +119,30 @@ def _common(fields: dict, data: bytes | None, upload_name: str | None,
     if not model:
         raise errors.InvalidRequest("'model' is required: a model serving "
                                     "document_conversion", param="model")
-    if fields.get("url"):
-        raise errors.InvalidRequest("'url' is not supported by this version of Hypnos; "
-                                    "send the document as 'file'", param="url")
+    url = _text(fields.get("url"), "url")
     if fields.get("describe_pictures"):
         raise errors.InvalidRequest("'describe_pictures' is not supported by this version of "
                                     "Hypnos yet", param="describe_pictures")
     if data is None and fields.get("file") is not None:
         data = decode_file(fields["file"], max_bytes)
-    if data is None:
+    if data is not None and url is not None:
+        raise errors.InvalidRequest("send the document as 'file' or as 'url', not both",
+                                    param="url")
+    if data is None and url is None:
         raise errors.InvalidRequest("'file' is required: the document (a multipart part, or "
-                                    "base64 / a data: URI in JSON)", param="file")
-    if not data:
-        raise errors.InvalidRequest("'file' is empty", param="file")
-    if len(data) > max_bytes:
-        _too_large(len(data), max_bytes)
+                                    "base64 / a data: URI in JSON), or a 'url' to fetch it "
+                                    "from", param="file")
+    check_document(data, max_bytes, "file")
     fmt = _text(fields.get("output_format"), "output_format") or "markdown"
     if fmt not in FORMATS:
         raise errors.InvalidRequest(f"'output_format' must be markdown or json, got {fmt!r}",
                                     param="output_format")
-    filename = _text(fields.get("filename"), "filename") or upload_name or "document"
-    doc = DocumentRequest(data=data, filename=filename, pages=parse_pages(fields.get("pages")),
+    filename = _text(fields.get("filename"), "filename") or upload_name or ""
+    doc = DocumentRequest(data=data or b"", filename=filename, pages=parse_pages(fields.get("pages")),
                           ocr=parse_bool(fields.get("ocr"), "ocr", True),
                           want_json=fmt == "json",
                           want_pictures=parse_bool(fields.get("return_pictures"),
                                                    "return_pictures", False))
-    return ConvertParams(model=model, document=doc, output_format=fmt,
+    return ConvertParams(model=model, document=doc, output_format=fmt, url=url,
                          stream=parse_bool(fields.get("stream"), "stream", False),
                          return_pictures=doc.want_pictures)

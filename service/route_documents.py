@@ -20,11 +20,12 @@ from sanic.response import raw
 from hypnos.engines.base import (BadPageRange, ConvertedPage, EngineError, OpenedDocument,
                                  UnsupportedDocument)
 from hypnos.service import errors
-from hypnos.service.document_request import ConvertParams, parse_convert
+from hypnos.service.document_request import ConvertParams, check_document, parse_convert
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, require_ready
 from hypnos.service.markdown_join import join_pages
-from hypnos.service.picture_store import (PictureStore, PicturesTooLarge, StoredDocument)
+from hypnos.service.picture_store import PictureStore, PicturesTooLarge, StoredDocument
+from hypnos.service.remote_fetch import fetch_url
 from hypnos.service.telemetry import telemetry, wait_headers
 
 bp = Blueprint("documents")
@@ -79,7 +80,7 @@ class Conversion:
         engine = {"pages": n, "ms_per_page": round(inference_ms / n, 1) if n else 0.0,
                   "queue_ms": round(self.lease.queue_ms, 2)}
         return {**self.head(), "model": self.params.model,
-                "filename": self.params.document.filename, "format": self.doc.format,
+                "filename": self.params.document.filename or None, "format": self.doc.format,
                 "pipeline": self.doc.pipeline, "page_count": self.doc.page_count,
                 "pages": pages, "markdown": join_pages([p.markdown for p in self.pages]),
                 "usage": {"pages": n, "pictures": sum(len(p.pictures) for p in self.pages),
@@ -113,11 +114,21 @@ async def _open(engine, params: ConvertParams) -> OpenedDocument:
         raise errors.ServerError(f"The engine failed: {exc}") from None
 
 
+async def _fetch(request: Request, params: ConvertParams) -> None:
+    limits = request.app.ctx.config.limits
+    data, name = await fetch_url(params.url, limits, limits.max_document_bytes)
+    check_document(data, limits.max_document_bytes, "url")
+    params.document.data = data
+    params.document.filename = params.document.filename or name
+
+
 @bp.post("/v1/documents/convert")
 async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)
     _check_model(request, params.model)
+    if params.url is not None:
+        await _fetch(request, params)
     sched = request.app.ctx.scheduler
     async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
         doc = await _open(lease.engine, params)

@@ -313,3 +313,69 @@ def test_join_continues_numbered_lists_and_sentences():
     assert join_pages(["# Title", "body text."]) == "# Title\n\nbody text."
     assert join_pages(["Done.", "Next page."]) == "Done.\n\nNext page."
     assert join_pages(["", "Only.", ""]) == "Only."
+
+
+# ------------------------------------------------------------------ url
+
+@pytest.fixture
+def local_site():
+    """An HTTP server on 127.0.0.1 serving the HTML page, a redirect to it and a 404."""
+    import http.server
+    import threading as th
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/docs/page.html":
+                self.send_response(200)
+                self.send_header("content-length", str(len(HTML)))
+                self.end_headers()
+                self.wfile.write(HTML)
+            elif self.path == "/old":
+                self.send_response(302)
+                self.send_header("location", "/docs/page.html")
+                self.end_headers()
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    th.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+async def convert_json(app, **body):
+    _req, resp = await app.asgi_client.post("/v1/documents/convert",
+                                            json={"model": "docling", **body})
+    return resp
+
+
+async def test_url_on_a_private_host_is_refused_by_default(local_site):
+    resp = await convert_json(app_for(), url=local_site + "/docs/page.html")
+    assert_400(resp, "url", "127.0.0.1")
+    assert "non-public" in resp.json["error"]["message"]
+
+
+async def test_url_fetch_when_private_hosts_are_allowed(local_site):
+    app = app_for(allow_private_urls=True)
+    resp = await convert_json(app, url=local_site + "/docs/page.html")
+    assert resp.status == 200, resp.text
+    assert resp.json["filename"] == "page.html" and "# Hello page" in resp.json["markdown"]
+    redirected = await convert_json(app, url=local_site + "/old")
+    assert redirected.status == 200 and redirected.json["filename"] == "page.html"
+    assert_400(await convert_json(app, url=local_site + "/missing"), "url", "HTTP 404")
+    assert_400(await convert_json(app_for(allow_private_urls=True, max_document_bytes=50),
+                                  url=local_site + "/docs/page.html"), "url",
+               "max_document_bytes")
+
+
+async def test_url_refusals():
+    assert_400(await convert_json(app_for(allow_remote_image_urls=False),
+                                  url="http://example.com/a.pdf"), "url",
+               "allow_remote_image_urls")
+    assert_400(await convert_json(app_for(), url="ftp://example.com/a.pdf"), "url", "http(s)")
+    assert_400(await convert_json(app_for(), url="http://example.com/a.pdf",
+                                  file=base64.b64encode(HTML).decode()), "url", "not both")
