@@ -5,8 +5,9 @@ PDFs run through docling's native text-layer pipeline (docling-parse: the text c
 embedded bitmaps, no layout, tables or reading order) unless the model's ``weights_path`` is
 a folder holding docling's layout model *and* docling's model libraries are installed; then
 the full layout pipeline runs (``artifacts_path`` = that folder). Which one ran is reported
-as ``OpenedDocument.pipeline``. Office and web formats go through docling's simple pipeline
-and come back as one page numbered 1. Images need the layout pipeline (no text layer).
+as ``OpenedDocument.pipeline``. Office and web formats go through docling's simple pipeline,
+converted whole when opened: DOCX, HTML and Markdown come back as one page numbered 1, PPTX
+as one page per slide and XLSX per sheet. Images need the layout pipeline (no text layer).
 
 docling is imported in ``load()`` only; without it ``load`` raises
 ``EngineUnavailable("docling", "docs")``.
@@ -21,9 +22,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from hypnos.engines.base import (BadPageRange, ConvertedPage, DocumentPicture, DocumentRequest, EngineError,
-                                 EngineUnavailable, LoadReport, LoadSpec, OnPage,
-                                 OpenedDocument, UnsupportedDocument)
+from hypnos.engines.base import (BadPageRange, ConvertedPage, DocumentPicture,
+                                 DocumentRequest, EngineError, EngineUnavailable, LoadReport,
+                                 LoadSpec, OnPage, OpenedDocument, UnsupportedDocument)
 
 PAGED = ("pdf", "image")
 # Formats read by extension when the bytes alone cannot tell (text formats).
@@ -88,7 +89,6 @@ class DoclingConverter:
         self._converters: dict[bool, object] = {}
         self._layout_path = None
         self._lock = threading.Lock()
-        self._docling = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,8 +155,9 @@ class DoclingConverter:
         if fmt == "pdf":
             count = _pdf_page_count(req.data)
         else:
-            count = 1
+            # Converted whole up front; PPTX slides and XLSX sheets come back as pages.
             handle.done = self._run(handle, None)
+            count = max(1, len(handle.done.document.pages))
         pages = _page_list(req.pages, count)
         pipeline = self.pipeline if fmt in PAGED else "simple"
         return OpenedDocument(fmt, count, pages, pipeline, handle)
@@ -169,8 +170,13 @@ class DoclingConverter:
             if cancel.is_set():
                 break
             t0 = time.perf_counter()
-            result = handle.done if handle.done is not None else self._run(handle, number)
-            page = _page_from(result.document, number, handle.req)
+            if handle.done is None:
+                document = self._run(handle, number).document
+            else:
+                document = handle.done.document
+                if len(document.pages) > 1:
+                    document = document.filter(page_nrs={number})
+            page = _page_from(document, number, handle.req)
             page.ms = (time.perf_counter() - t0) * 1e3
             out.append(page)
             on_page(page)

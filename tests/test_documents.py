@@ -73,6 +73,31 @@ def make_pdf() -> bytes:
     return buf.getvalue()
 
 
+def make_pptx() -> bytes:
+    from pptx import Presentation
+    deck = Presentation()
+    for title in ("Apples in spring", "Pears in autumn"):
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = f"Notes on {title.lower()}"
+    buf = io.BytesIO()
+    deck.save(buf)
+    return buf.getvalue()
+
+
+def make_xlsx() -> bytes:
+    import openpyxl
+    book = openpyxl.Workbook()
+    book.active.append(["Region", "Revenue"])
+    book.active.append(["North", 120])
+    costs = book.create_sheet("Costs")
+    costs.append(["Item", "Cost"])
+    costs.append(["Rent", 50])
+    buf = io.BytesIO()
+    book.save(buf)
+    return buf.getvalue()
+
+
 HTML = (b"<html><body><h1>Hello page</h1><p>Some <b>bold</b> text.</p>"
         b"<ul><li>one</li><li>two</li></ul></body></html>")
 
@@ -122,6 +147,20 @@ async def test_docx_with_table_and_picture():
     assert "id" not in body and "picture_urls" not in body["pages"][0]
     engine = body["hypnos_telemetry"]["engine"]
     assert engine["pages"] == 1 and engine["ms_per_page"] > 0
+
+
+async def test_slides_and_sheets_come_back_as_pages():
+    app = app_for()
+    deck = (await post_file(app, make_pptx(), "deck.pptx")).json
+    assert deck["format"] == "pptx" and deck["page_count"] == 2
+    assert "Apples" in deck["pages"][0]["markdown"] and "Pears" not in deck["pages"][0]["markdown"]
+    assert "Pears" in deck["pages"][1]["markdown"]
+    second = (await post_file(app, make_pptx(), "deck.pptx", pages="2")).json
+    assert [p["page"] for p in second["pages"]] == [2] and "Apples" not in second["markdown"]
+    book = (await post_file(app, make_xlsx(), "book.xlsx")).json
+    assert book["format"] == "xlsx" and book["page_count"] == 2
+    assert [p["tables"] for p in book["pages"]] == [1, 1]
+    assert "| North" in book["pages"][0]["markdown"] and "| Rent" in book["pages"][1]["markdown"]
 
 
 async def test_html_as_json_base64_and_data_uri():
