@@ -26,6 +26,7 @@ class ConvertParams:
     return_pictures: bool = False
     output_format: str = "markdown"
     url: str | None = None              # fetched by the route (document.data is empty)
+    describe_pictures: str | None = None    # a vision model id
 
 
 def parse_bool(value, name: str, default: bool) -> bool:
@@ -120,9 +121,7 @@ def _common(fields: dict, data: bytes | None, upload_name: str | None,
         raise errors.InvalidRequest("'model' is required: a model serving "
                                     "document_conversion", param="model")
     url = _text(fields.get("url"), "url")
-    if fields.get("describe_pictures"):
-        raise errors.InvalidRequest("'describe_pictures' is not supported by this version of "
-                                    "Hypnos yet", param="describe_pictures")
+    describe = _text(fields.get("describe_pictures"), "describe_pictures")
     if data is None and fields.get("file") is not None:
         data = decode_file(fields["file"], max_bytes)
     if data is not None and url is not None:
@@ -138,11 +137,12 @@ def _common(fields: dict, data: bytes | None, upload_name: str | None,
         raise errors.InvalidRequest(f"'output_format' must be markdown or json, got {fmt!r}",
                                     param="output_format")
     filename = _text(fields.get("filename"), "filename") or upload_name or ""
-    doc = DocumentRequest(data=data or b"", filename=filename, pages=parse_pages(fields.get("pages")),
+    doc = DocumentRequest(data=data or b"", filename=filename,
+                          pages=parse_pages(fields.get("pages")),
                           ocr=parse_bool(fields.get("ocr"), "ocr", True),
-                          want_json=fmt == "json",
-                          want_pictures=parse_bool(fields.get("return_pictures"),
-                                                   "return_pictures", False))
+                          want_json=fmt == "json")
+    keep = parse_bool(fields.get("return_pictures"), "return_pictures", False)
+    doc.want_pictures = keep or describe is not None
     return ConvertParams(model=model, document=doc, output_format=fmt, url=url,
                          stream=parse_bool(fields.get("stream"), "stream", False),
-                         return_pictures=doc.want_pictures)
+                         return_pictures=keep, describe_pictures=describe)

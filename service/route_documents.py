@@ -24,6 +24,7 @@ from hypnos.service.document_request import ConvertParams, check_document, parse
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, require_ready
 from hypnos.service.markdown_join import join_pages
+from hypnos.service.picture_descriptions import check_vision_model, describe_page
 from hypnos.service.picture_store import PictureStore, PicturesTooLarge, StoredDocument
 from hypnos.service.remote_fetch import fetch_url
 from hypnos.service.telemetry import telemetry, wait_headers
@@ -49,7 +50,13 @@ class Conversion:
         self.stored: StoredDocument | None = (
             picture_store(request.app).create() if params.return_pictures else None)
         self.pages: list[ConvertedPage] = []
+        self.described = 0
         self.started = time.monotonic()
+
+    async def describe(self, page: ConvertedPage) -> None:
+        if self.params.describe_pictures is not None:
+            self.described += await describe_page(self.request.app.ctx.scheduler,
+                                                  self.params.describe_pictures, page)
 
     def page_body(self, page: ConvertedPage) -> dict:
         self.pages.append(page)
@@ -85,7 +92,7 @@ class Conversion:
                 "pages": pages, "markdown": join_pages([p.markdown for p in self.pages]),
                 "usage": {"pages": n, "pictures": sum(len(p.pictures) for p in self.pages),
                           "tables": sum(p.tables for p in self.pages),
-                          "pictures_described": 0},
+                          "pictures_described": self.described},
                 "hypnos_telemetry": telemetry(self.lease,
                                               sched.placement_of(self.lease.model).to_wire(),
                                               inference_ms, engine)}
@@ -127,6 +134,8 @@ async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)
     _check_model(request, params.model)
+    if params.describe_pictures is not None:
+        check_vision_model(request.app.ctx.scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
     sched = request.app.ctx.scheduler
@@ -140,6 +149,8 @@ async def convert(request: Request):
                                      cancel=threading.Event())
         except EngineError as exc:
             raise errors.ServerError(f"The conversion failed: {exc}") from None
+        for page in pages:
+            await conv.describe(page)
         body = conv.final_body([conv.page_body(p) for p in pages])
     return json_response(body, headers=wait_headers(lease))
 
@@ -166,6 +177,7 @@ async def _stream(conv: Conversion):
     task.add_done_callback(lambda _t: loop.call_soon_threadsafe(queue.put_nowait, None))
     try:
         while (page := await _next(queue, response)) is not None:
+            await conv.describe(page)
             await response.send(_event({"object": "document.page", **conv.page_body(page)}))
         task.result()
         await response.send(_event(conv.final_body([])))

@@ -15,6 +15,7 @@ from hypnos.engines.base import DocumentPicture, DocumentRequest, LoadSpec
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 from hypnos.service.markdown_join import join_pages
+from hypnos.service.picture_descriptions import insert_descriptions
 from hypnos.service.picture_store import PictureStore, PicturesTooLarge
 
 Sanic.test_mode = True
@@ -29,6 +30,11 @@ engine = "docling"
 [[models]]
 id = "chat"
 modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+[[models]]
+id = "eyes"
+modality = "vision"
 engine = "ggml_llama"
 weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
 """
@@ -274,7 +280,7 @@ async def test_unsupported_or_corrupt_files_are_400(data, filename, fragment):
     ({"pages": "0"}, "pages"), ({"pages": "5-2"}, "pages"), ({"pages": "x"}, "pages"),
     ({"output_format": "yaml"}, "output_format"), ({"stream": "maybe"}, "stream"),
     ({"ocr": "2"}, "ocr"), ({"url": "https://example.com/a.pdf"}, "url"),
-    ({"describe_pictures": "gemma"}, "describe_pictures"), ({"model": "chat"}, "model"),
+    ({"describe_pictures": "chat"}, "describe_pictures"), ({"model": "chat"}, "model"),
 ])
 async def test_bad_fields_are_400_naming_them(fields, param):
     assert_400(await post_file(app_for(), HTML, "p.html", **fields), param)
@@ -418,3 +424,34 @@ async def test_url_refusals():
     assert_400(await convert_json(app_for(), url="ftp://example.com/a.pdf"), "url", "http(s)")
     assert_400(await convert_json(app_for(), url="http://example.com/a.pdf",
                                   file=base64.b64encode(HTML).decode()), "url", "not both")
+
+
+# ------------------------------------------------------------------ describe_pictures
+
+async def test_describe_pictures_sends_each_picture_to_the_vision_model():
+    """'eyes' is a vision-modality entry over the text-only SmolLM2 GGUF (no projector, none
+    is on the package index): the picture reaches its chat engine as an image_url part and
+    the engine refuses it, which is what this proves. Descriptions themselves need a real
+    vision model."""
+    app = app_for()
+    resp = await post_file(app, make_docx(), "r.docx", describe_pictures="eyes")
+    assert resp.status == 500 and resp.json["error"]["type"] == "server_error"
+    message = resp.json["error"]["message"]
+    assert "Describing a picture of page 1 with 'eyes' failed" in message
+    assert "image_url" in message
+    resp = await post_file(app, make_docx(), "r.docx", describe_pictures="nope")
+    assert resp.status == 404 and resp.json["error"]["type"] == "model_not_found"
+
+
+async def test_describe_pictures_leaves_the_vision_model_alone_without_pictures():
+    app = app_for()
+    body = (await post_file(app, HTML, "p.html", describe_pictures="eyes")).json
+    assert body["usage"]["pictures_described"] == 0 and "# Hello page" in body["markdown"]
+    assert str(app.ctx.scheduler.models["eyes"].tier) == "tier3_nvme_ssd"
+
+
+def test_descriptions_go_under_their_placeholders():
+    md = "Intro\n\n<!-- image -->\n\nMiddle\n\n<!-- image -->\n\nEnd"
+    out = insert_descriptions(md, ["A red box.\nIt has a black border.", None])
+    assert out == ("Intro\n\n<!-- image -->\n\n> **Picture:** A red box.\n> It has a black "
+                   "border.\n\nMiddle\n\n<!-- image -->\n\nEnd")
