@@ -45,13 +45,14 @@ def picture_store(app) -> PictureStore:
 class Conversion:
     """One leased conversion: renders pages and the final body, files pictures."""
 
-    def __init__(self, request: Request, params: ConvertParams, lease, doc: OpenedDocument):
+    def __init__(self, request: Request, params: ConvertParams, lease, doc: OpenedDocument,
+                 started: float):
         self.request, self.params, self.lease, self.doc = request, params, lease, doc
         self.stored: StoredDocument | None = (
             picture_store(request.app).create() if params.return_pictures else None)
         self.pages: list[ConvertedPage] = []
         self.described = 0
-        self.started = time.monotonic()
+        self.started = started          # before the engine opened the document
 
     async def describe(self, page: ConvertedPage) -> None:
         if self.params.describe_pictures is not None:
@@ -140,8 +141,9 @@ async def convert(request: Request):
         await _fetch(request, params)
     sched = request.app.ctx.scheduler
     async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
+        started = time.monotonic()
         doc = await _open(lease.engine, params)
-        conv = Conversion(request, params, lease, doc)
+        conv = Conversion(request, params, lease, doc, started)
         if params.stream:
             return await _stream(conv)
         try:
@@ -164,7 +166,7 @@ async def _stream(conv: Conversion):
     response = await conv.request.respond(content_type="text/event-stream", headers={
         "cache-control": "no-cache", **wait_headers(conv.lease)})
     started = {"object": "document.started", "page_count": doc.page_count,
-               "pages": doc.pages, "pipeline": doc.pipeline}
+               "pages": doc.pages, "format": doc.format, "pipeline": doc.pipeline}
     if conv.stored is not None:
         started["id"] = conv.stored.id
     await response.send(_event(started))
