@@ -9,6 +9,7 @@ import importlib.util
 import io
 import os
 import sys
+import threading
 
 import openai
 import pytest
@@ -27,14 +28,15 @@ from hypnos.service.route_images import clamp_side, parse_image_request, parse_s
 Sanic.test_mode = True
 HAS_LIBRARY = importlib.util.find_spec("stable_diffusion_cpp") is not None
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+FLUX_TENSOR = "model.diffusion_model.double_blocks.0.img_attn.qkv.weight"
 
 
-def write_gguf(path):
+def write_gguf(path, tensor="just.a.tensor"):
     """A valid GGUF holding one tiny tensor and no diffusion model."""
     import gguf
     import numpy as np
     writer = gguf.GGUFWriter(str(path), "not-a-diffusion-model")
-    writer.add_tensor("just.a.tensor", np.zeros((4, 4), dtype=np.float32))
+    writer.add_tensor(tensor, np.zeros((4, 4), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -51,6 +53,11 @@ id = "sd"
 modality = "image_generation"
 engine = "ggml_diffusion"
 weights_path = "sd/model.gguf"
+[[models]]
+id = "crashy"
+modality = "image_generation"
+engine = "ggml_diffusion"
+weights_path = "sd/flux-block.gguf"
 [[models]]
 id = "notes"
 modality = "image_generation"
@@ -77,6 +84,8 @@ def models_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     (root / "sd").mkdir()
     write_gguf(root / "sd" / "model.gguf")
+    # One FLUX-named tensor: stable-diffusion.cpp takes it for a FLUX model and crashes.
+    write_gguf(root / "sd" / "flux-block.gguf", FLUX_TENSOR)
     (root / "sd" / "notes.txt").write_text("these are notes, not weights\n" * 10)
     return root
 
@@ -188,13 +197,28 @@ async def test_a_file_that_is_not_a_model_is_refused_before_the_library(app):
 
 @pytest.mark.anyio
 async def test_a_gguf_without_a_diffusion_model(app):
-    """With the library installed, stable-diffusion.cpp itself refuses the file (500);
-    without it, the model is not available and the message names the pip extra (503)."""
+    """With the library installed, stable-diffusion.cpp refuses the file (500); without it,
+    the model is not available and the message names the pip extra (503)."""
     resp = await post(app, "/v1/images/generations", json={"model": "sd", "prompt": "x"})
     if HAS_LIBRARY:
-        assert_error(resp, 500, "server_error", fragment="stable-diffusion.cpp refused")
+        assert_error(resp, 500, "server_error", fragment="stable-diffusion.cpp refused the "
+                     "model: it could not build a context")
     else:
         assert_error(resp, 503, "model_not_available", fragment="pip install 'hypnos[images]'")
+
+
+@pytest.mark.anyio
+async def test_a_library_crash_on_a_bad_file_is_a_500_and_the_server_lives(app):
+    """stable-diffusion.cpp dies (SIGFPE) on a GGUF holding one FLUX-named tensor. It runs in
+    a worker process, so that is a 500 naming the signal, and this server keeps serving."""
+    resp = await post(app, "/v1/images/generations", json={"model": "crashy", "prompt": "x"})
+    if HAS_LIBRARY:
+        assert_error(resp, 500, "server_error",
+                     fragment="stable-diffusion.cpp crashed while loading flux-block.gguf "
+                              "(signal SIG")
+    else:
+        assert_error(resp, 503, "model_not_available", fragment="hypnos[images]")
+    assert (await app.asgi_client.get("/health"))[1].status == 200
 
 
 @pytest.mark.anyio
@@ -244,6 +268,19 @@ def test_engine_load_refuses_a_text_file(models_root):
         DiffusionGenerator().load(LoadSpec(
             model_id="x", weights_path=models_root / "sd" / "model.gguf",
             files={"text_encoder_path": models_root / "sd" / "none.gguf"}))
+
+
+@pytest.mark.skipif(not HAS_LIBRARY, reason="stable-diffusion-cpp-python is not installed "
+                    "(the images extra; it compiles stable-diffusion.cpp)")
+def test_a_worker_crash_leaves_the_engine_unloaded(models_root):
+    from hypnos.engines.base import ImageRequest
+    engine = DiffusionGenerator()
+    with pytest.raises(EngineError, match=r"crashed while loading flux-block.gguf \(signal"):
+        engine.load(LoadSpec(model_id="x", weights_path=models_root / "sd" / "flux-block.gguf",
+                             threads=1))
+    req = ImageRequest(prompt="x", width=256, height=256, steps=1, cfg_scale=1.0, seed=1)
+    with pytest.raises(EngineError, match="not loaded"):
+        engine.generate(req, threading.Event())
 
 
 # ------------------------------------------------------------------ the official client
