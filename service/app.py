@@ -36,7 +36,8 @@ WHOLE_MODEL_WORKSPACE = 64 * 2**20
 # One module per route family, each exposing ``bp``.
 ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_completions",
                  "route_embeddings", "route_transcriptions", "route_speech", "route_sessions",
-                 "metrics", "route_playground")
+                 "metrics", "route_documents", "route_entities", "route_images",
+                 "route_playground")
 CPU_ENGINES = ("onnx_runtime", "docling", "gliner")
 
 
