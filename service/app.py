@@ -25,6 +25,7 @@ from hypnos.service.effects import Effects
 from hypnos.service.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
 from hypnos.service.http import after_handler, install_http_layers
+from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.pool import ModelState
 from hypnos.service.scheduler import Scheduler
 from hypnos.service.telemetry import LatencyBook
@@ -114,6 +115,9 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.metrics = metrics
     app.ctx.latency = LatencyBook()
     app.ctx.workflows = Workflows()
+    app.ctx.keys = KeyRing(config.server)
+    quotas = QuotaBook(state_path(config.source) if config.source is not None else None)
+    app.ctx.limiter = Limiter(quotas, metrics=metrics)
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

@@ -13,6 +13,7 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
 from hypnos.service import errors
+from hypnos.service.keys import result_tokens
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
@@ -55,10 +56,12 @@ def _cors_headers(request: Request) -> dict:
 
 
 def _check_key(request: Request) -> None:
+    """Match the bearer key (401) and admit it against its limits (429); the permit is
+    released by `after_handler` once the response's last byte went out."""
+    ring = request.app.ctx.keys
     cfg = request.app.ctx.config.server
-    keys = set(cfg.api_keys) | {k.key for k in cfg.keys}
     path = request.path
-    if not keys or path in OPEN_PATHS or not (path.startswith("/v1") or (
+    if not ring.enabled or path in OPEN_PATHS or not (path.startswith("/v1") or (
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()
@@ -67,9 +70,20 @@ def _check_key(request: Request) -> None:
     if not header:
         raise errors.Unauthorized("Missing API key. Send it as `Authorization: Bearer <key>` "
                                   "(server.api_keys).", headers=challenge)
-    if scheme.lower() != "bearer" or token.strip() not in keys:
+    key = ring.match(token.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
         raise errors.Unauthorized("Invalid API key.", headers=challenge)
-    request.ctx.api_key = token.strip()
+    request.ctx.api_key = key
+    request.ctx.permit = request.app.ctx.limiter.admit(key)
+
+
+def require_admin(request: Request) -> None:
+    """Changing the model pool needs an admin key when keys are configured (403)."""
+    key = getattr(request.ctx, "api_key", None)
+    if request.app.ctx.keys.enabled and (key is None or not key.admin):
+        raise errors.PermissionDenied(
+            "Changing the model pool needs an admin key (a server.api_keys entry, or a "
+            "[[server.keys]] entry with admin = true)")
 
 
 def install_http_layers(app: Sanic) -> None:
@@ -107,12 +121,16 @@ async def before_handler(request: Request) -> None:
 
 
 def after_handler(request: Request) -> None:
-    """Once the handler finished (streams: after the last byte): latency per route and the
-    workflow's last byte."""
+    """Once the handler finished (streams: after the last byte): the key's permit and tokens,
+    latency per route and the workflow's last byte."""
     started = getattr(request.ctx, "started", None)
     if started is None:
         return
     now = time.monotonic()
+    permit = getattr(request.ctx, "permit", None)
+    if permit is not None:
+        tokens = result_tokens(getattr(request.ctx, "result", None))
+        request.app.ctx.limiter.release(permit, tokens)
     if request.route is not None:
         route = "/" + request.route.path.lstrip("/")
         request.app.ctx.latency.record(route, (now - started) * 1000)

@@ -54,6 +54,17 @@ class Metrics:
                                   ["model"], registry=r)
         self.model_requests = Gauge("hypnos_model_requests_total", "Requests served",
                                     ["model"], registry=r)
+        self.key_requests = Counter("hypnos_api_key_requests_total",
+                                    "Requests admitted per API key (label)", ["key"], registry=r)
+        self.key_rejections = Counter("hypnos_api_key_rejections_total",
+                                      "Requests refused by a per-key limit (429)", ["key"],
+                                      registry=r)
+        self.key_tokens = Counter("hypnos_api_key_tokens_total",
+                                  "Prompt plus completion tokens charged per key", ["key"],
+                                  registry=r)
+        self.key_tokens_today = Gauge("hypnos_api_key_tokens_today",
+                                      "Tokens charged per key on the current UTC day", ["key"],
+                                      registry=r)
         self.uptime = Gauge("hypnos_uptime_seconds", "Seconds since start", registry=r)
         self.start_time = Gauge("hypnos_process_start_time_seconds", "Start (unix time)",
                                 registry=r)
@@ -72,8 +83,10 @@ class Metrics:
         if timings.prefill_tokens_per_s:
             self.prefill_tps.labels(model_id).set(timings.prefill_tokens_per_s)
 
-    def render(self, scheduler) -> bytes:
+    def render(self, scheduler, limiter=None, keys=()) -> bytes:
         self.uptime.set(time.time() - self.started)
+        for key in keys:
+            self.key_tokens_today.labels(key.label).set(limiter.quotas.used(key.label))
         for st in scheduler.models.values():
             self.model_tier.labels(st.id).set(TIER_NUMBER[st.tier])
             self.model_leases.labels(st.id).set(st.leases)
@@ -83,5 +96,6 @@ class Metrics:
 
 @bp.get("/metrics")
 async def metrics(request: Request):
-    body = request.app.ctx.metrics.render(request.app.ctx.scheduler)
+    ctx = request.app.ctx
+    body = ctx.metrics.render(ctx.scheduler, ctx.limiter, ctx.keys.keys)
     return raw(body, content_type="text/plain; version=0.0.4; charset=utf-8")
