@@ -233,6 +233,8 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: {exc.strerror}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path.name}: not valid TOML: {exc}"]) from None
 

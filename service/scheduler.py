@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 
 from hypnos.engines.base import EngineError, EngineUnavailable, LoadReport
 from hypnos.planner import derive_budgets, eviction_order, place, plan_eviction
-from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
-                                  Tier)
+from hypnos.planner.types import (Budgets, Hardware, MoeOffload, NoFit, Placement,
+                                  PlacementRequest, Tier)
 from hypnos.service import errors
 from hypnos.service.config_schema import Config
 from hypnos.service.effects import Effects
@@ -55,6 +55,8 @@ class Scheduler:
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self._place_lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        # Models being replaced or removed: new leases wait on the event (spec section 6).
+        self._changes: dict[str, asyncio.Event] = {}
 
     # ------------------------------------------------------------------ pool
 
@@ -88,6 +90,8 @@ class Scheduler:
         Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
         or model_not_available, 507 (does not fit beside leased models).
         """
+        while (change := self._changes.get(model_id)) is not None:
+            await change.wait()      # then served by the replacement (or 404 once removed)
         st = self.get(model_id)
         if st.problem:
             raise errors.ModelNotAvailable(st.problem)
@@ -308,6 +312,67 @@ class Scheduler:
         finally:
             st.leases -= 1
         return st
+
+    # ------------------------------------------------------------------ pool changes
+
+    async def swap(self, model_id: str, new: ModelState | None, drain_secs: float) -> None:
+        """PUT / DELETE /v1/models/{id}: hold new leases of ``model_id``, wait up to
+        ``drain_secs`` for the running ones to finish, unload the old model, then install
+        ``new`` under the same id (None: remove it). Past ``drain_secs`` nothing changes and
+        this raises 429 model_busy. Blocks for as long as the drain and the unload take."""
+        old = self.get(model_id, enabled_only=False)
+        if model_id in self._changes:
+            raise errors.ModelBusy(f"The model '{model_id}' is already being changed; retry "
+                                   "when that change is done")
+        gate = self._changes[model_id] = asyncio.Event()
+        try:
+            deadline = time.monotonic() + drain_secs
+            # Polled: leases are counted in several places (lease, hold, move), none of
+            # which needs to know a drain is waiting.
+            while old.leases and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if old.leases:
+                raise errors.ModelBusy(
+                    f"The model '{model_id}' still has {old.leases} requests after drain_secs "
+                    f"({drain_secs:g} s); nothing was changed")
+            old.enabled = False          # nothing to park: its conversations end here
+            async with old.load_lock:
+                await self._unload(old, Tier.SSD)
+            self.kv_park.take(model_id)
+            if new is None:
+                del self.models[model_id]
+            else:
+                self.models[model_id] = new
+        finally:
+            del self._changes[model_id]
+            gate.set()
+
+    async def set_enabled(self, model_id: str, enabled: bool) -> ModelState:
+        """POST /v1/models/{id}/enable|disable. Disabling evicts the model to disk and drops
+        its parked KV state; 429 model_busy while it is leased."""
+        st = self.get(model_id, enabled_only=False)
+        if not enabled and st.enabled:
+            if st.leases:
+                raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when idle")
+            st.enabled = False
+            async with st.load_lock:
+                await self._unload(st, Tier.SSD)
+            self.kv_park.take(model_id)
+        st.enabled = enabled
+        return st
+
+    async def set_moe_offload(self, model_id: str, mode: MoeOffload) -> str:
+        """POST /v1/models/{id}/moe-offload: "now" when the model was idle or not loaded (an
+        idle resident model is unloaded, its next request loads it with the new placement),
+        "next_load" when it is busy."""
+        st = self.get(model_id, enabled_only=False)
+        st.cfg.moe_offload = mode
+        if st.leases:
+            return "next_load"
+        if st.tier is Tier.GPU:
+            async with st.load_lock:
+                await self._unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
+        return "now"
 
     def prefetch(self, model_id: str) -> None:
         """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy

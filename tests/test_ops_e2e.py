@@ -91,11 +91,12 @@ class Stream:
         return last
 
 
-def chat(srv, key=None, timeout=120, **extra) -> httpx.Response:
+def chat(srv, key=None, timeout=120, headers=None, **extra) -> httpx.Response:
     body = {"model": "smol", "max_tokens": 4, "temperature": 0,
             "messages": [{"role": "user", "content": "Say hi"}], **extra}
     return httpx.post(srv.base + "/v1/chat/completions", json=body,
-                      headers=auth(key) if key else {}, timeout=timeout)
+                      headers={**(auth(key) if key else {}), **(headers or {})},
+                      timeout=timeout)
 
 
 def until(check, secs: float = 5.0):
@@ -140,3 +141,82 @@ def test_stream_holds_the_permit_to_its_last_byte_and_is_charged_at_its_end(tmp_
         srv.stop()
     log = (tmp_path / "server.log").read_text() + (tmp_path / "server2.log").read_text()
     assert "dave-key" not in log and "carol-key" not in log
+
+
+def put_block(context_len: int) -> str:
+    return (f'[[models]]\nid = "ignored"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
+            f'weights_path = "{GGUF}"\ncontext_len = {context_len}\n')
+
+
+class InThread(threading.Thread):
+    """An HTTP call running meanwhile; ``result`` once joined."""
+
+    def __init__(self, fn, *args, **kw):
+        super().__init__(daemon=True)
+        self.fn, self.args, self.kw, self.result = fn, args, kw, None
+        self.start()
+
+    def run(self):
+        self.result = self.fn(*self.args, **self.kw)
+
+
+def test_put_drains_a_running_stream_and_a_restart_keeps_the_change(tmp_path):
+    path = write_config(tmp_path, SMOL)
+    srv = ServerProcess(path, tmp_path / "server.log", ready_timeout=120)
+    try:
+        stream = Stream(srv, max_tokens=150)
+        stream.first_event()
+        put = InThread(httpx.put, srv.base + "/v1/models/smol",
+                       json={"config": put_block(3072), "drain_secs": 300}, timeout=120)
+        time.sleep(0.3)
+        waiting = InThread(chat, srv)
+        time.sleep(0.5)
+        assert put.is_alive() and waiting.is_alive()      # both wait for the stream
+        last = stream.finish()
+        assert last["hypnos_telemetry"]["placement"]["allocated_context_len"] == 2048
+        put.join(60)
+        waiting.join(60)
+        assert put.result.status_code == 200, put.result.text
+        assert put.result.json()["action"] == "replaced"
+        assert put.result.json()["persisted"] is True
+        # The request that waited was served by the replacement.
+        assert waiting.result.status_code == 200, waiting.result.text
+        tele = waiting.result.json()["hypnos_telemetry"]
+        assert tele["placement"]["allocated_context_len"] == 3072
+
+        stream = Stream(srv, max_tokens=150)
+        stream.first_event()
+        refused = httpx.put(srv.base + "/v1/models/smol",
+                            json={"config": put_block(4096), "drain_secs": 0.5}, timeout=60)
+        assert refused.status_code == 429 and refused.json()["error"]["type"] == "model_busy"
+        assert stream.finish()["hypnos_telemetry"]["placement"]["allocated_context_len"] == 3072
+    finally:
+        srv.stop()
+    srv = ServerProcess(path, tmp_path / "server2.log", ready_timeout=120)
+    try:
+        resp = chat(srv)
+        assert resp.status_code == 200
+        assert resp.json()["hypnos_telemetry"]["placement"]["allocated_context_len"] == 3072
+    finally:
+        srv.stop()
+
+
+def test_a_deadline_is_refused_while_a_long_request_runs(tmp_path):
+    srv = ServerProcess(write_config(tmp_path, SMOL), tmp_path / "server.log",
+                        ready_timeout=120)
+    try:
+        warm = chat(srv)                 # measures the model's service time
+        assert warm.status_code == 200
+        stream = Stream(srv, max_tokens=150)
+        stream.first_event()
+        refused = chat(srv, headers={"x-hypnos-deadline-ms": "1"})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["type"] == "deadline_unmeetable"
+        assert int(refused.headers["retry-after"]) >= 1
+        admitted = InThread(chat, srv, headers={"x-hypnos-deadline-ms": "600000"})
+        stream.finish()
+        admitted.join(60)
+        assert admitted.result.status_code == 200
+        assert float(admitted.result.headers["x-hypnos-estimated-wait-ms"]) > 0
+    finally:
+        srv.stop()
