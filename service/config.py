@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -113,6 +114,11 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
     if cfg.server.request_log.level not in ("off", "error", "warn", "info", "debug", "trace"):
         problems.append(f"server.request_log.level: unknown level {cfg.server.request_log.level!r}")
+    for i, pattern in enumerate(cfg.server.request_log.redact):
+        try:
+            re.compile(pattern) if pattern != "*" else None
+        except re.error as exc:
+            problems.append(f"server.request_log.redact[{i}]: not a regular expression: {exc}")
     if cfg.server.profile is not None and cfg.server.profile not in PROFILES:
         problems.append(f"server.profile: must be one of {', '.join(PROFILES)}, "
                         f"got {cfg.server.profile!r}")

@@ -14,6 +14,7 @@ from sanic.response import empty
 
 from hypnos.service import errors
 from hypnos.service.keys import result_tokens
+from hypnos.service.request_log import request_leases
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
@@ -91,6 +92,8 @@ def install_http_layers(app: Sanic) -> None:
     async def _start(request: Request):
         request.ctx.request_id = new_request_id()
         request.ctx.started = time.monotonic()
+        request.ctx.leases = []
+        request_leases.set(request.ctx.leases)
         if request.method == "OPTIONS":
             return empty(204, headers=_cors_headers(request))
         length = request.headers.get("content-length", "")
@@ -106,6 +109,8 @@ def install_http_layers(app: Sanic) -> None:
         for k, v in _cors_headers(request).items():
             response.headers.setdefault(k, v)
         request.ctx.status = response.status
+        # None for a stream (request.respond()): its body was never held in one piece.
+        request.ctx.response_body = getattr(response, "body", None)
 
 
 async def before_handler(request: Request) -> None:
@@ -133,13 +138,24 @@ def after_handler(request: Request) -> None:
         request.app.ctx.limiter.release(permit, tokens)
     if request.route is not None:
         route = "/" + request.route.path.lstrip("/")
-        request.app.ctx.latency.record(route, (now - started) * 1000)
+        ms = (now - started) * 1000
+        request.app.ctx.latency.record(route, ms)
         status = getattr(request.ctx, "status", 500)
-        request.app.ctx.metrics.http_requests.labels(route, f"{status // 100}xx").inc()
+        request.app.ctx.metrics.request_done(request, route, status, ms)
+        if _logged(request):
+            request.app.ctx.request_log.observe(request, route, status, ms,
+                                                getattr(request.ctx, "response_body", None))
     key = getattr(request.ctx, "workflow", None)
     if key is not None:
         close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
         request.app.ctx.workflows.end(key, now, close)
+
+
+def _logged(request: Request) -> bool:
+    """Inference and pool calls go to the request log; polling (GET, the log routes) not."""
+    path = request.path
+    return (path.startswith("/v1/") and not path.startswith("/v1/logs")
+            and request.method not in ("GET", "HEAD", "OPTIONS"))
 
 
 def require_ready(request: Request) -> None:

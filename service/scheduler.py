@@ -26,6 +26,7 @@ from hypnos.service.effects import Effects
 from hypnos.service.hardware import process_rss
 from hypnos.service.kv_park import KvParkStore
 from hypnos.service.pool import ModelState
+from hypnos.service.request_log import request_leases
 
 
 @dataclass
@@ -107,6 +108,9 @@ class Scheduler:
                 headers={"Retry-After": str(max(1, round(estimate / 1000)))})
         st.leases += 1
         lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=estimate)
+        seen = request_leases.get()
+        if seen is not None:           # the request log reads the model and its tier switch
+            seen.append(lease)
         holding = False
         started = time.monotonic()
         try:
