@@ -21,7 +21,7 @@ from hypnos.planner import derive_budgets, eviction_order, place, plan_eviction
 from hypnos.planner.types import (Budgets, Hardware, MoeOffload, NoFit, Placement,
                                   PlacementRequest, Tier)
 from hypnos.service import errors
-from hypnos.service.config_schema import Config
+from hypnos.service.config_schema import PROFILES, Config
 from hypnos.service.effects import Effects
 from hypnos.service.hardware import process_rss
 from hypnos.service.kv_park import KvParkStore
@@ -102,6 +102,8 @@ class Scheduler:
                 f"The model '{model_id}' has {queued} requests queued "
                 f"(max_queue_per_model {self.config.limits.max_queue_per_model}); retry later")
         estimate = st.estimated_wait_ms()
+        if deadline_ms is None:
+            deadline_ms = self.implicit_deadline_ms()
         if deadline_ms is not None and estimate is not None and estimate > deadline_ms:
             raise errors.DeadlineUnmeetable(
                 f"Estimated wait {estimate:.0f} ms exceeds the deadline {deadline_ms:.0f} ms",
@@ -128,6 +130,14 @@ class Scheduler:
                 st.stats.record_request((time.monotonic() - started) * 1000)
             st.leases -= 1
             st.last_used = time.monotonic()
+
+    def implicit_deadline_ms(self) -> float | None:
+        """With limits.overload = "shed", the profile's objective is the deadline of every
+        request that names none (spec section 1)."""
+        profile = self.config.server.profile
+        if self.config.limits.overload != "shed" or profile is None:
+            return None
+        return PROFILES[profile][1]
 
     @asynccontextmanager
     async def hold(self, model_id: str):
