@@ -129,6 +129,7 @@ def validate(cfg: Config, problems: list[str]) -> None:
                  "request_timeout_secs"):
         _check_range(problems, f"limits.{name}", getattr(cfg.limits, name), 1)
     _check_range(problems, "limits.max_queue_per_model", cfg.limits.max_queue_per_model, 0)
+    _check_range(problems, "limits.swap_wait_ms", cfg.limits.swap_wait_ms, 0, 3_600_000)
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
         validate_model(m, f"models[{i}]", problems)

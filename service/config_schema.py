@@ -104,6 +104,9 @@ class LimitsConfig:
     live_max_session_secs: int = 600
     live_idle_timeout_secs: int = 30
     live_max_utterance_secs: int = 30
+    # A request for a model that must evict busy models holds their new requests and waits
+    # up to this long for the admitted ones to finish (grouped swaps, no thrash); past it 507.
+    swap_wait_ms: int = 2000
 
 
 @dataclass
