@@ -36,7 +36,10 @@ def _pull_missing(cfg, catalog):
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default 9999; HYPNOS_PORT).")
 @click.option("--check", is_flag=True,
               help="Build the app, answer one in-process GET /v1/models, exit non-zero on failure.")
-def serve(config_path, host, port, check: bool) -> None:
+@click.option("--watch-config", is_flag=True,
+              help="Apply [[models]] edits of the config file while serving (same checks as "
+                   "POST/PUT/DELETE /v1/models); a bad edit is logged and refused.")
+def serve(config_path, host, port, check: bool, watch_config: bool) -> None:
     """Start the server. With no config file it serves the default lineup from the catalog,
     pulling what is missing from models_dir first."""
     from hypnos.catalog.catalog import load_catalog
@@ -50,7 +53,12 @@ def serve(config_path, host, port, check: bool) -> None:
         before_stage = (lambda: _pull_missing(cfg, catalog)) if not check else None
     if check:
         sys.exit(_check(create_app(cfg, catalog=catalog, stage=False)))
+    if watch_config and cfg.source is None:
+        raise click.UsageError("--watch-config needs a config file (--config or ./hypnos.toml)")
     app = create_app(cfg, catalog=catalog, before_stage=before_stage)
+    if watch_config:
+        from hypnos.service.config_watch import install_config_watch
+        install_config_watch(app, cfg.source)
     ssl = None
     if cfg.server.tls is not None:
         ssl = {"cert": cfg.server.tls.cert, "key": cfg.server.tls.key}

@@ -15,10 +15,10 @@ from sanic.response import json as json_response
 
 from hypnos.planner.types import MoeOffload
 from hypnos.service import errors
-from hypnos.service.app import build_state
-from hypnos.service.config import ConfigError, check_model_files, parse_model_block
+from hypnos.service.config import ConfigError, parse_model_block
 from hypnos.service.config_schema import ModelConfig
 from hypnos.service.http import json_body, require_admin, require_ready
+from hypnos.service.model_checks import startup_checks
 from hypnos.service.overlay import persist
 from hypnos.service.pool import ModelState
 
@@ -51,22 +51,6 @@ def _block_text(request: Request, body: dict) -> str:
     return config_block(entry, variant)
 
 
-def _architecture_problem(request: Request, m: ModelConfig, st: ModelState) -> str | None:
-    from hypnos.engines.gguf_meta import read_gguf_meta
-    weights = st.paths.get("weights_path")
-    if m.engine != "ggml_llama" or weights is None:
-        return None
-    arch = read_gguf_meta(weights).architecture
-    if m.arch.architecture and m.arch.architecture != arch:
-        return (f"models[0].arch.architecture: {m.arch.architecture!r}, but the GGUF reports "
-                f"{arch!r}")
-    catalog = request.app.ctx.catalog
-    if catalog is not None and arch not in catalog.tested_architectures:
-        return (f"models[0].weights_path: the GGUF's architecture {arch!r} is not one Hypnos "
-                f"has been tested with ({', '.join(catalog.tested_architectures)})")
-    return None
-
-
 async def checked_model(request: Request, body: dict, model_id: str | None) -> tuple[
         ModelState, str]:
     """The startup checks (spec section 6): a valid block, its files inside models_dir and
@@ -79,15 +63,11 @@ async def checked_model(request: Request, body: dict, model_id: str | None) -> t
                                     param="config") from None
     if model_id is not None:
         m = dataclasses.replace(m, id=model_id)
-    cfg = request.app.ctx.config
-    problems: list[str] = []
-    check_model_files(cfg, m, "models[0]", problems, must_exist=True)
+    catalog = request.app.ctx.catalog
+    tested = catalog.tested_architectures if catalog is not None else None
+    st, problems = await asyncio.to_thread(startup_checks, request.app.ctx.config, m, tested)
     if problems:
         raise errors.InvalidRequest("; ".join(problems), param="config")
-    st = await asyncio.to_thread(build_state, cfg, m)
-    problem = st.problem or await asyncio.to_thread(_architecture_problem, request, m, st)
-    if problem:
-        raise errors.InvalidRequest(problem, param="config")
     return st, text
 
 
