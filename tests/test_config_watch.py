@@ -69,10 +69,9 @@ async def test_edits_apply_and_bad_ones_are_refused_with_their_key(tmp_path, cap
     assert resp.status == 404 and resp.json["error"]["type"] == "model_not_found"
 
 
-def test_watch_config_needs_a_config_file(tmp_path):
-    runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=tmp_path):      # no ./hypnos.toml here
-        result = runner.invoke(cli, ["serve", "--watch-config"], env={"HYPNOS_CONFIG": None})
+def test_watch_config_needs_a_config_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                            # no ./hypnos.toml here
+    result = CliRunner().invoke(cli, ["serve", "--watch-config"], env={"HYPNOS_CONFIG": None})
     assert result.exit_code == 2 and "--watch-config needs a config file" in result.output
 
 
