@@ -123,8 +123,9 @@ async def replace_model(request: Request, model_id: str):
     sched.get(model_id, enabled_only=False)
     body = json_body(request)
     drain = _drain_secs(body.get("drain_secs"))
-    st, text = await checked_model(request, body, model_id)
-    await sched.swap(model_id, st, drain)
+    async with sched.changing(model_id):       # requests arriving from now on wait
+        st, text = await checked_model(request, body, model_id)
+        await sched.drain_and_install(model_id, st, drain)
     _replace_config(request, model_id, st.cfg)
     persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, text)
     return _answer(request, st, model_id, "replaced", persisted)

@@ -168,7 +168,7 @@ def test_put_drains_a_running_stream_and_a_restart_keeps_the_change(tmp_path):
         stream.first_event()
         put = InThread(httpx.put, srv.base + "/v1/models/smol",
                        json={"config": put_block(3072), "drain_secs": 300}, timeout=120)
-        time.sleep(0.3)
+        assert until(lambda: srv.status()["models"][0].get("changing"), 30)
         waiting = InThread(chat, srv)
         time.sleep(0.5)
         assert put.is_alive() and waiting.is_alive()      # both wait for the stream

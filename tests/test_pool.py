@@ -306,6 +306,7 @@ async def test_swap_drains_running_and_serves_waiting_with_the_replacement():
     await running.wait()
     swap = asyncio.create_task(sched.swap("a", new, drain_secs=10))
     await asyncio.sleep(0.1)
+    assert sched.is_changing("a")
     second = asyncio.create_task(later_request())
     await asyncio.sleep(0.1)
     assert not swap.done() and not second.done()     # both wait for the running request
