@@ -111,6 +111,9 @@ class LimitsConfig:
     # Stop a chat answer (finish_reason "repetition_loop") when its last this-many tokens are
     # one span repeated at least three times; 0 turns the check off.
     repetition_loop_tokens: int = 256
+    # A request for a model that must evict busy models holds their new requests and waits
+    # up to this long for the admitted ones to finish (grouped swaps, no thrash); past it 507.
+    swap_wait_ms: int = 2000
 
 
 @dataclass

@@ -3,6 +3,7 @@ chat issue names): non-streaming and SSE streaming, n choices, tools, thinking, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -115,11 +116,15 @@ def engine_error(exc: Exception, window: int | None = None) -> errors.HypnosErro
     return errors.ServerError(f"The engine failed: {exc}")
 
 
-def record(request: Request, lease, result: ChatResult) -> None:
-    if result.timings.prefill_tokens_per_s:
-        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
-    request.app.ctx.metrics.chat(lease.model.id, result.timings)
-    request.ctx.result = result
+def record(request: Request, lease, results: list[ChatResult]) -> None:
+    """Stats and metrics from the first choice; the request is charged (keys, request log)
+    for the prompt once and every choice's completion."""
+    first = results[0]
+    if first.timings.prefill_tokens_per_s:
+        lease.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(lease.model.id, first.timings)
+    request.ctx.result = dataclasses.replace(
+        first, completion_tokens=sum(r.completion_tokens for r in results))
 
 
 def _message(r: ChatResult) -> dict:
@@ -219,7 +224,7 @@ async def _answer(request: Request, params: ChatParams, lease):
     except EngineError as exc:
         raise engine_error(exc, sched.context_window(lease.model)) from None
     inference_ms = (time.monotonic() - started) * 1000
-    record(request, lease, results[0])
+    record(request, lease, results)
     placement = sched.placement_of(lease.model).to_wire()
     timings = merged_timings(results)
     timings.queue_ms += lease.queue_ms
@@ -295,7 +300,7 @@ async def _stream(request: Request, params: ChatParams, lease, reqs):
                                 engine_error(exc, sched.context_window(lease.model)))
         return None     # the response went out through request.respond()
     inference_ms = (time.monotonic() - started) * 1000
-    record(request, lease, results[0])
+    record(request, lease, results)
     placement = sched.placement_of(lease.model).to_wire()
     timings = merged_timings(results)
     timings.queue_ms += lease.queue_ms

@@ -86,7 +86,7 @@ async def completions(request: Request):
             results = await run_choices(lease.engine, reqs)
         except EngineError as exc:
             raise engine_error(exc, window) from None
-        record(request, lease, results[0])
+        record(request, lease, results)
         head = prompt if echo else ""
         out = {**base, "choices": [
             {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
@@ -127,7 +127,7 @@ async def _stream(request, lease, reqs, base, echo, include_usage, window):
     except EngineError as exc:
         await send_stream_error(response, base, {"text": ""}, engine_error(exc, window))
         return None     # the response went out through request.respond()
-    record(request, lease, results[0])
+    record(request, lease, results)
     tele = _telemetry(sched, lease, results, started)
     used = usage(results, window)
     for i, r in enumerate(results):
