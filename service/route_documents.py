@@ -12,6 +12,8 @@ import base64
 import json
 import threading
 import time
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlparse
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
@@ -24,9 +26,9 @@ from hypnos.service.document_request import ConvertParams, check_document, parse
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, require_ready
 from hypnos.service.markdown_join import join_pages
+from hypnos.service.media import fetch_url
 from hypnos.service.picture_descriptions import check_vision_model, describe_page
 from hypnos.service.picture_store import PictureStore, PicturesTooLarge, StoredDocument
-from hypnos.service.remote_fetch import fetch_url
 from hypnos.service.telemetry import telemetry, wait_headers
 
 bp = Blueprint("documents")
@@ -124,10 +126,17 @@ async def _open(engine, params: ConvertParams) -> OpenedDocument:
 
 async def _fetch(request: Request, params: ConvertParams) -> None:
     limits = request.app.ctx.config.limits
-    data, name = await fetch_url(params.url, limits, limits.max_document_bytes)
+    if not limits.allow_remote_image_urls:
+        raise errors.InvalidRequest("This server does not fetch remote URLs "
+                                    "(limits.allow_remote_image_urls); upload the file "
+                                    "instead of 'url'", param="url")
+    data, final = await fetch_url(params.url, "url", max_bytes=limits.max_document_bytes,
+                                  limit_name="limits.max_document_bytes",
+                                  allow_private=limits.allow_private_urls)
     check_document(data, limits.max_document_bytes, "url")
     params.document.data = data
-    params.document.filename = params.document.filename or name
+    params.document.filename = (params.document.filename
+                                or PurePosixPath(unquote(urlparse(final).path)).name)
 
 
 @bp.post("/v1/documents/convert")

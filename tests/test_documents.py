@@ -401,7 +401,7 @@ async def convert_json(app, **body):
 async def test_url_on_a_private_host_is_refused_by_default(local_site):
     resp = await convert_json(app_for(), url=local_site + "/docs/page.html")
     assert_400(resp, "url", "127.0.0.1")
-    assert "non-public" in resp.json["error"]["message"]
+    assert "no public address" in resp.json["error"]["message"]
 
 
 async def test_url_fetch_when_private_hosts_are_allowed(local_site):
