@@ -443,6 +443,39 @@ async def test_describe_pictures_sends_each_picture_to_the_vision_model():
     assert resp.status == 404 and resp.json["error"]["type"] == "model_not_found"
 
 
+async def test_describe_pictures_through_a_projector_lands_under_the_placeholder(tmp_path):
+    """'eyes' here is SmolLM2 with the tiny random-weight projector of tests/tiny_mmproj.py:
+    the description is noise, but it came through the real vision chat path (libmtmd) and
+    stands under the picture's placeholder, which is what this proves."""
+    import os
+    import tomllib
+    from conftest import require_smollm2
+    from tiny_mmproj import write_tiny_mmproj
+    os.link(require_smollm2(), tmp_path / "smol.gguf")
+    write_tiny_mmproj(tmp_path / "mmproj.gguf")
+    cfg = parse_config(tomllib.loads(f"""
+models_dir = "{tmp_path}"
+[[models]]
+id = "docling"
+modality = "document_conversion"
+engine = "docling"
+[[models]]
+id = "eyes"
+modality = "vision"
+engine = "ggml_llama"
+weights_path = "smol.gguf"
+aux_path = "mmproj.gguf"
+context_len = 2048
+"""))
+    app = create_app(cfg, catalog=load_catalog(), stage=False)
+    resp = await post_file(app, make_docx(), "r.docx", describe_pictures="eyes")
+    assert resp.status == 200, resp.text
+    body = resp.json
+    assert body["usage"]["pictures_described"] == 1
+    placeholder = body["markdown"].index("<!-- image -->")
+    assert body["markdown"].index("> **Picture:**") > placeholder
+
+
 async def test_describe_pictures_leaves_the_vision_model_alone_without_pictures():
     app = app_for()
     body = (await post_file(app, HTML, "p.html", describe_pictures="eyes")).json
