@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -35,7 +36,8 @@ def record_line(r: dict) -> str:
 @click.option("--key", help="Only records of this API key label.")
 @click.option("--limit", type=click.IntRange(1), default=None, help="At most this many.")
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep polling and print new records as they arrive (oldest first).")
+              help="Like tail -f: print the latest records (--limit, default 10) oldest first, "
+                   "then keep polling and print new ones as they arrive.")
 @click.option("--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
               help="Seconds between polls with --follow.")
 @click.pass_context
@@ -45,6 +47,8 @@ def logs(ctx: click.Context, client, as_json: bool, model, route, status, key, l
     route's body; with --follow --json one record per line."""
     if ctx.invoked_subcommand is not None:
         return
+    if follow and limit is None:
+        limit = 10
     query = {"model": model, "route": route, "status": status, "key": key, "limit": limit}
     body = client.get("/v1/logs", params=query)
     if not follow:
@@ -57,20 +61,22 @@ def logs(ctx: click.Context, client, as_json: bool, model, route, status, key, l
         for r in body.get("records", []):
             out.print(record_line(r), markup=False)
         return
-    _follow(client, query, body, as_json, interval)
+    _follow(client, query, body["records"], as_json, interval)
 
 
-def _follow(client, query: dict, body: dict, as_json: bool, interval: float) -> None:
-    """Print what arrives after ``body``; polling the log is not logged by the server."""
-    seen = {r["id"] for r in body.get("records", [])}
+def _follow(client, query: dict, records: list[dict], as_json: bool, interval: float) -> None:
+    """Print ``records`` (newest first, as the route answers) oldest first, then poll until
+    interrupted; polling the log is not itself logged by the server. Stdout is flushed per
+    record so a pipe sees each one at once."""
+    seen: set[str] = set()
     try:
         while True:
-            time.sleep(interval)
-            fresh = [r for r in client.get("/v1/logs", params=query).get("records", [])
-                     if r["id"] not in seen]
-            for r in reversed(fresh):
+            for r in reversed([r for r in records if r["id"] not in seen]):
                 seen.add(r["id"])
                 click.echo(json.dumps(r, ensure_ascii=False) if as_json else record_line(r))
+                sys.stdout.flush()
+            time.sleep(interval)
+            records = client.get("/v1/logs", params=query).get("records", [])
     except KeyboardInterrupt:
         pass
 
@@ -86,7 +92,8 @@ def show(request_id: str, client, as_json: bool) -> None:
         print_json(record)
         return
     for k, v in record.items():
-        click.echo(f"{k}: {json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v}")
+        shown = json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+        click.echo(f"{k}: {shown}")
 
 
 @logs.command("clear")
