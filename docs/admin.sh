@@ -7,7 +7,7 @@ model="${1:-smollm2:135m}"
 
 hypnos ready --wait 300          # exit 3 while nothing listens, 1 while it is still staging
 
-if hypnos models list --json | grep -q "\"id\": \"$model\""; then
+if hypnos models list --json | grep -F "\"id\": \"$model\"" >/dev/null; then
   echo "$model is already in the pool"
 else
   hypnos models add "$model"     # its files must be in models_dir: hypnos models pull "$model"
