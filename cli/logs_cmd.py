@@ -8,7 +8,7 @@ import time
 import click
 
 from hypnos.cli.client import server_options
-from hypnos.cli.common import console, json_option, print_json
+from hypnos.cli.common import json_option, print_json
 
 LEVELS = ("off", "error", "warn", "info", "debug", "trace")
 
@@ -55,11 +55,11 @@ def logs(ctx: click.Context, client, as_json: bool, model, route, status, key, l
         if as_json:
             print_json(body)
             return
-        out = console()
-        out.print(f"level {body.get('level')}, {body.get('stored')} of "
-                  f"{body.get('capacity')} stored")
+        # Plain lines, never wrapped: people read them and scripts grep them.
+        click.echo(f"level {body.get('level')}, {body.get('stored')} of "
+                   f"{body.get('capacity')} stored")
         for r in body.get("records", []):
-            out.print(record_line(r), markup=False)
+            click.echo(record_line(r))
         return
     _follow(client, query, body["records"], as_json, interval)
 

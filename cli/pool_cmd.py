@@ -33,17 +33,20 @@ def _model_path(model_id: str, action: str = "") -> str:
 
 
 def _report(answer: dict, as_json: bool) -> None:
+    """``<model>: added`` / ``replaced`` / ``removed`` / ``enabled`` / ``disabled`` /
+    ``moe_offload=auto (applies now)``, or the route's body with --json."""
     if as_json:
         print_json(answer)
         return
-    line = f"{answer['model']}: {answer.get('action', '')}".rstrip(": ")
-    if "enabled" in answer:
-        line += f" {'enabled' if answer['enabled'] else 'disabled'}"
     if "moe_offload" in answer:
-        line += f" moe_offload={answer['moe_offload']} (applies {answer.get('applies')})"
+        what = f"moe_offload={answer['moe_offload']} (applies {answer.get('applies')})"
+    elif "enabled" in answer:
+        what = "enabled" if answer["enabled"] else "disabled"
+    else:
+        what = answer.get("action", "done")
     if answer.get("persisted") is False:
-        line += " (not persisted: the overlay could not be written)"
-    click.echo(line)
+        what += " (not persisted: the overlay could not be written)"
+    click.echo(f"{answer['model']}: {what}")
 
 
 block_option = click.option(
