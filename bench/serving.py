@@ -77,8 +77,12 @@ class Target:
     skipped: dict[str, str] = field(default_factory=dict)   # section -> why not run
 
     def http(self, timeout: float) -> httpx.Client:
+        """A client opening a new connection per request: llama.cpp's llama-server drops a
+        kept-alive connection after a stream now and then (RemoteProtocolError on the next
+        request), and a fresh loopback connection costs both servers the same."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=timeout)
+        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=timeout,
+                            limits=httpx.Limits(max_keepalive_connections=0))
 
     def to_dict(self) -> dict:
         return {"url": self.url, "server": "hypnos" if self.hypnos else "openai-compatible",
@@ -175,17 +179,21 @@ def _complete(http: httpx.Client, model: str, max_tokens: int, content: str) -> 
 
 
 def bench_concurrency(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    """Each level sends that many different prompts at once; first send to last answer."""
+    """Each level sends that many different prompts at once, ``runs`` times; the median of
+    completion tokens / (first send to last answer)."""
     model = t.models["text_generation"]
     out = []
     for level in o.concurrency:
         prompts = [f"{PROMPT[0]['content']} Story number {i + 1}." for i in range(level)]
-        started = time.perf_counter()
+        rates = []
         with ThreadPoolExecutor(level) as pool:
-            tokens = sum(pool.map(lambda p: _complete(http, model, o.max_tokens, p), prompts))
-        out.append(Metric("concurrency", f"c{level}_tok_s", "tok/s",
-                          tokens / (time.perf_counter() - started), "higher",
-                          f"{level} at once, {tokens} tokens"))
+            for _ in range(o.runs):
+                started = time.perf_counter()
+                tokens = sum(pool.map(lambda p: _complete(http, model, o.max_tokens, p),
+                                      prompts))
+                rates.append(tokens / (time.perf_counter() - started))
+        out.append(Metric("concurrency", f"c{level}_tok_s", "tok/s", median(rates), "higher",
+                          f"{level} at once, median of {o.runs}"))
     return out
 
 

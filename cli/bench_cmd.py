@@ -98,23 +98,21 @@ def _table(targets, ratios: dict | None) -> None:
     from rich.table import Table
     out = console()
     table = Table(title="hypnos bench")
-    table.add_column("figure")
+    table.add_column("figure", no_wrap=True)
+    table.add_column("unit", no_wrap=True)
+    table.add_column("better", no_wrap=True)
     for t in targets:
         table.add_column(f"{t.url} ({'hypnos' if t.hypnos else 'other'})", justify="right")
     if ratios is not None:
         table.add_column("second / first", justify="right")
-    keys = list(dict.fromkeys(m.key for t in targets for m in t.metrics))
-    for key in keys:
-        row, unit, better = [], "", ""
-        for t in targets:
-            m = next((m for m in t.metrics if m.key == key), None)
-            row.append("-" if m is None or m.value is None else f"{m.value:,.2f}")
-            if m is not None:
-                unit, better = m.unit, m.better
-        label = f"{key} ({unit}, {better} is better)"
+    for key in dict.fromkeys(m.key for t in targets for m in t.metrics):
+        cells = [next((m for m in t.metrics if m.key == key), None) for t in targets]
+        known = next(m for m in cells if m is not None)
+        row = [key, known.unit, known.better]
+        row += ["-" if m is None or m.value is None else f"{m.value:,.2f}" for m in cells]
         if ratios is not None:
             row.append(f"{ratios[key]:.2f}" if key in ratios else "-")
-        table.add_row(label, *row)
+        table.add_row(*row)
     out.print(table)
     for t in targets:
         out.print(f"{t.url}: models {t.models or '-'}", markup=False)
