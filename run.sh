@@ -5,13 +5,14 @@
 #   ./run.sh models <spec>...      = hypnos models pull <spec>...
 #   ./run.sh test [pytest args]    run the test suite
 #   ./run.sh <anything else>       = hypnos <anything else>
-# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings); add "ner" for GLiNER (installs CPU torch
-# 2.13.0 first so pip never fetches a CUDA build).
+# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs,ner); "ner" (GLiNER)
+# installs CPU torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
+# stable-diffusion.cpp (minutes).
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
 venv="$root/.venv"
-extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings}"
+extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
 want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$venv/.hypnos-installed"
 

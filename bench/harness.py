@@ -58,8 +58,9 @@ class ManagedProcess:
 class ServerProcess(ManagedProcess):
     """``hypnos serve --config <path>`` on a free port."""
 
-    def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180):
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180,
+                 env: dict | None = None):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
         env.pop("HYPNOS_API_KEYS", None)
         super().__init__(
             lambda port: [sys.executable, "-m", "hypnos.cli", "serve", "--config",

@@ -3,6 +3,7 @@ chat issue names): non-streaming and SSE streaming, n choices, tools, thinking, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -115,11 +116,15 @@ def engine_error(exc: Exception, window: int | None = None) -> errors.HypnosErro
     return errors.ServerError(f"The engine failed: {exc}")
 
 
-def record(request: Request, lease, result: ChatResult) -> None:
-    if result.timings.prefill_tokens_per_s:
-        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
-    request.app.ctx.metrics.chat(lease.model.id, result.timings)
-    request.ctx.result = result
+def record(request: Request, lease, results: list[ChatResult]) -> None:
+    """Stats and metrics from the first choice; the request is charged (keys, request log)
+    for the prompt once and every choice's completion."""
+    first = results[0]
+    if first.timings.prefill_tokens_per_s:
+        lease.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(lease.model.id, first.timings)
+    request.ctx.result = dataclasses.replace(
+        first, completion_tokens=sum(r.completion_tokens for r in results))
 
 
 def _message(r: ChatResult) -> dict:
@@ -178,44 +183,84 @@ async def chat_completions(request: Request):
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     await count_prompt(request, st, params)
     sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request),
-                           context_len=params.estimated_ctx()) as lease:
-        fmt = getattr(lease.engine, "format", None)
-        if params.request.tools and params.request.tool_choice != "none" and \
-                fmt is not None and fmt.tools is None:
-            raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
-                                        "format", param="tools")
-        reqs = choice_requests(params.request, params.n)
-        if params.stream:
-            return await _stream(request, params, lease, reqs)
-        started = time.monotonic()
-        try:
-            results = await run_choices(lease.engine, reqs)
-        except EngineError as exc:
-            raise engine_error(exc, sched.context_window(lease.model)) from None
-        inference_ms = (time.monotonic() - started) * 1000
-        record(request, lease, results[0])
-        placement = sched.placement_of(lease.model).to_wire()
-        timings = merged_timings(results)
-        timings.queue_ms += lease.queue_ms
-        out = {
-            "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
-            "created": int(time.time()), "model": params.model,
-            "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
-                         **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
-                            if r.logprobs is not None else {}),
-                         **_choice_extras(r)}
-                        for i, r in enumerate(results)],
-            "usage": usage(results, sched.context_window(lease.model)),
-            **_top_level(params, results),
-            "hypnos_telemetry": telemetry(lease, placement, inference_ms,
-                                          engine_timings(timings)),
-        }
-        return json_response(out, headers=wait_headers(lease))
+    for attempt in (1, 2):
+        async with sched.lease(params.model, deadline_ms=deadline_ms(request),
+                               context_len=params.estimated_ctx()) as lease:
+            if params.prompt_tokens is None and await _counted_too_big(request, lease, params) \
+                    and attempt == 1:
+                continue       # counted only now: lease again, for a context that fits it
+            return await _answer(request, params, lease)
+
+
+async def _counted_too_big(request: Request, lease, params: ChatParams) -> bool:
+    """Count the prompt on the engine just loaded (the model was out of tier 1 when the
+    request came): 422 past the window; True when the slot is too small for it."""
+    count = getattr(lease.engine, "prompt_tokens", None)
+    if count is None:
+        return False
+    try:
+        params.prompt_tokens = await asyncio.to_thread(count, params.request)
+    except EngineError as exc:
+        raise engine_error(exc) from None
+    window = request.app.ctx.scheduler.context_window(lease.model)
+    if params.prompt_tokens >= window:
+        raise ContextOverBudget(params.prompt_tokens, window)
+    return params.prompt_tokens >= getattr(lease.engine, "n_ctx_per_slot", window)
+
+
+async def _answer(request: Request, params: ChatParams, lease):
+    sched = request.app.ctx.scheduler
+    fmt = getattr(lease.engine, "format", None)
+    if params.request.tools and params.request.tool_choice != "none" and \
+            fmt is not None and fmt.tools is None:
+        raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
+                                    "format", param="tools")
+    reqs = choice_requests(params.request, params.n)
+    if params.stream:
+        return await _stream(request, params, lease, reqs)
+    started = time.monotonic()
+    try:
+        results = await run_choices(lease.engine, reqs)
+    except EngineError as exc:
+        raise engine_error(exc, sched.context_window(lease.model)) from None
+    inference_ms = (time.monotonic() - started) * 1000
+    record(request, lease, results)
+    placement = sched.placement_of(lease.model).to_wire()
+    timings = merged_timings(results)
+    timings.queue_ms += lease.queue_ms
+    out = {
+        "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
+        "created": int(time.time()), "model": params.model,
+        "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
+                     **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
+                        if r.logprobs is not None else {}),
+                     **_choice_extras(r)}
+                    for i, r in enumerate(results)],
+        "usage": usage(results, sched.context_window(lease.model)),
+        **_top_level(params, results),
+        "hypnos_telemetry": telemetry(lease, placement, inference_ms,
+                                      engine_timings(timings)),
+    }
+    return json_response(out, headers=wait_headers(lease))
 
 
 def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def send_stream_error(response, base: dict, empty_choice: dict,
+                            err: errors.HypnosError) -> None:
+    """A failure after the stream started (spec 7.4): a chunk with finish_reason "error"
+    and the error object, then [DONE]. A context_over_budget keeps its type and its KV
+    numbers (Pantheon); anything else is a server_error."""
+    error = {"message": err.message, "type": "server_error"}
+    if isinstance(err, ContextOverBudget):
+        error.update(type=err.type, code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
+    await response.send(sse({**base, "choices": [{"index": 0, **empty_choice,
+                                                  "finish_reason": "error"}],
+                             "error": error}))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
 
 
 async def _stream(request: Request, params: ChatParams, lease, reqs):
@@ -251,19 +296,11 @@ async def _stream(request: Request, params: ChatParams, lease, reqs):
         results = await stream_choices(lease.engine, reqs, send_delta,
                                        lambda: response.send(": keep-alive\n\n"))
     except EngineError as exc:
-        err = engine_error(exc, sched.context_window(lease.model))
-        error = {"message": err.message, "type": err.type if isinstance(
-            err, ContextOverBudget) else "server_error"}
-        if isinstance(err, ContextOverBudget):
-            error.update(code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
-        await response.send(sse({**base, "choices": [{"index": 0, "delta": {},
-                                                      "finish_reason": "error"}],
-                                 "error": error}))
-        await response.send("data: [DONE]\n\n")
-        await response.eof()
+        await send_stream_error(response, base, {"delta": {}},
+                                engine_error(exc, sched.context_window(lease.model)))
         return None     # the response went out through request.respond()
     inference_ms = (time.monotonic() - started) * 1000
-    record(request, lease, results[0])
+    record(request, lease, results)
     placement = sched.placement_of(lease.model).to_wire()
     timings = merged_timings(results)
     timings.queue_ms += lease.queue_ms

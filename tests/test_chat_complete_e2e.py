@@ -98,7 +98,9 @@ def server(tmp_path_factory):
     _models_dir(models)
     path = tmp / "hypnos.toml"
     path.write_text(f'models_dir = "{models}"\n' + CONFIG)
-    srv = ServerProcess(path, tmp / "server.log", ready_timeout=180)
+    # HYPNOS_MODELS_DIR (set by run.sh test) would win over the file's models_dir.
+    srv = ServerProcess(path, tmp / "server.log", ready_timeout=180,
+                        env={"HYPNOS_MODELS_DIR": str(models)})
     yield srv
     srv.stop()
 
