@@ -64,7 +64,7 @@ def tier(ctx: click.Context, client, as_json: bool, watch: bool, interval: float
 @click.argument("model", shell_complete=complete_model_ids)
 @click.argument("target", metavar="TIER", type=TIER)
 @click.option("--context", "context_len", type=click.IntRange(1), default=None,
-              help="Context window to allocate when promoting to tier 1 (across all slots).")
+              help="Context window (across all slots) the tier-1 placement must fund at least.")
 @server_options
 @json_option
 def move(model: str, target: str, context_len: int | None, client, as_json: bool) -> None:

@@ -13,7 +13,7 @@ else
   hypnos models add "$model"     # its files must be in models_dir: hypnos models pull "$model"
 fi
 
-hypnos tier move "$model" 1 --context 2048
+hypnos tier move "$model" 1 --context 4096
 
 hypnos tier --json | python3 -c '
 import json, sys
