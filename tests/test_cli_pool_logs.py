@@ -20,6 +20,9 @@ CONFIG = f"""
 models_dir = "{MODELS_DIR}"
 [server]
 api_keys = ["{KEY}"]
+[[server.keys]]
+key = "plain-user-key"
+label = "user"
 [[models]]
 id = "smol"
 modality = "text_generation"
@@ -71,6 +74,13 @@ def test_add_replace_remove_a_catalog_model(server):
     assert r.exit_code == 0 and r.output == "minilm-l6-v2: replaced\n", r.output
     r = hypnos(server, "models", "remove", "minilm-l6-v2")
     assert r.exit_code == 0 and r.output == "minilm-l6-v2: removed\n", r.output
+    assert "minilm-l6-v2" not in pool(server)
+
+
+def test_a_key_that_is_not_an_admin_key_gets_the_servers_403(server):
+    r = CliRunner().invoke(cli, ["models", "add", "minilm-l6-v2", "--api-key", "plain-user-key",
+                                 "--url", server.base])
+    assert r.exit_code == 1 and "(403 permission_denied)" in r.output, r.output
     assert "minilm-l6-v2" not in pool(server)
 
 
