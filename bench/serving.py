@@ -152,24 +152,6 @@ def _stream_chat(http: httpx.Client, model: str, max_tokens: int) -> tuple[float
     return first - started, last - first, tokens
 
 
-def bench_chat(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    model = t.models["text_generation"]
-    _stream_chat(http, model, 4)                    # loads the model, warms the prompt cache
-    ttft, rate = [], []
-    for _ in range(o.runs):
-        first, decode, tokens = _stream_chat(http, model, o.max_tokens)
-        ttft.append(first * 1000)
-        if tokens > 1 and decode > 0:
-            rate.append((tokens - 1) / decode)
-    out = [Metric("chat", "ttft_ms_median", "ms", median(ttft), "lower"),
-           Metric("chat", "ttft_ms_p95", "ms", p95(ttft), "lower")]
-    if rate:
-        out += [Metric("chat", "decode_tok_s_median", "tok/s", median(rate), "higher"),
-                Metric("chat", "decode_tok_s_p95", "tok/s", p95(rate), "higher",
-                       "95th percentile of the runs' rates")]
-    return out
-
-
 def _complete(http: httpx.Client, model: str, max_tokens: int, content: str) -> int:
     body = {"model": model, "messages": [{"role": "user", "content": content}],
             "max_tokens": max_tokens, "temperature": 0}
@@ -178,26 +160,8 @@ def _complete(http: httpx.Client, model: str, max_tokens: int, content: str) -> 
     return r.json()["usage"]["completion_tokens"]
 
 
-def bench_concurrency(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    """Each level sends that many different prompts at once, ``runs`` times; the median of
-    completion tokens / (first send to last answer)."""
-    model = t.models["text_generation"]
-    out = []
-    for level in o.concurrency:
-        prompts = [f"{PROMPT[0]['content']} Story number {i + 1}." for i in range(level)]
-        rates = []
-        with ThreadPoolExecutor(level) as pool:
-            for _ in range(o.runs):
-                started = time.perf_counter()
-                tokens = sum(pool.map(lambda p: _complete(http, model, o.max_tokens, p),
-                                      prompts))
-                rates.append(tokens / (time.perf_counter() - started))
-        out.append(Metric("concurrency", f"c{level}_tok_s", "tok/s", median(rates), "higher",
-                          f"{level} at once, median of {o.runs}"))
-    return out
-
-
-def _first_token_after_move(t: Target, http: httpx.Client, tier: str | None) -> tuple[float, float]:
+def _first_token_after_move(t: Target, http: httpx.Client, tier: str | None
+                            ) -> tuple[float, float]:
     """(client ms to the first token, server tier_switch ms) of a 1-token request after
     POST /v1/memory/tier moved the chat model to ``tier`` (None: leave it where it is)."""
     model = t.models["text_generation"]
@@ -210,32 +174,6 @@ def _first_token_after_move(t: Target, http: httpx.Client, tier: str | None) -> 
     r.raise_for_status()
     elapsed = (time.perf_counter() - started) * 1000
     return elapsed, r.json().get("hypnos_telemetry", {}).get("tier_switch_latency_ms", 0.0)
-
-
-def bench_tier(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    """Medians over runs of: cold (tier 3), warm (tier 2), resident (tier 1). Tier 3 reads
-    may still hit the OS page cache: the server's file is not ours to evict."""
-    rows = {"cold_tier3": "tier3_nvme_ssd", "warm_tier2": "tier2_pinned_ram",
-            "resident_tier1": None}
-    out = []
-    for name, tier in rows.items():
-        samples = [_first_token_after_move(t, http, tier) for _ in range(o.runs)]
-        out.append(Metric("tier", f"{name}_ms", "ms", median([s[0] for s in samples]), "lower",
-                          f"server tier switch {median([s[1] for s in samples]):.0f} ms"))
-    return out
-
-
-def bench_embeddings(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    model = t.models["embeddings"]
-    texts = [f"{PASSAGE} Sentence {i}." for i in range(o.embed_batch)]
-    http.post("/v1/embeddings", json={"model": model, "input": texts[:1]}).raise_for_status()
-    rates = []
-    for _ in range(o.runs):
-        started = time.perf_counter()
-        http.post("/v1/embeddings", json={"model": model, "input": texts}).raise_for_status()
-        rates.append(len(texts) / (time.perf_counter() - started))
-    return [Metric("embeddings", "texts_per_s_median", "texts/s", median(rates), "higher",
-                   f"batches of {len(texts)}")]
 
 
 def wav_seconds(data: bytes) -> float:
@@ -251,43 +189,117 @@ def speak(t: Target, http: httpx.Client) -> bytes:
     return r.content
 
 
-def bench_transcription(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
-    model = t.models["speech_to_text"]
-    secs = wav_seconds(o.audio)
+# ----------------------------------------------------------------- one run of each section
+# A sample function makes one measured run and returns {figure: value}; ``warm`` runs once
+# before (loads the model, fills the prompt cache) and is not measured.
 
-    def once() -> float:
-        started = time.perf_counter()
-        r = http.post("/v1/audio/transcriptions", data={"model": model},
-                      files={"file": ("clip.wav", o.audio, "audio/wav")})
-        r.raise_for_status()
-        return time.perf_counter() - started
-    once()
-    rtf = [once() / secs for _ in range(o.runs)]
-    return [Metric("transcription", "rtf_median", "x", median(rtf), "lower",
-                   f"{secs:.1f} s of audio")]
+def warm_chat(t: Target, o: Options, http: httpx.Client) -> None:
+    _stream_chat(http, t.models["text_generation"], 4)
 
 
-def bench_speech(t: Target, o: Options, http: httpx.Client) -> list[Metric]:
+def sample_chat(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
+    first, decode, tokens = _stream_chat(http, t.models["text_generation"], o.max_tokens)
+    out = {"ttft_ms": first * 1000}
+    if tokens > 1 and decode > 0:
+        out["decode_tok_s"] = (tokens - 1) / decode
+    return out
+
+
+def sample_concurrency(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
+    """Each level sends that many different prompts at once: completion tokens / (first
+    send to last answer)."""
+    model, out = t.models["text_generation"], {}
+    for level in o.concurrency:
+        prompts = [f"{PROMPT[0]['content']} Story number {i + 1}." for i in range(level)]
+        with ThreadPoolExecutor(level) as pool:
+            started = time.perf_counter()
+            tokens = sum(pool.map(lambda p: _complete(http, model, o.max_tokens, p), prompts))
+            out[f"c{level}"] = tokens / (time.perf_counter() - started)
+    return out
+
+
+def sample_tier(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
+    """Cold (from tier 3), warm (from tier 2), resident (tier 1). Tier 3 reads may still hit
+    the OS page cache: the server's files are not ours to evict."""
+    out = {}
+    for name, tier in (("cold_tier3", "tier3_nvme_ssd"), ("warm_tier2", "tier2_pinned_ram"),
+                       ("resident_tier1", None)):
+        out[f"{name}_ms"], out[f"{name}_switch_ms"] = _first_token_after_move(t, http, tier)
+    return out
+
+
+def _embed_texts(o: Options) -> list[str]:
+    return [f"{PASSAGE} Sentence {i}." for i in range(o.embed_batch)]
+
+
+def warm_embeddings(t: Target, o: Options, http: httpx.Client) -> None:
+    http.post("/v1/embeddings", json={"model": t.models["embeddings"], "input": "warm"}
+              ).raise_for_status()
+
+
+def sample_embeddings(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
+    texts = _embed_texts(o)
+    started = time.perf_counter()
+    http.post("/v1/embeddings", json={"model": t.models["embeddings"], "input": texts}
+              ).raise_for_status()
+    return {"texts_per_s": len(texts) / (time.perf_counter() - started)}
+
+
+def sample_transcription(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
+    started = time.perf_counter()
+    r = http.post("/v1/audio/transcriptions", data={"model": t.models["speech_to_text"]},
+                  files={"file": ("clip.wav", o.audio, "audio/wav")})
+    r.raise_for_status()
+    return {"rtf": (time.perf_counter() - started) / wav_seconds(o.audio)}
+
+
+def sample_speech(t: Target, o: Options, http: httpx.Client) -> dict[str, float]:
     body = {"model": t.models["text_to_speech"], "input": PASSAGE, "stream": True,
             "response_format": "pcm"}
-
-    def once() -> float:
-        started = time.perf_counter()
-        with http.stream("POST", "/v1/audio/speech", json=body) as r:
-            r.raise_for_status()
-            for chunk in r.iter_raw():
-                if chunk:
-                    return (time.perf_counter() - started) * 1000
-        raise RuntimeError("the speech stream carried no audio")
-    once()
-    ttfa = [once() for _ in range(o.runs)]
-    return [Metric("speech", "ttfa_ms_median", "ms", median(ttfa), "lower"),
-            Metric("speech", "ttfa_ms_p95", "ms", p95(ttfa), "lower")]
+    started = time.perf_counter()
+    with http.stream("POST", "/v1/audio/speech", json=body) as r:
+        r.raise_for_status()
+        for chunk in r.iter_raw():
+            if chunk:
+                return {"ttfa_ms": (time.perf_counter() - started) * 1000}
+    raise RuntimeError("the speech stream carried no audio")
 
 
-RUNNERS = {"chat": bench_chat, "concurrency": bench_concurrency, "tier": bench_tier,
-           "embeddings": bench_embeddings, "transcription": bench_transcription,
-           "speech": bench_speech}
+# ----------------------------------------------------------------------------- summaries
+
+def summarize(section: str, s: dict[str, list[float]], o: Options) -> list[Metric]:
+    """The section's figures from its samples (figure -> one value per run)."""
+    if section == "chat":
+        out = [Metric("chat", "ttft_ms_median", "ms", median(s["ttft_ms"]), "lower"),
+               Metric("chat", "ttft_ms_p95", "ms", p95(s["ttft_ms"]), "lower")]
+        if s.get("decode_tok_s"):
+            out += [Metric("chat", "decode_tok_s_median", "tok/s", median(s["decode_tok_s"]),
+                           "higher"),
+                    Metric("chat", "decode_tok_s_p95", "tok/s", p95(s["decode_tok_s"]),
+                           "higher", "95th percentile of the runs' rates")]
+        return out
+    if section == "concurrency":
+        return [Metric("concurrency", f"c{n}_tok_s", "tok/s", median(s[f"c{n}"]), "higher",
+                       f"{n} at once, median of {len(s[f'c{n}'])}") for n in o.concurrency]
+    if section == "tier":
+        return [Metric("tier", f"{name}_ms", "ms", median(s[f"{name}_ms"]), "lower",
+                       f"server tier switch {median(s[f'{name}_switch_ms']):.0f} ms")
+                for name in ("cold_tier3", "warm_tier2", "resident_tier1")]
+    if section == "embeddings":
+        return [Metric("embeddings", "texts_per_s_median", "texts/s", median(s["texts_per_s"]),
+                       "higher", f"batches of {o.embed_batch}")]
+    if section == "transcription":
+        return [Metric("transcription", "rtf_median", "x", median(s["rtf"]), "lower",
+                       f"{wav_seconds(o.audio):.1f} s of audio")]
+    return [Metric("speech", "ttfa_ms_median", "ms", median(s["ttfa_ms"]), "lower"),
+            Metric("speech", "ttfa_ms_p95", "ms", p95(s["ttfa_ms"]), "lower")]
+
+
+SAMPLERS = {"chat": sample_chat, "concurrency": sample_concurrency, "tier": sample_tier,
+            "embeddings": sample_embeddings, "transcription": sample_transcription,
+            "speech": sample_speech}
+WARMERS = {"chat": warm_chat, "concurrency": warm_chat, "embeddings": warm_embeddings,
+           "transcription": sample_transcription, "speech": sample_speech}
 
 
 def skip_reason(t: Target, section: str, o: Options) -> str | None:
@@ -301,31 +313,55 @@ def skip_reason(t: Target, section: str, o: Options) -> str | None:
 
 
 def run(targets: list[Target], o: Options, progress=lambda text: None) -> list[Target]:
-    """Measure every target, section by section (targets take turns within a section, so a
-    load change on the machine falls on all of them). A failing section is recorded in
+    """Measure every target. Within a section the targets take turns run by run, so a load
+    change on the machine falls on all of them alike. A failing section is recorded in
     ``target.errors`` and the rest goes on; one that does not apply in ``target.skipped``."""
     for t in targets:
         discover(t, o.models, o.timeout)
     if "transcription" in o.sections and o.audio is None:
-        for t in targets:
-            if "text_to_speech" in t.models:
-                progress(f"{t.url}: speaking the transcription clip")
-                with t.http(o.timeout) as http:
-                    o.audio = speak(t, http)
-                break
+        speaker = next((t for t in targets if "text_to_speech" in t.models), None)
+        if speaker is not None:
+            progress(f"{speaker.url}: speaking the transcription clip")
+            with speaker.http(o.timeout) as http:
+                o.audio = speak(speaker, http)
     for section in o.sections:
+        active = []
         for t in targets:
             reason = skip_reason(t, section, o)
             if reason:
                 t.skipped[section] = reason
-                continue
-            progress(f"{t.url}: {section}")
-            try:
-                with t.http(o.timeout) as http:
-                    t.metrics += RUNNERS[section](t, o, http)
-            except (httpx.HTTPError, RuntimeError, KeyError, ValueError) as exc:
-                t.errors[section] = _describe(exc)
+            else:
+                active.append(t)
+        _run_section(section, active, o, progress)
     return targets
+
+
+def _run_section(section: str, targets: list[Target], o: Options, progress) -> None:
+    samples: dict[int, dict[str, list[float]]] = {id(t): {} for t in targets}
+
+    def attempt(t: Target, step) -> None:
+        if section in t.errors:
+            return
+        try:
+            with t.http(o.timeout) as http:
+                step(t, http)
+        except (httpx.HTTPError, RuntimeError, KeyError, ValueError) as exc:
+            t.errors[section] = _describe(exc)
+
+    def measure(t: Target, http: httpx.Client) -> None:
+        for name, value in SAMPLERS[section](t, o, http).items():
+            samples[id(t)].setdefault(name, []).append(value)
+    for t in targets:
+        if section in WARMERS:
+            progress(f"{t.url}: {section}, warming up")
+            attempt(t, lambda t, http: WARMERS[section](t, o, http))
+    for i in range(o.runs):
+        for t in targets:
+            progress(f"{t.url}: {section}, run {i + 1} of {o.runs}")
+            attempt(t, measure)
+    for t in targets:
+        if section not in t.errors:
+            t.metrics += summarize(section, samples[id(t)], o)
 
 
 def _describe(exc: Exception) -> str:
@@ -338,7 +374,7 @@ def _describe(exc: Exception) -> str:
 
 
 def ratios(a: Target, b: Target) -> dict[str, float]:
-    """b / a for every metric both measured (the table says which way is better)."""
+    """b / a for every figure both measured (each Metric says which way is better)."""
     mine = {m.key: m.value for m in a.metrics}
     return {m.key: m.value / mine[m.key] for m in b.metrics
             if mine.get(m.key) and m.value is not None}
