@@ -102,7 +102,10 @@ def show(request_id: str, client, as_json: bool) -> None:
 def clear(client, as_json: bool) -> None:
     """Empty the request log (DELETE /v1/logs)."""
     answer = client.delete("/v1/logs")
-    print_json(answer) if as_json else click.echo("cleared")
+    if as_json:
+        print_json(answer)
+    else:
+        click.echo("cleared")
 
 
 @logs.command("level")
@@ -113,4 +116,7 @@ def level(level: str, client, as_json: bool) -> None:
     """Set what the next calls capture: off, error, warn, info, debug (input and output) or
     trace (the payloads too) (POST /v1/logs/level)."""
     answer = client.post("/v1/logs/level", {"level": level})
-    print_json(answer) if as_json else click.echo(f"level {answer['level']}")
+    if as_json:
+        print_json(answer)
+    else:
+        click.echo(f"level {answer['level']}")

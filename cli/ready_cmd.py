@@ -28,4 +28,7 @@ def ready(wait_secs: float, client, as_json: bool) -> None:
             if time.monotonic() >= deadline:
                 raise exc from None
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    print_json(body) if as_json else click.echo("ready")
+    if as_json:
+        print_json(body)
+    else:
+        click.echo("ready")

@@ -31,7 +31,10 @@ def tier(ctx: click.Context, client, as_json: bool, watch: bool, interval: float
     from hypnos.cli.tier_view import tier_picture
     if not watch:
         status = client.get("/v1/memory/status")
-        print_json(status) if as_json else console().print(tier_picture(status))
+        if as_json:
+            print_json(status)
+        else:
+            console().print(tier_picture(status))
         return
     shown = 0
 
