@@ -110,6 +110,7 @@ def server_options(f):
     A command with ``as_json`` gets a client that echoes error bodies on stdout."""
     @functools.wraps(f)
     def wrapper(*args, url: str, api_key: str | None, **kw):
+        url, api_key = _inherit(click.get_current_context(), url, api_key)
         client = Client(url, api_key, echo_errors=bool(kw.get("as_json")))
         return f(*args, client=client, **kw)
     wrapper = click.option("--api-key", envvar="HYPNOS_API_KEY", metavar="KEY",
@@ -117,3 +118,18 @@ def server_options(f):
     return click.option("--url", envvar="HYPNOS_URL", default=DEFAULT_URL, metavar="URL",
                         show_default=True,
                         help="Base URL of the server (HYPNOS_URL).")(wrapper)
+
+
+def _inherit(ctx: click.Context, url: str, api_key: str | None) -> tuple[str, str | None]:
+    """`hypnos tier --url X move ...`: a subcommand given no --url / --api-key of its own
+    (nor the environment's) takes its group's."""
+    from click.core import ParameterSource
+    parent = ctx.parent
+    if parent is None or "url" not in parent.params:
+        return url, api_key
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    if ctx.get_parameter_source("url") not in given:
+        url = parent.params["url"]
+    if ctx.get_parameter_source("api_key") not in given:
+        api_key = parent.params["api_key"]
+    return url, api_key

@@ -101,6 +101,13 @@ def test_tier_move_down_and_back_up_with_a_context(server):
     assert tier_of(server, "smol") == "tier1_gpu_vram"
 
 
+def test_a_subcommand_takes_its_groups_url_and_key(server):
+    r = CliRunner().invoke(cli, ["tier", "--url", server.base, "--api-key", KEY, "kv-park",
+                                 "--json"], env={"HYPNOS_URL": None, "HYPNOS_API_KEY": None})
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["max_bytes"] > 0
+
+
 def test_tier_watch_prints_one_json_body_per_refresh(server):
     r = hypnos(server, "tier", "--watch", "--interval", "0.1", "--count", "3", "--json")
     assert r.exit_code == 0, r.output
