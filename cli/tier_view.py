@@ -45,7 +45,8 @@ def _models_table(models: list[dict]) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("model", "serves", "layers", "bytes here", "context", "leases", "queued",
                 "priority"):
-        table.add_column(col, justify="right" if col in ("leases", "queued") else "left")
+        table.add_column(col, justify="right" if col in ("leases", "queued") else "left",
+                         no_wrap=col in ("model", "layers"))
     for m in models:
         p = m.get("placement") or {}
         here = {"tier1_gpu_vram": p.get("vram_weight_bytes", 0)
