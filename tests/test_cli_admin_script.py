@@ -8,23 +8,13 @@ import sys
 import httpx
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
+from conftest import lineup_config, model_block, ROOT, require_smollm2
 from hypnos.bench.harness import free_port
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 SCRIPT = ROOT / "docs" / "admin.sh"
 KEY = "admin-script-key"
-CONFIG = f"""
-models_dir = "{MODELS_DIR}"
-[server]
-api_keys = ["{KEY}"]
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-"""
+CONFIG = lineup_config(model_block("minilm", "embeddings"), server=f'api_keys = ["{KEY}"]')
 
 
 def test_the_readme_shows_the_script_as_it_is():

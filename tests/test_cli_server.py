@@ -9,42 +9,17 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from conftest import MODELS_DIR, require_smollm2
+from conftest import lineup_config, model_block, require_smollm2
 from hypnos.bench.harness import ServerProcess, free_port
 from hypnos.cli.main import cli
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 KEY = "cli-test-key"
-CONFIG = f"""
-models_dir = "{MODELS_DIR}"
-[server]
-api_keys = ["{KEY}"]
-[[models]]
-id = "smol"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-slots = 2
-context_len = 2048
-initial_tier = "tier1_gpu_vram"
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-"""
+CONFIG = lineup_config(
+    model_block("smol", "text_generation", slots=2, context_len=2048,
+                initial_tier="tier1_gpu_vram"),
+    model_block("minilm", "embeddings"), model_block("whisper", "speech_to_text"),
+    model_block("kokoro", "text_to_speech"), server=f'api_keys = ["{KEY}"]')
 
 
 @pytest.fixture(scope="module")

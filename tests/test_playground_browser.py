@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
+from conftest import MODELS_DIR, lineup_config, model_block, ROOT, require_smollm2
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess  # noqa: E402
@@ -26,36 +26,11 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                # A synthetic microphone (a beep) that needs no permission prompt.
                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
-CONFIG = f"""models_dir = "{MODELS_DIR}"
-[[models]]
-id = "smol"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-context_len = 4096
-initial_tier = "tier1_gpu_vram"
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-[[models]]
-id = "docling"
-modality = "document_conversion"
-engine = "docling"
-"""
+CONFIG = lineup_config(
+    model_block("smol", "text_generation", context_len=4096, initial_tier="tier1_gpu_vram"),
+    model_block("minilm", "embeddings"), model_block("whisper", "speech_to_text"),
+    model_block("kokoro", "text_to_speech"),
+    '[[models]]\nid = "docling"\nmodality = "document_conversion"\nengine = "docling"\n')
 SLOW_MS = 240_000     # a cold model load plus inference on a busy 2-core machine
 
 
