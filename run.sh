@@ -5,13 +5,14 @@
 #   ./run.sh models <spec>...      = hypnos models pull <spec>...
 #   ./run.sh test [pytest args]    run the test suite
 #   ./run.sh <anything else>       = hypnos <anything else>
-# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings); add "ner" for GLiNER (installs CPU torch
-# 2.13.0 first so pip never fetches a CUDA build).
+# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs,ner); "ner" (GLiNER)
+# installs CPU torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
+# stable-diffusion.cpp (minutes).
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
 venv="$root/.venv"
-extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings}"
+extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
 want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$venv/.hypnos-installed"
 
@@ -45,7 +46,17 @@ need_chromium() {
   } || echo "hypnos: could not install chromium; the browser tests will fail" >&2
 }
 
+# The man pages (man/, generated from the click tree) go where man(1) looks for a PATH entry's
+# ../share/man: `man hypnos` works once .venv/bin is on PATH (or with MANPATH set).
+install_man() {
+  local dir="$venv/share/man"
+  [ -f "$dir/man1/hypnos.1" ] || echo "hypnos: man pages in $dir (man hypnos with $venv/bin on PATH, or MANPATH=$dir)" >&2
+  mkdir -p "$dir/man1" "$dir/man5"
+  cp -u man/*.1 "$dir/man1/" && cp -u man/*.5 "$dir/man5/"
+}
+
 setup
+install_man
 export PATH="$venv/bin:$PATH"
 cmd="${1:-}"
 case "$cmd" in

@@ -38,3 +38,25 @@ def print_json(data) -> None:
 
 def is_tty() -> bool:
     return sys.stdout.isatty()
+
+
+def console(**kw):
+    """A rich console for people: colours on a TTY only, a fixed width when piped."""
+    from rich.console import Console
+    tty = is_tty()
+    return Console(no_color=not tty, highlight=False, width=None if tty else 120, **kw)
+
+
+def complete_model_ids(ctx: click.Context, param, incomplete: str):
+    """Shell completion of a model id: the server's pool (--url, HYPNOS_URL or the default
+    URL, half a second at most), else the catalog's ids."""
+    from hypnos.cli.client import DEFAULT_URL, Client
+    url = ctx.params.get("url") or os.environ.get("HYPNOS_URL") or DEFAULT_URL
+    ids: list[str] = []
+    try:
+        client = Client(url, ctx.params.get("api_key") or os.environ.get("HYPNOS_API_KEY"))
+        ids = [m["id"] for m in client.get("/v1/memory/status", timeout=0.5)["models"]]
+    except (click.ClickException, KeyError, TypeError, ValueError):
+        from hypnos.catalog.catalog import load_catalog
+        ids = [e.id for e in load_catalog().entries]
+    return [i for i in ids if i.startswith(incomplete)]

@@ -1,7 +1,8 @@
 """The ``hypnos`` command group. Commands are thin: parse, call the library, render.
 
 Exit codes: 0 success; 1 the command ran and failed (no lineup fits, a pull failed, the
-server answered an error); 2 usage error (bad option value, unknown need or model spec).
+server answered an error: its message is printed as it is); 2 usage error (bad option value,
+unknown need or model spec); 3 the server cannot be reached.
 """
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from hypnos.cli.advise_cmd import advise
+from hypnos.cli.bench_cmd import bench
+from hypnos.cli.logs_cmd import logs
 from hypnos.cli.models_cmd import catalog_block, models
+from hypnos.cli.pool_cmd import POOL_COMMANDS
+from hypnos.cli.ready_cmd import ready
 from hypnos.cli.serve_cmd import serve
+from hypnos.cli.tier_cmd import tier
 
 
 def _version() -> str:
@@ -31,6 +37,12 @@ cli.add_command(serve)
 cli.add_command(advise)
 cli.add_command(models)
 cli.add_command(catalog_block)
+cli.add_command(ready)
+cli.add_command(tier)
+cli.add_command(logs)
+cli.add_command(bench)
+for _command in POOL_COMMANDS:
+    models.add_command(_command)
 
 
 def main() -> None:

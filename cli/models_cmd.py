@@ -7,7 +7,9 @@ from hypnos.catalog.blocks import config_block
 from hypnos.catalog.catalog import CatalogError, load_catalog
 from hypnos.catalog.pull import PullError, pull_variant
 from hypnos.catalog.state import catalog_wire
-from hypnos.cli.common import config_option, is_tty, json_option, print_json, resolve_config
+from hypnos.cli.client import server_options
+from hypnos.cli.common import (config_option, console, is_tty, json_option, print_json,
+                               resolve_config)
 
 
 def _resolve(catalog, spec: str):
@@ -27,22 +29,30 @@ def catalog_block(spec: str) -> None:
 
 @click.group()
 def models() -> None:
-    """The model catalog: list it, pull variants into models_dir."""
+    """The model pool of a server and the catalog: list, pull, add, replace, remove,
+    enable, disable, moe-offload."""
 
 
 @models.command("list")
 @config_option
 @json_option
-@click.option("--modality", help="Only entries serving this modality.")
-def list_models(config_path, as_json: bool, modality: str | None) -> None:
-    """Show the catalog with what is installed in models_dir."""
+@click.option("--modality", help="Only models (or entries) serving this modality.")
+@click.option("--catalog", "catalog_only", is_flag=True,
+              help="Show the catalog even when a server answers.")
+@server_options
+def list_models(config_path, as_json: bool, modality: str | None, catalog_only: bool,
+                client) -> None:
+    """Show the server's model pool when a server answers at --url, else the catalog with
+    what is installed in models_dir. --json adds "source": "server" or "catalog"."""
+    if not catalog_only and client.answers():
+        _list_pool(client, as_json, modality)
+        return
     cfg = resolve_config(config_path)
     configured = {m.id: (m.enabled, m.weights_path) for m in cfg.models}
     body = catalog_wire(load_catalog(), cfg.models_dir, modality=modality, configured=configured)
     if as_json:
-        print_json(body)
+        print_json({"source": "catalog", **body})
         return
-    from rich.console import Console
     from rich.table import Table
     table = Table(title=f"Catalog (models_dir: {cfg.models_dir})")
     for col in ("id", "modality", "engine", "variants", "installed", "lineup"):
@@ -52,7 +62,27 @@ def list_models(config_path, as_json: bool, modality: str | None) -> None:
         installed = ", ".join(v["quant"] for v in e["variants"] if v["installed"]) or "-"
         table.add_row(e["id"], e["modality"], e["engine"], quants, installed,
                       "yes" if e["lineup"] else "")
-    Console(no_color=not is_tty()).print(table)
+    console().print(table)
+
+
+def _list_pool(client, as_json: bool, modality: str | None) -> None:
+    """The pool from GET /v1/memory/status: disabled models too, with every modality."""
+    pool = [m for m in client.get("/v1/memory/status")["models"]
+            if modality is None or modality in m.get("modalities", [m.get("modality")])]
+    if as_json:
+        print_json({"source": "server", "url": client.base, "data": pool})
+        return
+    from rich.table import Table
+    table = Table(title=f"Model pool of {client.base}")
+    for col in ("id", "serves", "engine", "tier", "GPU layers", "enabled", "leases", "served"):
+        table.add_column(col)
+    for m in pool:
+        p = m.get("placement", {})
+        table.add_row(m["id"], ", ".join(m.get("modalities", [])), m.get("engine", ""),
+                      m.get("current_tier", "").split("_")[0], str(p.get("gpu_layers", 0)),
+                      "yes" if m.get("enabled", True) else "no", str(m.get("active_leases", 0)),
+                      str(m.get("total_requests_served", 0)))
+    console().print(table)
 
 
 @models.command("pull")

@@ -61,3 +61,31 @@ class CommaList(click.ParamType):
 
 
 BYTE_SIZE = ByteSize()
+
+
+TIERS = ("tier1_gpu_vram", "tier2_pinned_ram", "tier3_nvme_ssd")
+_TIER_ALIASES = {"1": 0, "tier1": 0, "gpu": 0, "vram": 0,
+                 "2": 1, "tier2": 1, "ram": 1,
+                 "3": 2, "tier3": 2, "ssd": 2, "disk": 2}
+
+
+class TierType(click.ParamType):
+    """A memory tier: 1, 2, 3, tier1, gpu, ram, ssd or the wire name (tier1_gpu_vram ...)."""
+
+    name = "tier"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip().lower()
+        if text in TIERS:
+            return text
+        if text in _TIER_ALIASES:
+            return TIERS[_TIER_ALIASES[text]]
+        self.fail(f"{value!r} is not a tier; give 1, 2, 3 or one of {', '.join(TIERS)}",
+                  param, ctx)
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        return [CompletionItem(t) for t in ("1", "2", "3", *TIERS) if t.startswith(incomplete)]
+
+
+TIER = TierType()

@@ -38,7 +38,10 @@ def _pull_missing(cfg, catalog):
               help="Build the app, answer one in-process GET /v1/models, exit non-zero on failure.")
 @click.option("--no-playground", is_flag=True,
               help="Do not serve the playground web page at / (server.playground = false).")
-def serve(config_path, host, port, check: bool, no_playground: bool) -> None:
+@click.option("--watch-config", is_flag=True,
+              help="Apply [[models]] edits of the config file while serving (same checks as "
+                   "POST/PUT/DELETE /v1/models); a bad edit is logged and refused.")
+def serve(config_path, host, port, check: bool, no_playground: bool, watch_config: bool) -> None:
     """Start the server. With no config file it serves the default lineup from the catalog,
     pulling what is missing from models_dir first. The playground, a web page for trying
     every model and watching the tiers, is at http://HOST:PORT/."""
@@ -56,8 +59,13 @@ def serve(config_path, host, port, check: bool, no_playground: bool) -> None:
         before_stage = (lambda: _pull_missing(cfg, catalog)) if not check else None
     if check:
         sys.exit(_check(create_app(cfg, catalog=catalog, stage=False)))
+    if watch_config and cfg.source is None:
+        raise click.UsageError("--watch-config needs a config file (--config or ./hypnos.toml)")
     app = create_app(cfg, catalog=catalog, before_stage=before_stage)
     install_drain(app)
+    if watch_config:
+        from hypnos.service.config_watch import install_config_watch
+        install_config_watch(app, cfg.source)
     ssl = None
     if cfg.server.tls is not None:
         ssl = {"cert": cfg.server.tls.cert, "key": cfg.server.tls.key}

@@ -298,3 +298,135 @@ class KVChatEngine(ChatEngine, Protocol):
 
     def release_session(self, key: str) -> bool:
         """Unbind ``key``; idempotent (False when it was not bound)."""
+
+
+# ------------------------------------------------------------------- documents
+
+class UnsupportedDocument(EngineError):
+    """The document's format is not one the engine reads, or the file is corrupt (a 400)."""
+
+
+class BadPageRange(UnsupportedDocument):
+    """The requested pages are not in the document (a 400 naming ``pages``)."""
+
+
+@dataclass
+class DocumentRequest:
+    data: bytes
+    filename: str                       # its extension picks the format where bytes can't
+    pages: tuple[int, int] | None = None   # 1-based inclusive range; None = all
+    ocr: bool = True
+    want_json: bool = False             # each page's docling document as a dict
+    want_pictures: bool = False         # picture bytes (else only counted)
+
+
+@dataclass
+class DocumentPicture:
+    page: int
+    mime: str
+    data: bytes | None                  # None when the engine has no bitmap for it
+    width: int = 0
+    height: int = 0
+    dpi: int | None = None
+    bbox: dict | None = None            # {l, t, r, b, coord_origin} in page units
+    page_size: dict | None = None       # {width, height}
+    caption: str | None = None
+    ref: str | None = None
+
+
+@dataclass
+class ConvertedPage:
+    page: int
+    markdown: str
+    pictures: list[DocumentPicture] = field(default_factory=list)
+    tables: int = 0
+    ms: float = 0.0
+    json: dict | None = None
+
+
+@dataclass
+class OpenedDocument:
+    """A document the engine accepted: what will be converted, and the engine's own state
+    for it (``handle``, opaque to callers)."""
+    format: str                         # pdf | docx | html | ...
+    page_count: int                     # the source's pages (1 for formats without pages)
+    pages: list[int]                    # the page numbers convert_pages will yield
+    pipeline: str                       # native | layout | simple: which docling pipeline
+    handle: object = None
+
+
+OnPage = Callable[[ConvertedPage], None]
+
+
+class Converter(Engine, Protocol):
+    def open(self, req: DocumentRequest) -> OpenedDocument:
+        """Detect the format and count pages. Raises UnsupportedDocument for an unknown
+        format, a corrupt file or a page range outside the document. Blocks."""
+
+    def convert_pages(self, doc: OpenedDocument, on_page: OnPage,
+                      cancel: threading.Event) -> list[ConvertedPage]:
+        """Convert ``doc.pages`` in order, calling ``on_page`` with each as soon as it is
+        ready; ``cancel`` is checked between pages (a cancelled call returns the pages done).
+        Raises EngineError when the conversion fails midway."""
+
+
+# ------------------------------------------------------------- entity extraction
+
+@dataclass
+class Entity:
+    text: str
+    label: str
+    start: int                          # [start, end) in Unicode code points
+    end: int
+    score: float
+
+
+@dataclass
+class ExtractRequest:
+    texts: list[str]
+    labels: list[str]
+    threshold: float = 0.5
+    flat: bool = True
+
+
+@dataclass
+class ExtractResult:
+    entities: list[list[Entity]]        # one list per text, in text order, by start offset
+    windows: int = 0                    # model passes over text windows, all families
+    families: int = 0                   # label groups each window was run with
+
+
+class Extractor(Engine, Protocol):
+    def extract(self, req: ExtractRequest, cancel: threading.Event) -> ExtractResult:
+        """Find the spans of every text that score at least ``threshold`` for a label.
+        Long texts run in overlapping windows and many labels in families, transparently.
+        ``cancel`` is checked between passes (a cancelled call returns what it found)."""
+
+
+# ----------------------------------------------------------------------- images
+
+@dataclass
+class ImageRequest:
+    prompt: str
+    width: int
+    height: int
+    steps: int
+    cfg_scale: float
+    seed: int                           # image i is made with seed + i
+    n: int = 1
+    negative_prompt: str = ""
+    sampler: str | None = None
+    references: list[bytes] = field(default_factory=list)   # edits: encoded images
+
+
+@dataclass
+class GeneratedImage:
+    png: bytes
+    seed: int
+
+
+class ImageGenerator(Engine, Protocol):
+    def generate(self, req: ImageRequest, cancel: threading.Event) -> list[GeneratedImage]:
+        """Make ``req.n`` PNG images, one at a time (``cancel`` is checked between them;
+        a cancelled call returns the images made). With ``references`` the model edits or
+        composes from them. Raises EngineError when the library fails."""

@@ -113,6 +113,73 @@ def _lit(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) -> str:
+    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` dialects (LFM, Gemma): the
+    required parameters first, in schema order, then each optional one or not; a value's
+    shape comes from its schema through ``value(schema)``. With ``name`` the prefix already
+    holds ``name<open>``; without, the grammar starts with one of the tools' names."""
+    rules, alts = [], []
+    for i, tool in enumerate(tools):
+        fn = tool["function"]
+        if name is not None and fn["name"] != name:
+            continue
+        schema = fn.get("parameters") or {}
+        params = schema.get("properties") or {}
+        required = [k for k in schema.get("required", []) if k in params]
+        optional = [k for k in params if k not in required]
+        parts = [] if name is not None else [_lit(fn["name"] + open_args)]
+        for j, key in enumerate(required):
+            lead = sep if j else ""
+            parts.append(f"{_lit(lead + key + assign)} {value(params[key])}")
+        if required:            # each optional one on its own after the required ones
+            parts += [f"({_lit(sep + key + assign)} {value(params[key])})?" for key in optional]
+        elif optional:          # none required: a chain, so no call starts with a separator
+            chain = ""
+            for j, key in reversed(list(enumerate(optional))):
+                chain = f"({_lit((sep if j else '') + key + assign)} {value(params[key])} {chain})?"
+            parts.append(chain)
+        rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
+        alts.append(f"f{i}")
+    return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) {_lit(close_args)}\n"
+            + _VALUE_RULES)
+
+
+_VALUE_RULES = ('digits ::= [0-9] [0-9]*\n'
+                'pystr ::= "\\"" [^"\\\\\\n]* "\\""\n'
+                'loose ::= [^,)}<\\n] [^,)}<\\n]*\n')
+
+
+def _python_value(schema: dict) -> str:
+    kind = schema.get("type")
+    if "enum" in schema:
+        return "(" + " | ".join(_lit(repr(v)) for v in schema["enum"]) + ")"
+    if kind == "string":
+        return "pystr"
+    if kind == "integer":
+        return '"-"? digits'
+    if kind == "number":
+        return '"-"? digits ("." digits)?'
+    if kind == "boolean":
+        return '("True" | "False")'
+    return "loose"
+
+
+def _quoted_value(schema: dict, quote: str) -> str:
+    kind = schema.get("type")
+    if "enum" in schema:
+        return "(" + " | ".join(_lit(quote + v + quote) if isinstance(v, str)
+                                else _lit(json.dumps(v)) for v in schema["enum"]) + ")"
+    if kind == "string":
+        return f"{_lit(quote)} [^<]* {_lit(quote)}"
+    if kind == "integer":
+        return '"-"? digits'
+    if kind == "number":
+        return '"-"? digits ("." digits)?'
+    if kind == "boolean":
+        return '("true" | "false")'
+    return "loose"
+
+
 def _json_values(text: str) -> list:
     """Every JSON value in ``text``, one after another (separated by whitespace, commas or
     semicolons)."""
@@ -331,6 +398,12 @@ class LfmDialect(ToolDialect):
     def forced_prefix(self, name):
         return self.openers[0] + "[" + (f"{name}(" if name else "")
 
+    def grammar(self, tools, name):
+        # key=value pairs in Python syntax; the answer ends after "])" (the model's end token
+        # then closes it; the splitter reads a call cut at the end of the answer).
+        return _keyword_grammar(tools, name, open_args="(", close_args=")]", sep=", ",
+                                assign="=", value=_python_value)
+
     def render_call(self, call):
         args = ", ".join(f"{k}={v!r}" for k, v in call["arguments"].items())
         return f"{self.openers[0]}[{call['name']}({args})]{self.close}"
@@ -383,6 +456,10 @@ class GemmaDialect(ToolDialect):
 
     def forced_prefix(self, name):
         return self.openers[0] + "call:" + (f"{name}{{" if name else "")
+
+    def grammar(self, tools, name):
+        return _keyword_grammar(tools, name, open_args="{", close_args="}", sep=",",
+                                assign=":", value=lambda schema: _quoted_value(schema, self.quote))
 
     def render_call(self, call):
         q = self.quote

@@ -16,7 +16,6 @@ llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
 from __future__ import annotations
 
 import codecs
-import ctypes
 import logging
 import os
 import queue
@@ -31,6 +30,7 @@ from hypnos.engines.base import (
     TokenLogprob,
 )
 from hypnos.engines import llama_state
+from hypnos.engines.ggml_log import route_once
 from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
 from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
@@ -41,36 +41,6 @@ log = logging.getLogger(__name__)
 DEFAULT_N_BATCH = 512
 #: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
 CANCEL_POLL_S = 0.05
-
-# ggml_log_level (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5) -> logging.
-# llama.cpp's INFO is ~150 lines per load, so it goes to DEBUG. (llama-cpp-python's own
-# _logger.py reads these numbers off by one.)
-_GGML_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING,
-                4: logging.ERROR}
-_GGML_CONT = 5
-# llama.cpp keeps one process-wide log callback; it must outlive every model, so it lives
-# here rather than on an engine.
-_log_callback = None
-
-
-def _route_llama_logs(ll) -> None:
-    """Send llama.cpp's log lines to ``logging`` instead of stderr (once per process)."""
-    global _log_callback
-    if _log_callback is not None:
-        return
-    llama_log = logging.getLogger("hypnos.engines.llama.cpp")
-    last = [logging.DEBUG]
-
-    def forward(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-        if level != _GGML_CONT:
-            last[0] = _GGML_LEVELS.get(level, logging.DEBUG)
-        message = text.decode("utf-8", "replace").rstrip()
-        if message:
-            llama_log.log(last[0], "%s", message)
-
-    _log_callback = ll.llama_log_callback(forward)
-    ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
-
 
 class LlamaChatEngine:
     """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
@@ -120,7 +90,7 @@ class LlamaChatEngine:
             raise EngineError(f"{spec.model_id}: slots must be 1..{max_slots}, not {spec.slots}")
         self.unload()
         with self._lifecycle:
-            _route_llama_logs(ll)
+            route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
             ll.llama_backend_init()
             self._ll = ll
             t0 = time.perf_counter()
@@ -198,9 +168,9 @@ class LlamaChatEngine:
         eos = ll.llama_vocab_eos(self._vocab)
         self._bos = bos if bos != ll.LLAMA_TOKEN_NULL and ll.llama_vocab_get_add_bos(
             self._vocab) else None
-        self._bos_text = text(bos) if self._bos is not None else ""
         text = lambda tok: (ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
                             if tok != ll.LLAMA_TOKEN_NULL else "")
+        self._bos_text = text(bos) if self._bos is not None else ""
         self.format = detect(template, spec.options.get("tool_format", "auto"))
         return formatter_cls(template, eos_token=text(eos), bos_token=text(bos))
 

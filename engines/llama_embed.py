@@ -52,11 +52,12 @@ class LlamaEmbedder:
             import numpy as np
         except ImportError as exc:
             raise EngineUnavailable("ggml_llama", "llama") from exc
-        from hypnos.engines.llama import _route_llama_logs
+        from hypnos.engines.ggml_log import route_once
         if spec.weights_path is None or not spec.weights_path.is_file():
             raise EngineError(f"{spec.model_id}: weights file not found: {spec.weights_path}")
         self.unload()
-        _route_llama_logs(llama_cpp.llama_cpp)
+        ll = llama_cpp.llama_cpp
+        route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
         t0 = time.perf_counter()
         llm = _build(llama_cpp, spec, llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
         pooling = _POOLING_NAMES.get(llm.pooling_type(), str(llm.pooling_type()))

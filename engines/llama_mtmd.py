@@ -23,21 +23,13 @@ import threading
 from pathlib import Path
 
 from hypnos.engines.base import EngineError, EngineUnavailable
+from hypnos.engines.ggml_log import route_once
 
 log = logging.getLogger(__name__)
 
 #: Largest image accepted, in pixels, read from the header before anything is decoded: a
 #: small compressed file can claim a huge canvas. Projectors resize to well under this.
 MAX_IMAGE_PIXELS = 32 * 1024 * 1024
-
-# ggml_log_level (NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5) -> logging. clip/mtmd
-# log every tensor at INFO on load, so INFO goes to DEBUG.
-_GGML_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING,
-                4: logging.ERROR}
-_GGML_CONT = 5
-# libmtmd keeps one process-wide log callback; it must outlive every projector.
-_log_callback = None
-
 
 class MediaDecodeError(EngineError):
     """A media item could not be used: undecodable bytes, a modality the projector lacks,
@@ -47,25 +39,6 @@ class MediaDecodeError(EngineError):
     def __init__(self, message: str, index: int | None = None):
         super().__init__(message)
         self.index = index
-
-
-def _route_mtmd_logs(mt, ll) -> None:
-    """Send libmtmd's log lines (clip loader, encoder, helper) to ``logging`` (once)."""
-    global _log_callback
-    if _log_callback is not None:
-        return
-    mtmd_log = logging.getLogger("hypnos.engines.mtmd")
-    last = [logging.DEBUG]
-
-    def forward(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-        if level != _GGML_CONT:
-            last[0] = _GGML_LEVELS.get(level, logging.DEBUG)
-        message = text.decode("utf-8", "replace").rstrip()
-        if message:
-            mtmd_log.log(last[0], "%s", message)
-
-    _log_callback = ll.llama_log_callback(forward)
-    mt.mtmd_helper_log_set(_log_callback, ctypes.c_void_p(0))   # also sets mtmd_log_set
 
 
 def _is_audio(data: bytes) -> bool:
@@ -133,7 +106,8 @@ class Projector:
         path = Path(mmproj_path)
         if not path.is_file():
             raise EngineError(f"projector file not found: {path}")
-        _route_mtmd_logs(mt, ll)
+        # mtmd_helper_log_set also sets mtmd_log_set
+        route_once(ll, "hypnos.engines.mtmd", mt.mtmd_helper_log_set)
         params = mt.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = max(1, threads)

@@ -15,9 +15,12 @@ ENGINES = {
     ("onnx_runtime", "embeddings"): ("hypnos.engines.onnx_embed", "OnnxEmbedder", "embeddings"),
     ("onnx_runtime", "text_to_speech"): ("hypnos.engines.kokoro", "KokoroSpeaker", "tts"),
     ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
+    ("docling", None): ("hypnos.engines.docling_convert", "DoclingConverter", "docs"),
+    ("gliner", None): ("hypnos.engines.gliner_ner", "GlinerExtractor", "ner"),
+    ("ggml_diffusion", None): ("hypnos.engines.sd_diffusion", "DiffusionGenerator", "images"),
 }
 PLANNED = {
-    "ggml_whisper": "stt", "docling": "docs", "gliner": "ner", "ggml_diffusion": "images",
+    "ggml_whisper": "stt",
 }
 
 

@@ -25,7 +25,9 @@ from hypnos.service.effects import Effects
 from hypnos.service.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
 from hypnos.service.http import after_handler, install_http_layers
+from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.pool import ModelState
+from hypnos.service.request_log import RequestLog
 from hypnos.service.scheduler import Scheduler
 from hypnos.service.telemetry import LatencyBook
 from hypnos.service.workflows import Workflows
@@ -36,7 +38,8 @@ WHOLE_MODEL_WORKSPACE = 64 * 2**20
 # One module per route family, each exposing ``bp``.
 ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_completions",
                  "route_embeddings", "route_transcriptions", "route_speech", "route_sessions",
-                 "metrics", "route_playground", "openapi")
+                 "metrics", "route_pool", "route_logs", "route_documents", "route_entities",
+                 "route_images", "route_playground", "openapi")
 CPU_ENGINES = ("onnx_runtime", "docling", "gliner")
 
 
@@ -115,6 +118,10 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.metrics = metrics
     app.ctx.latency = LatencyBook()
     app.ctx.workflows = Workflows()
+    app.ctx.keys = KeyRing(config.server)
+    quotas = QuotaBook(state_path(config.source) if config.source is not None else None)
+    app.ctx.limiter = Limiter(quotas, metrics=metrics)
+    app.ctx.request_log = RequestLog(config.server.request_log)
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

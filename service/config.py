@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -118,6 +119,11 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.shutdown_grace_secs", cfg.server.shutdown_grace_secs, 0)
     if cfg.server.request_log.level not in ("off", "error", "warn", "info", "debug", "trace"):
         problems.append(f"server.request_log.level: unknown level {cfg.server.request_log.level!r}")
+    for i, pattern in enumerate(cfg.server.request_log.redact):
+        try:
+            re.compile(pattern) if pattern != "*" else None
+        except re.error as exc:
+            problems.append(f"server.request_log.redact[{i}]: not a regular expression: {exc}")
     if cfg.server.profile is not None and cfg.server.profile not in PROFILES:
         problems.append(f"server.profile: must be one of {', '.join(PROFILES)}, "
                         f"got {cfg.server.profile!r}")
@@ -129,6 +135,7 @@ def validate(cfg: Config, problems: list[str]) -> None:
         _check_range(problems, f"limits.{name}", getattr(cfg.limits, name), 1)
     _check_range(problems, "limits.max_queue_per_model", cfg.limits.max_queue_per_model, 0)
     _check_range(problems, "limits.repetition_loop_tokens", cfg.limits.repetition_loop_tokens, 0)
+    _check_range(problems, "limits.swap_wait_ms", cfg.limits.swap_wait_ms, 0, 3_600_000)
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
         validate_model(m, f"models[{i}]", problems)
@@ -239,6 +246,8 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: {exc.strerror}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path.name}: not valid TOML: {exc}"]) from None
 

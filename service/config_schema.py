@@ -78,6 +78,8 @@ class ServerConfig:
     profile: str | None = None
     # Seconds a converted document's pictures stay in the picture store.
     document_pictures_ttl_secs: int = 3600
+    # Bytes of pictures the picture store keeps; when full, the oldest documents go first.
+    document_pictures_max_bytes: int = 512 * 1024**2
     # Seconds after which an idle chat slot's KV cache is emptied (0: never).
     kv_idle_timeout_secs: int = 0
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
@@ -111,6 +113,9 @@ class LimitsConfig:
     # Stop a chat answer (finish_reason "repetition_loop") when its last this-many tokens are
     # one span repeated at least three times; 0 turns the check off.
     repetition_loop_tokens: int = 256
+    # A request for a model that must evict busy models holds their new requests and waits
+    # up to this long for the admitted ones to finish (grouped swaps, no thrash); past it 507.
+    swap_wait_ms: int = 2000
 
 
 @dataclass

@@ -13,6 +13,8 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
 from hypnos.service import errors
+from hypnos.service.keys import result_tokens
+from hypnos.service.request_log import request_leases
 from hypnos.service.openapi import check_body
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
@@ -56,10 +58,12 @@ def _cors_headers(request: Request) -> dict:
 
 
 def _check_key(request: Request) -> None:
+    """Match the bearer key (401) and admit it against its limits (429); the permit is
+    released by `after_handler` once the response's last byte went out."""
+    ring = request.app.ctx.keys
     cfg = request.app.ctx.config.server
-    keys = set(cfg.api_keys) | {k.key for k in cfg.keys}
     path = request.path
-    if not keys or path in OPEN_PATHS or not (path.startswith("/v1") or (
+    if not ring.enabled or path in OPEN_PATHS or not (path.startswith("/v1") or (
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()
@@ -68,9 +72,20 @@ def _check_key(request: Request) -> None:
     if not header:
         raise errors.Unauthorized("Missing API key. Send it as `Authorization: Bearer <key>` "
                                   "(server.api_keys).", headers=challenge)
-    if scheme.lower() != "bearer" or token.strip() not in keys:
+    key = ring.match(token.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
         raise errors.Unauthorized("Invalid API key.", headers=challenge)
-    request.ctx.api_key = token.strip()
+    request.ctx.api_key = key
+    request.ctx.permit = request.app.ctx.limiter.admit(key)
+
+
+def require_admin(request: Request) -> None:
+    """Changing the model pool needs an admin key when keys are configured (403)."""
+    key = getattr(request.ctx, "api_key", None)
+    if request.app.ctx.keys.enabled and (key is None or not key.admin):
+        raise errors.PermissionDenied(
+            "Changing the model pool needs an admin key (a server.api_keys entry, or a "
+            "[[server.keys]] entry with admin = true)")
 
 
 def install_http_layers(app: Sanic) -> None:
@@ -78,6 +93,8 @@ def install_http_layers(app: Sanic) -> None:
     async def _start(request: Request):
         request.ctx.request_id = new_request_id()
         request.ctx.started = time.monotonic()
+        request.ctx.leases = []
+        request_leases.set(request.ctx.leases)
         if request.method == "OPTIONS":
             return empty(204, headers=_cors_headers(request))
         length = request.headers.get("content-length", "")
@@ -93,6 +110,8 @@ def install_http_layers(app: Sanic) -> None:
         for k, v in _cors_headers(request).items():
             response.headers.setdefault(k, v)
         request.ctx.status = response.status
+        # None for a stream (request.respond()): its body was never held in one piece.
+        request.ctx.response_body = getattr(response, "body", None)
 
 
 async def before_handler(request: Request) -> None:
@@ -108,21 +127,36 @@ async def before_handler(request: Request) -> None:
 
 
 def after_handler(request: Request) -> None:
-    """Once the handler finished (streams: after the last byte): latency per route and the
-    workflow's last byte."""
+    """Once the handler finished (streams: after the last byte): the key's permit and tokens,
+    latency per route and the workflow's last byte."""
     started = getattr(request.ctx, "started", None)
     if started is None:
         return
     now = time.monotonic()
+    permit = getattr(request.ctx, "permit", None)
+    if permit is not None:
+        tokens = result_tokens(getattr(request.ctx, "result", None))
+        request.app.ctx.limiter.release(permit, tokens)
     if request.route is not None:
         route = "/" + request.route.path.lstrip("/")
-        request.app.ctx.latency.record(route, (now - started) * 1000)
+        ms = (now - started) * 1000
+        request.app.ctx.latency.record(route, ms)
         status = getattr(request.ctx, "status", 500)
-        request.app.ctx.metrics.http_requests.labels(route, f"{status // 100}xx").inc()
+        request.app.ctx.metrics.request_done(request, route, status, ms)
+        if _logged(request):
+            request.app.ctx.request_log.observe(request, route, status, ms,
+                                                getattr(request.ctx, "response_body", None))
     key = getattr(request.ctx, "workflow", None)
     if key is not None:
         close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
         request.app.ctx.workflows.end(key, now, close)
+
+
+def _logged(request: Request) -> bool:
+    """Inference and pool calls go to the request log; polling (GET, the log routes) not."""
+    path = request.path
+    return (path.startswith("/v1/") and not path.startswith("/v1/logs")
+            and request.method not in ("GET", "HEAD", "OPTIONS"))
 
 
 def require_ready(request: Request) -> None:

@@ -53,9 +53,10 @@ async def part_bytes(part: dict, where: str, limits: LimitsConfig) -> bytes:
             raise InvalidRequest("remote image URLs are disabled on this server "
                                  "(limits.allow_remote_image_urls); send a data: URL",
                                  param=param)
-        return await fetch_url(url, param, max_bytes=limits.max_image_bytes,
-                               limit_name="limits.max_image_bytes",
-                               allow_private=limits.allow_private_urls)
+        data, _final = await fetch_url(url, param, max_bytes=limits.max_image_bytes,
+                                       limit_name="limits.max_image_bytes",
+                                       allow_private=limits.allow_private_urls)
+        return data
     if kind == "input_audio":
         field = part.get("input_audio")
         data = field.get("data") if isinstance(field, dict) else None
@@ -115,10 +116,11 @@ async def system_resolver(host: str, port: int) -> list[str]:
 async def fetch_url(url: str, param: str, *, max_bytes: int, limit_name: str,
                     allow_private: bool, timeout_s: float = FETCH_TIMEOUT_S,
                     resolve: Resolver = system_resolver,
-                    is_public: Callable[[str], bool] = is_public_address) -> bytes:
+                    is_public: Callable[[str], bool] = is_public_address) -> tuple[bytes, str]:
     """GET an http(s) URL, following up to MAX_REDIRECTS redirects, each hop's host checked
     (see the module doc), the body capped at ``max_bytes`` (``limit_name`` names that limit
-    in the error: documents reuse this with theirs). Awaits the network, at most
+    in the error: documents reuse this with theirs). Returns the body and the URL it came
+    from after the redirects. Awaits the network, at most
     ``timeout_s`` in all; every failure is an InvalidRequest naming ``param``."""
     try:
         async with asyncio.timeout(timeout_s):
@@ -135,7 +137,7 @@ async def fetch_url(url: str, param: str, *, max_bytes: int, limit_name: str,
                         if resp.status_code != 200:
                             raise InvalidRequest(f"fetching {_show(url)} answered HTTP "
                                                  f"{resp.status_code}", param=param)
-                        return await _read_capped(resp, url, param, max_bytes, limit_name)
+                        return await _read_capped(resp, url, param, max_bytes, limit_name), url
                 raise InvalidRequest(f"{_show(url)}: more than {MAX_REDIRECTS} redirects",
                                      param=param)
     except TimeoutError as exc:

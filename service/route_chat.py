@@ -3,6 +3,7 @@ chat issue names): non-streaming and SSE streaming, n choices, tools, thinking, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -116,11 +117,15 @@ def engine_error(exc: Exception, window: int | None = None) -> errors.HypnosErro
     return errors.ServerError(f"The engine failed: {exc}")
 
 
-def record(request: Request, lease, result: ChatResult) -> None:
-    if result.timings.prefill_tokens_per_s:
-        lease.model.stats.prefill_tps = result.timings.prefill_tokens_per_s
-    request.app.ctx.metrics.chat(lease.model.id, result.timings)
-    request.ctx.result = result
+def record(request: Request, lease, results: list[ChatResult]) -> None:
+    """Stats and metrics from the first choice; the request is charged (keys, request log)
+    for the prompt once and every choice's completion."""
+    first = results[0]
+    if first.timings.prefill_tokens_per_s:
+        lease.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(lease.model.id, first.timings)
+    request.ctx.result = dataclasses.replace(
+        first, completion_tokens=sum(r.completion_tokens for r in results))
 
 
 def _message(r: ChatResult) -> dict:
@@ -223,7 +228,7 @@ async def _answer(request: Request, params: ChatParams, lease):
     except EngineError as exc:
         raise engine_error(exc, sched.context_window(lease.model)) from None
     inference_ms = (time.monotonic() - started) * 1000
-    record(request, lease, results[0])
+    record(request, lease, results)
     placement = sched.placement_of(lease.model).to_wire()
     timings = merged_timings(results)
     timings.queue_ms += lease.queue_ms
@@ -245,6 +250,21 @@ async def _answer(request: Request, params: ChatParams, lease):
 
 def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def send_stream_error(response, base: dict, empty_choice: dict,
+                            err: errors.HypnosError) -> None:
+    """A failure after the stream started (spec 7.4): a chunk with finish_reason "error"
+    and the error object, then [DONE]. A context_over_budget keeps its type and its KV
+    numbers (Pantheon); anything else is a server_error."""
+    error = {"message": err.message, "type": "server_error"}
+    if isinstance(err, ContextOverBudget):
+        error.update(type=err.type, code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
+    await response.send(sse({**base, "choices": [{"index": 0, **empty_choice,
+                                                  "finish_reason": "error"}],
+                             "error": error}))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
 
 
 async def _stream(request: Request, params: ChatParams, lease, reqs):
@@ -280,19 +300,11 @@ async def _stream(request: Request, params: ChatParams, lease, reqs):
         results = await stream_choices(lease.engine, reqs, send_delta,
                                        lambda: response.send(": keep-alive\n\n"))
     except EngineError as exc:
-        err = engine_error(exc, sched.context_window(lease.model))
-        error = {"message": err.message, "type": err.type if isinstance(
-            err, ContextOverBudget) else "server_error"}
-        if isinstance(err, ContextOverBudget):
-            error.update(code=None, kv_used=err.kv_used, kv_cap=err.kv_cap)
-        await response.send(sse({**base, "choices": [{"index": 0, "delta": {},
-                                                      "finish_reason": "error"}],
-                                 "error": error}))
-        await response.send("data: [DONE]\n\n")
-        await response.eof()
+        await send_stream_error(response, base, {"delta": {}},
+                                engine_error(exc, sched.context_window(lease.model)))
         return None     # the response went out through request.respond()
     inference_ms = (time.monotonic() - started) * 1000
-    record(request, lease, results[0])
+    record(request, lease, results)
     placement = sched.placement_of(lease.model).to_wire()
     timings = merged_timings(results)
     timings.queue_ms += lease.queue_ms

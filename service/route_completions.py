@@ -19,8 +19,8 @@ from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, pars
 from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.route_chat import (ContextOverBudget, check_text_model, engine_error,
-                                       record, sse)
+from hypnos.service.route_chat import (check_text_model, engine_error, record,
+                                       send_stream_error, sse)
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
 from hypnos.service.openapi import endpoint, ANY_OBJECT
 
@@ -101,7 +101,7 @@ async def completions(request: Request):
             results = await run_choices(lease.engine, reqs)
         except EngineError as exc:
             raise engine_error(exc, window) from None
-        record(request, lease, results[0])
+        record(request, lease, results)
         head = prompt if echo else ""
         out = {**base, "choices": [
             {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
@@ -140,16 +140,9 @@ async def _stream(request, lease, reqs, base, echo, include_usage, window):
         results = await stream_choices(lease.engine, reqs, send_delta,
                                        lambda: response.send(": keep-alive\n\n"))
     except EngineError as exc:
-        err = engine_error(exc, window)
-        error = {"message": err.message,
-                 "type": err.type if isinstance(err, ContextOverBudget) else "server_error"}
-        await response.send(sse({**base, "choices": [{"index": 0, "text": "",
-                                                      "finish_reason": "error"}],
-                                 "error": error}))
-        await response.send("data: [DONE]\n\n")
-        await response.eof()
-        return None
-    record(request, lease, results[0])
+        await send_stream_error(response, base, {"text": ""}, engine_error(exc, window))
+        return None     # the response went out through request.respond()
+    record(request, lease, results)
     tele = _telemetry(sched, lease, results, started)
     used = usage(results, window)
     for i, r in enumerate(results):

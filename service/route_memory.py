@@ -6,6 +6,7 @@ from sanic.response import json as json_response
 
 from hypnos.planner.types import Tier
 from hypnos.service import errors
+from hypnos.service.config_schema import PROFILES
 from hypnos.service.hardware import available_memory, nvml_sample, physical_memory, process_rss
 from hypnos.service.http import json_body, require_ready
 from hypnos.service.pool import ModelState
@@ -45,6 +46,8 @@ def _model(sched, st: ModelState) -> dict:
     }
     if st.stats.service_ms is not None:
         out["service_ms"] = round(st.stats.service_ms, 1)
+    if sched.is_changing(st.id):
+        out["changing"] = True     # a PUT / DELETE drains it; new requests wait
     if st.problem:
         out["problem"] = st.problem
     if st.booked_vs_real is not None:
@@ -86,6 +89,12 @@ async def status(request: Request):
     }
     if gpu is not None:
         body["gpu"] = gpu.stats
+    profile = app.ctx.config.server.profile
+    if profile is not None:
+        metric, target = PROFILES[profile]
+        objective = {"metric": metric} if target is None else {"metric": metric,
+                                                               "target_ms": target}
+        body["profile"] = {"name": profile, "objective": objective}
     return json_response(body)
 
 

@@ -21,11 +21,17 @@ from hypnos.planner import derive_budgets, eviction_order, place, plan_eviction
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
                                   Tier)
 from hypnos.service import errors
-from hypnos.service.config_schema import Config
+from hypnos.service.config_schema import PROFILES, Config
 from hypnos.service.effects import Effects
 from hypnos.service.hardware import process_rss
 from hypnos.service.kv_park import KvParkStore
 from hypnos.service.pool import ModelState
+from hypnos.service.pool_changes import PoolChanges
+from hypnos.service.request_log import request_leases
+
+
+class DoesNotFitAlone(errors.InsufficientMemory):
+    """507 that no waiting can cure: the model is larger than tier 1 even when empty."""
 
 
 @dataclass
@@ -44,7 +50,7 @@ class Lease:
         return self.model.engine
 
 
-class Scheduler:
+class Scheduler(PoolChanges):
     def __init__(self, config: Config, hardware: Hardware, effects: Effects):
         self.config = config
         self.kv_park = KvParkStore(config.hardware.kv_park, config.hardware.kv_park_max_bytes)
@@ -55,6 +61,10 @@ class Scheduler:
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self._place_lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        # Models being replaced or removed: new leases wait on the event (spec section 6).
+        self._changes: dict[str, asyncio.Event] = {}
+        # Busy models whose new requests wait for another model's swap (_plan_or_wait).
+        self._held: dict[str, asyncio.Event] = {}
 
     # ------------------------------------------------------------------ pool
 
@@ -88,6 +98,10 @@ class Scheduler:
         Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
         or model_not_available, 507 (does not fit beside leased models).
         """
+        while (gate := self._changes.get(model_id) or self._held.get(model_id)) is not None:
+            # A pool change (then served by the replacement, or 404 once removed), or a
+            # grouped swap to another model (then queued behind it).
+            await gate.wait()
         st = self.get(model_id)
         if st.problem:
             raise errors.ModelNotAvailable(st.problem)
@@ -97,12 +111,17 @@ class Scheduler:
                 f"The model '{model_id}' has {queued} requests queued "
                 f"(max_queue_per_model {self.config.limits.max_queue_per_model}); retry later")
         estimate = st.estimated_wait_ms()
+        if deadline_ms is None:
+            deadline_ms = self.implicit_deadline_ms()
         if deadline_ms is not None and estimate is not None and estimate > deadline_ms:
             raise errors.DeadlineUnmeetable(
                 f"Estimated wait {estimate:.0f} ms exceeds the deadline {deadline_ms:.0f} ms",
                 headers={"Retry-After": str(max(1, round(estimate / 1000)))})
         st.leases += 1
         lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=estimate)
+        seen = request_leases.get()
+        if seen is not None:           # the request log reads the model and its tier switch
+            seen.append(lease)
         holding = False
         started = time.monotonic()
         try:
@@ -121,10 +140,21 @@ class Scheduler:
             st.leases -= 1
             st.last_used = time.monotonic()
 
+    def implicit_deadline_ms(self) -> float | None:
+        """With limits.overload = "shed", the profile's objective is the deadline of every
+        request that names none (spec section 1)."""
+        profile = self.config.server.profile
+        if self.config.limits.overload != "shed" or profile is None:
+            return None
+        return PROFILES[profile][1]
+
     @asynccontextmanager
     async def hold(self, model_id: str):
         """Keep ``model_id`` from being evicted while held, without loading it or taking a
-        slot (session watch)."""
+        slot (session watch, a prompt being counted). Waits like a lease while the model is
+        being swapped out (a hold taken after the plan would be unloaded under it)."""
+        while (gate := self._changes.get(model_id) or self._held.get(model_id)) is not None:
+            await gate.wait()
         st = self.get(model_id)
         st.holds += 1
         try:
@@ -192,7 +222,7 @@ class Scheduler:
                                unified_memory=self.budgets.unified_memory)
         whole = place(req)
         if isinstance(whole, NoFit):
-            raise errors.InsufficientMemory(
+            raise DoesNotFitAlone(
                 f"The model '{st.id}' does not fit this machine even alone: needs "
                 f"{whole.needed_bytes / 2**30:.2f} GiB, tier 1 has "
                 f"{self.budgets.tier1_bytes / 2**30:.2f} GiB ({whole.reason})")
@@ -242,45 +272,80 @@ class Scheduler:
         async with self._place_lock:
             if st.tier is Tier.GPU and st.engine is not None:
                 return          # another request loaded it while this one waited
-            # One victim at a time, planning again after each: a victim leased while an
-            # earlier one was being unloaded is skipped, never unloaded under its request.
-            placement, evict = self._plan(st, per_slot)
-            while evict:
-                if await self._evict(self.models[evict[0]], for_model=st.id,
-                                     reason="memory_budget"):
-                    lease.evicted.append(evict[0])
-                placement, evict = self._plan(st, per_slot)
-            from_tier = st.tier
+            held: list[str] = []
             try:
-                report = await asyncio.to_thread(self.effects.load, st, placement)
-            except EngineUnavailable as exc:
-                st.problem = str(exc)
-                raise errors.ModelNotAvailable(str(exc)) from None
-            except EngineError as exc:
-                self.effects.count_load_failure(st)
-                raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
-            if st.pinned is not None:
-                await asyncio.to_thread(self.effects.unpin, st)
-            parked = self.kv_park.take(st.id)
-            if parked is not None:
-                tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
-                report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
-            st.placement, st.tier, st.last_load = placement, Tier.GPU, report
+                placement, evict = await self._plan_or_wait(st, per_slot, held)
+                from_tier = st.tier
+                report = await self._load_planned(st, lease, placement, evict)
+            finally:
+                for model_id in held:       # their waiting requests queue behind this load
+                    self._held.pop(model_id).set()
         lease.phases = report
         st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
 
-    async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> bool:
-        """Demote an idle victim; False (nothing done) when it was leased since the plan."""
+    async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
+                            held: list[str]) -> tuple[Placement, list[str]]:
+        """Plan ``st``'s load. When it does not fit beside busy models, group the swap: hold
+        their new requests (ids appended to ``held``; the caller releases them once this
+        load is done) and wait up to limits.swap_wait_ms for the requests they already
+        admitted to finish. The requests of the resident model that were queued finish
+        first, and the ones arriving later wait one swap instead of starving ``st``. Past
+        the bound: 507 as before. Caller holds _place_lock."""
+        deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
+        while True:
+            try:
+                placement, evict = self._plan(st, per_slot)
+            except DoesNotFitAlone:
+                raise
+            except errors.InsufficientMemory:
+                busy = [m.id for m in self.models.values()
+                        if m is not st and m.tier is Tier.GPU and m.leases]
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                self._hold_new_requests(busy, held)
+                # Polled: a lease ends in several places (lease, hold, move).
+                await asyncio.sleep(0.01)
+                continue
+            # In the same step as the plan: no request can lease a victim before its eviction.
+            self._hold_new_requests(evict, held)
+            return placement, evict
+
+    def _hold_new_requests(self, model_ids: list[str], held: list[str]) -> None:
+        for model_id in model_ids:
+            if model_id not in self._held:
+                self._held[model_id] = asyncio.Event()
+                held.append(model_id)
+
+    async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
+                            evict: list[str]) -> LoadReport:
+        for victim in evict:
+            await self._evict(self.models[victim], for_model=st.id, reason="memory_budget")
+            lease.evicted.append(victim)
+        try:
+            report = await asyncio.to_thread(self.effects.load, st, placement)
+        except EngineUnavailable as exc:
+            st.problem = str(exc)
+            raise errors.ModelNotAvailable(str(exc)) from None
+        except EngineError as exc:
+            self.effects.count_load_failure(st)
+            raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
+        if st.pinned is not None:
+            await asyncio.to_thread(self.effects.unpin, st)
+        parked = self.kv_park.take(st.id)
+        if parked is not None:
+            tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
+            report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
+        st.placement, st.tier, st.last_load = placement, Tier.GPU, report
+        return report
+
+    async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> None:
         to = Tier.RAM if victim.cfg.keep_warm_in_ram else Tier.SSD
         async with victim.load_lock:
-            if victim.in_use:
-                return False
             to = await self._unload(victim, to)
         self.recent_evictions.append({
             "model": victim.id, "for_model": for_model, "reason": reason,
             "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
         self.effects.count_eviction(victim)
-        return True
 
     async def _unload(self, st: ModelState, to: Tier) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2

@@ -61,3 +61,30 @@ class EngineEffects:
 
     def count_load_failure(self, st):
         pass
+
+
+# The real models of the default lineup as [[models]] blocks, by modality, for the tests that
+# start a server on them (one place for their files).
+LINEUP_BLOCKS = {
+    "text_generation": {"engine": "ggml_llama",
+                        "weights_path": "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"},
+    "embeddings": {"engine": "onnx_runtime", "weights_path": "minilm-l6-v2/model.int8.onnx",
+                   "tokenizer_path": "minilm-l6-v2/tokenizer.json"},
+    "speech_to_text": {"engine": "faster_whisper", "weights_path": "whisper-tiny.en"},
+    "text_to_speech": {"engine": "onnx_runtime",
+                       "weights_path": "kokoro-82m/kokoro-v1.0.int8.onnx",
+                       "voices_path": "kokoro-82m/voices_ja.npz"},
+}
+
+
+def model_block(model_id: str, modality: str, **extra) -> str:
+    """A [[models]] block for one of the lineup's real models, with extra keys."""
+    import json
+    keys = {"id": model_id, "modality": modality, **LINEUP_BLOCKS[modality], **extra}
+    return "[[models]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+
+
+def lineup_config(*blocks: str, server: str = "") -> str:
+    """A config file's text on the real models_dir: an optional [server] body, then blocks."""
+    head = f'models_dir = "{MODELS_DIR}"\n' + (f"[server]\n{server}\n" if server else "")
+    return head + "".join(blocks)

@@ -133,6 +133,8 @@ def test_cli_catalog_block_for_every_entry():
 
 
 def test_cli_models_list_json(tmp_path, monkeypatch):
+    from hypnos.bench.harness import free_port
+    monkeypatch.setenv("HYPNOS_URL", f"http://127.0.0.1:{free_port()}")    # no server: catalog
     monkeypatch.setenv("HYPNOS_MODELS_DIR", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(cli, ["models", "list", "--json"])

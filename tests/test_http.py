@@ -248,6 +248,7 @@ async def test_every_route_answers_bad_input_with_the_envelope():
     app = app_for()
     app.router.finalize() if not app.router.finalized else None
     seen = 0
+    walked = {}
     for route in app.router.routes:
         path = "/" + route.path.lstrip("/")
         path = re.sub(r"<[^>]+>", "nope", path)
@@ -257,10 +258,18 @@ async def test_every_route_answers_bad_input_with_the_envelope():
             kw = {"content": "{not json"} if method in ("POST", "PUT") else {}
             resp = await call(app, method.lower(), path, **kw)
             seen += 1
+            walked[(method, "/" + route.path.lstrip("/"))] = resp.status
             assert resp.status < 500, f"{method} {path}: {resp.status} {resp.text}"
             if resp.status >= 400:
                 assert_envelope(resp, resp.status, resp.json["error"]["type"])
     assert seen >= 9
+    for path in ("/v1/documents/convert", "/v1/entities", "/v1/images/generations",
+                 "/v1/images/edits"):
+        assert walked[("POST", path)] == 400, path
+    for key in (("GET", "/v1/documents/<doc_id:str>/pictures"),
+                ("GET", "/v1/documents/<doc_id:str>/pictures/<index:int>"),
+                ("DELETE", "/v1/documents/<doc_id:str>")):
+        assert walked[key] == 404, key
 
 
 class _FailingEngine:

@@ -104,7 +104,7 @@ async def _fetch(url: str, **kw) -> bytes:
     args = dict(max_bytes=len(PAYLOAD), limit_name="limits.max_image_bytes",
                 allow_private=False, is_public=_public_outer)
     args.update(kw)
-    return await fetch_url(url, URL_PARAM, **args)
+    return (await fetch_url(url, URL_PARAM, **args))[0]
 
 
 def _image_part(url: str) -> dict:

@@ -3,9 +3,9 @@ download), against a real `hypnos serve` on 127.0.0.1 with the real models of th
 lineup (SmolLM2 chat, MiniLM embeddings, whisper tiny.en, Kokoro). Screenshots of every view
 go to tests/artifacts/playground/.
 
-The document conversion route is not on this branch, so the upload that converts is the voice
-view's (an audio file transcribed, answered and spoken) and the embeddings view is compared
-against the API; the documents, entities and request-log views are checked to degrade."""
+An HTML upload converts through docling in the documents view, an audio upload is
+transcribed, answered and spoken in the voice view, and the embeddings view is compared against
+the API; the entities view (no GLiNER model here) is checked to degrade."""
 import math
 import sys
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
+from conftest import MODELS_DIR, lineup_config, model_block, ROOT, require_smollm2
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess  # noqa: E402
@@ -26,32 +26,11 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                # A synthetic microphone (a beep) that needs no permission prompt.
                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
-CONFIG = f"""models_dir = "{MODELS_DIR}"
-[[models]]
-id = "smol"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-context_len = 4096
-initial_tier = "tier1_gpu_vram"
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-"""
+CONFIG = lineup_config(
+    model_block("smol", "text_generation", context_len=4096, initial_tier="tier1_gpu_vram"),
+    model_block("minilm", "embeddings"), model_block("whisper", "speech_to_text"),
+    model_block("kokoro", "text_to_speech"),
+    '[[models]]\nid = "docling"\nmodality = "document_conversion"\nengine = "docling"\n')
 SLOW_MS = 240_000     # a cold model load plus inference on a busy 2-core machine
 
 
@@ -134,7 +113,7 @@ def test_page_loads_with_no_console_errors(tab, server):
         chip = f'.lane[data-tier="tier3_nvme_ssd"] .chip[data-model="{model}"]'
         assert page.locator(chip).count() == 1
     rows = page.locator("#tiers-models tbody tr")
-    assert rows.count() == 4
+    assert rows.count() == 5          # every configured model
     # Live: the status is polled again without reloading the page.
     first = page.inner_text("#tiers-updated")
     page.wait_for_function("(first) => document.getElementById('tiers-updated').textContent "
@@ -259,11 +238,26 @@ def test_voice_recording_reaches_transcription_as_wav(tab):
                            timeout=SLOW_MS)
 
 
-def test_views_whose_routes_are_missing_say_so(tab, server):
+def test_a_document_upload_converts_page_by_page(tab, tmp_path):
+    doc = tmp_path / "page.html"
+    doc.write_text("<html><body><h1>Hello page</h1><p>Converted in the browser.</p>"
+                   "</body></html>")
     page = tab.open("documents")
-    assert "no document_conversion model" in page.inner_text("#doc-model")
+    page.wait_for_selector('#doc-model option[value="docling"]', state="attached")
+    page.set_input_files("#doc-file", str(doc))
+    with page.expect_response("**/v1/documents/convert", timeout=SLOW_MS) as resp:
+        page.click('#doc-form button[type="submit"]')
+    assert resp.value.status == 200
+    done = '#doc-pages-out [data-page="1"]:not(.pending)'
+    page.wait_for_selector(done, timeout=SLOW_MS)
+    assert "Hello page" in page.inner_text(done)
+    wait_text(page, "doc-state", "1 pages converted", timeout=SLOW_MS)
     tab.screenshot("documents")
-    tab.tab("entities")
+    assert tab.console_errors == []
+
+
+def test_views_whose_routes_are_missing_say_so(tab, server):
+    page = tab.open("entities")
     assert "no entity_extraction model" in page.inner_text("#ent-model")
     tab.screenshot("entities")
     tab.tab("logs")

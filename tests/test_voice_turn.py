@@ -6,32 +6,16 @@ import sys
 import openai
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
+from conftest import lineup_config, model_block, ROOT, require_smollm2
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess  # noqa: E402
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
-CONFIG = f"""models_dir = "{MODELS_DIR}"
-[[models]]
-id = "chat"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-context_len = 4096
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-"""
+CONFIG = lineup_config(
+    model_block("chat", "text_generation", context_len=4096),
+    model_block("whisper", "speech_to_text"), model_block("kokoro", "text_to_speech"))
 
 
 @pytest.fixture(scope="module")

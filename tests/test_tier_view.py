@@ -1,0 +1,76 @@
+"""The tier picture drawn from a status body shaped like spec section 14's example."""
+import io
+
+from rich.console import Console
+
+from hypnos.cli.tier_view import BAR, tier_picture
+
+GIB = 1024**3
+
+
+def placement(tier, gpu=0, ram=0, ssd=0, vram=0, kv=0, pinned=0, ctx=0, experts=0):
+    return {"primary_tier": tier, "gpu_layers": gpu, "pinned_ram_layers": ram, "ssd_layers": ssd,
+            "vram_weight_bytes": vram, "vram_kv_and_workspace_bytes": kv,
+            "pinned_ram_bytes": pinned, "allocated_context_len": ctx, "cpu_expert_layers": experts}
+
+
+STATUS = {
+    "capabilities": {"accelerator": "NvidiaCuda", "device_name": "RTX 5090",
+                     "usable_vram_budget_bytes": 24 * GIB, "pinned_ram_budget_bytes": 32 * GIB,
+                     "physical_memory_bytes": 64 * GIB, "simulated": False},
+    "tier1_vram_used_bytes": 12 * GIB, "tier1_vram_real_total_bytes": 24 * GIB,
+    "tier1_vram_real_free_bytes": 6 * GIB, "tier2_pinned_ram_used_bytes": 8 * GIB,
+    "process_memory_bytes": 16 * GIB, "process_memory_cap_bytes": None,
+    "models": [
+        {"id": "gemma", "modality": "text_generation", "modalities": ["text_generation", "vision"],
+         "current_tier": "tier1_gpu_vram", "total_weight_bytes": 10 * GIB, "priority": "high",
+         "active_leases": 2, "queued": 1, "enabled": True,
+         "placement": placement("tier1_gpu_vram", gpu=20, ram=10, vram=10 * GIB, kv=2 * GIB,
+                                ctx=16384, experts=4)},
+        {"id": "kokoro", "modality": "text_to_speech", "current_tier": "tier2_pinned_ram",
+         "total_weight_bytes": GIB, "priority": "normal", "active_leases": 0, "enabled": True,
+         "placement": placement("tier2_pinned_ram", pinned=GIB)},
+        {"id": "moss-image", "modality": "image_generation", "current_tier": "tier3_nvme_ssd",
+         "total_weight_bytes": 6 * GIB, "priority": "low", "enabled": False,
+         "placement": placement("tier3_nvme_ssd", ssd=40)},
+    ],
+    "kv_park": {"enabled": True, "max_bytes": 4 * GIB, "used_bytes": GIB // 2,
+                "models": [{"model": "gemma", "slots": 1, "tokens": 12612, "bytes": GIB // 2,
+                            "parked_secs_ago": 4.2}]},
+    "recent_evictions": [{"model": "moss-image", "for_model": "gemma", "reason": "memory_budget",
+                          "to_tier": "tier3_nvme_ssd", "unix_ms": 1_000_000}],
+}
+
+
+def render(status) -> str:
+    console = Console(width=140, no_color=True, record=True, file=io.StringIO())
+    console.print(tier_picture(status, now_ms=1_012_000))
+    return console.export_text()
+
+
+def test_each_model_is_drawn_in_its_tier_with_layers_and_leases():
+    text = render(STATUS)
+    tier1, rest = text.split("Tier 2")
+    tier2, tier3 = rest.split("Tier 3")
+    assert "gemma" in tier1 and "20 gpu / 10 ram / 0 ssd / 4 experts cpu" in tier1
+    assert "12.00 GiB" in tier1 and "16384" in tier1 and "text_generation, vision" in tier1
+    row = next(line for line in tier1.splitlines() if "gemma" in line).split()
+    assert row[-4:-1] == ["2", "1", "high"]            # leases, queued, priority; the frame
+    assert "kokoro" in tier2 and "1.00 GiB" in tier2
+    assert "moss-image (disabled)" in tier3 and "6.00 GiB" in tier3
+
+
+def test_bars_show_booked_against_real_bytes():
+    text = render(STATUS)
+    booked = next(line for line in text.splitlines() if "booked" in line and "24.00" in line)
+    assert "#" * (BAR // 2) + "." * (BAR // 2) in booked and "50%" in booked
+    real = next(line for line in text.splitlines() if "real" in line)
+    assert "18.00 GiB / 24.00 GiB  75%" in real             # total - free
+    assert "8.00 GiB / 32.00 GiB  25%" in text              # tier 2 booked
+
+
+def test_evictions_and_kv_parking_are_listed():
+    text = render(STATUS)
+    assert "12s ago moss-image -> tier3_nvme_ssd for gemma (memory_budget)" in text
+    assert "KV parking on: 0.50 GiB of 4.00 GiB; parked gemma (12612 tokens)" in text
+    assert "none" in render({**STATUS, "recent_evictions": []}).split("Recent evictions:")[1]
