@@ -24,8 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ManagedProcess, ROOT  # noqa: E402
+from hypnos.bench.harness import ROOT, ManagedProcess
 
 EXCLUDED_CHECKS = "positive_data_acceptance,unsupported_method"
 

@@ -31,7 +31,8 @@ ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
         "message": {"type": "string"}, "type": {"type": "string"},
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
 PLAIN = {"text/plain": {"schema": {"type": "string"}}}
-# Statuses every route can answer without saying so: keys (401) on /v1, and on a body the
+# Statuses every route can answer without saying so: keys and their quotas (401, 429) on
+# /v1, and on a body the
 # body-limit layer (413) and request_timeout_secs (408), both plain text (spec section 4).
 TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
@@ -40,6 +41,8 @@ DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 499: "cancelled", 500: "engine failure", 503: "not available or staging",
                 504: "engine timeout", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}
+# What a route that leases a model can answer besides a 400 (spec section 4).
+INFERENCE_ERRORS = (404, 429, 500, 503, 504, 507)
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | \
-        ({401} if path.startswith("/v1") else set())
+        ({401, 429} if path.startswith("/v1") else set())
     for status in sorted(statuses):
         responses[str(status)] = {"description": DESCRIPTIONS.get(status, "error"),
                                   "content": {"application/json": {"schema": ENVELOPE}}}

@@ -49,11 +49,12 @@ class PoolChanges:
         deadline = time.monotonic() + drain_secs
         # Polled: leases are counted in several places (lease, hold, move), none of which
         # needs to know a drain is waiting.
-        while old.leases and time.monotonic() < deadline:
+        while old.in_use and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if old.leases:
+        if old.in_use:
             raise errors.ModelBusy(
-                f"The model '{model_id}' still has {old.leases} requests after drain_secs "
+                f"The model '{model_id}' still has {old.leases + old.holds} requests after "
+                f"drain_secs "
                 f"({drain_secs:g} s); nothing was changed")
         old.enabled = False          # nothing to park: its conversations end here
         async with old.load_lock:
@@ -74,7 +75,7 @@ class PoolChanges:
         its parked KV state; 429 model_busy while it is leased."""
         st = self.get(model_id, enabled_only=False)
         if not enabled and st.enabled:
-            if st.leases:
+            if st.in_use:
                 raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when idle")
             st.enabled = False
             async with st.load_lock:
@@ -89,7 +90,7 @@ class PoolChanges:
         "next_load" when it is busy."""
         st = self.get(model_id, enabled_only=False)
         st.cfg.moe_offload = mode
-        if st.leases:
+        if st.in_use:
             return "next_load"
         if st.tier is Tier.GPU:
             async with st.load_lock:

@@ -30,6 +30,7 @@ from hypnos.service.media import fetch_url
 from hypnos.service.picture_descriptions import check_vision_model, describe_page
 from hypnos.service.picture_store import PictureStore, PicturesTooLarge, StoredDocument
 from hypnos.service.telemetry import telemetry, wait_headers
+from hypnos.service.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("documents")
 KEEPALIVE_SECS = 10.0
@@ -139,7 +140,23 @@ async def _fetch(request: Request, params: ConvertParams) -> None:
                                 or PurePosixPath(unquote(urlparse(final).path)).name)
 
 
+# Types only: document_request.parse_convert says the rest (which of file / url, pages).
+_CONVERT_FIELDS = {"model": {"type": "string"}, "url": {"type": "string"},
+                   "output_format": {"enum": ["markdown", "json"]},
+                   "filename": {"type": "string"}, "describe_pictures": {"type": "string"}}
+CONVERT_SCHEMA = {"type": "object", "required": ["model"], "properties": {
+    "file": {"type": "string"}, "pages": {}, "ocr": {}, "return_pictures": {}, "stream": {},
+    **_CONVERT_FIELDS}}
+CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
+    "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+    **_CONVERT_FIELDS}}
+
+
 @bp.post("/v1/documents/convert")
+@endpoint("Convert a document (multipart upload, or JSON with base64 file or url); NDJSON per "
+          "page when stream is true", body=CONVERT_SCHEMA, form=CONVERT_FORM,
+          errors=INFERENCE_ERRORS,
+          ok={"application/json": ANY_OBJECT, "application/x-ndjson": {"type": "string"}})
 async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)
@@ -238,6 +255,7 @@ def _record(doc: StoredDocument, index: int, with_image: bool) -> dict:
 
 
 @bp.get("/v1/documents/<doc_id>/pictures")
+@endpoint("The pictures kept from a converted document", errors=(404,))
 async def list_pictures(request: Request, doc_id: str):
     doc = _stored(request, doc_id)
     return json_response({"object": "list", "document_id": doc.id,
@@ -247,6 +265,9 @@ async def list_pictures(request: Request, doc_id: str):
 
 
 @bp.get("/v1/documents/<doc_id>/pictures/<index:int>")
+@endpoint("One picture of a converted document", errors=(404,),
+          query={"format": {"type": "string"}},
+          ok={"image/png": {"type": "string"}, "application/json": ANY_OBJECT})
 async def get_picture(request: Request, doc_id: str, index: int):
     doc = _stored(request, doc_id)
     if not 1 <= index <= len(doc.pictures):
@@ -264,6 +285,7 @@ async def get_picture(request: Request, doc_id: str, index: int):
 
 
 @bp.delete("/v1/documents/<doc_id>")
+@endpoint("Release a converted document's pictures", errors=(404,))
 async def delete_document(request: Request, doc_id: str):
     if not picture_store(request.app).delete(doc_id):
         raise errors.NotFoundError(f"No stored pictures for document '{doc_id}' (unknown, "

@@ -20,7 +20,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry
-from hypnos.service.openapi import endpoint
+from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("embeddings")
 ENCODINGS = ("float", "base64")
@@ -92,7 +92,7 @@ EMBEDDINGS_SCHEMA = {"type": "object", "required": ["model", "input"], "properti
 
 
 @bp.post("/v1/embeddings")
-@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=(404, 429, 500, 503, 504, 507))
+@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=INFERENCE_ERRORS)
 async def embeddings(request: Request):
     require_ready(request)
     params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)

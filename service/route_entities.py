@@ -17,6 +17,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry, wait_headers
+from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("entities")
 
@@ -74,7 +75,15 @@ def _check_model(request: Request, model_id: str) -> None:
                                     f"(its modality is {st.cfg.modality})", param="model")
 
 
+ENTITIES_SCHEMA = {"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string"}, "input": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+    "labels": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+    "threshold": {"type": "number", "minimum": 0, "maximum": 1}, "flat": {}}}
+
+
 @bp.post("/v1/entities")
+@endpoint("Named entities in texts for given labels (GLiNER)", body=ENTITIES_SCHEMA,
+          errors=INFERENCE_ERRORS)
 async def entities(request: Request):
     require_ready(request)
     params = parse_entities(json_body(request), request.app.ctx.config.limits.max_prompt_chars)

@@ -22,6 +22,7 @@ from hypnos.service.config_schema import ImageConfig
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry, wait_headers
+from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("images")
 MIN_SIDE, MAX_SIDE, STEP = 256, 2048, 16
@@ -140,7 +141,19 @@ async def _generate(request: Request, model_id: str, req: ImageRequest):
     return json_response(body, headers=wait_headers(lease))
 
 
+# Types only: parse_image_request says the ranges (n, size, steps, seed).
+IMAGE_SCHEMA = {"type": "object", "required": ["model", "prompt"], "properties": {
+    "model": {"type": "string"}, "prompt": {"type": "string"}, "n": {}, "size": {},
+    "steps": {}, "seed": {}, "response_format": {"enum": list(FORMATS)}}}
+IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "properties": {
+    "image": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "mask": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "model": {"type": "string"}, "prompt": {"type": "string"}, "n": {"type": "string"},
+    "size": {"type": "string"}, "response_format": {"enum": list(FORMATS)}}}
+
+
 @bp.post("/v1/images/generations")
+@endpoint("Image generation (OpenAI-compatible)", body=IMAGE_SCHEMA, errors=INFERENCE_ERRORS)
 async def generations(request: Request):
     require_ready(request)
     fields = json_body(request)
@@ -171,6 +184,7 @@ def _references(request: Request, max_bytes: int) -> list[bytes]:
 
 
 @bp.post("/v1/images/edits")
+@endpoint("Image edit (OpenAI-compatible multipart)", form=IMAGE_FORM, errors=INFERENCE_ERRORS)
 async def edits(request: Request):
     require_ready(request)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):

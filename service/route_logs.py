@@ -7,6 +7,7 @@ from sanic.response import json as json_response
 from hypnos.service import errors
 from hypnos.service.http import json_body
 from hypnos.service.request_log import LEVELS
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("logs")
 STATUS_FILTERS = ("ok", "error", "4xx", "5xx")
@@ -22,6 +23,8 @@ def _limit(raw: str | None) -> int | None:
 
 
 @bp.get("/v1/logs")
+@endpoint("The request log, newest first", query={
+    name: {"type": "string"} for name in ("model", "route", "status", "key", "limit")})
 async def list_logs(request: Request):
     log = request.app.ctx.request_log
     status = request.args.get("status")
@@ -36,6 +39,7 @@ async def list_logs(request: Request):
 
 
 @bp.get("/v1/logs/<request_id>")
+@endpoint("One request log record", errors=(404,))
 async def one_log(request: Request, request_id: str):
     record = request.app.ctx.request_log.find(request_id)
     if record is None:
@@ -45,12 +49,15 @@ async def one_log(request: Request, request_id: str):
 
 
 @bp.delete("/v1/logs")
+@endpoint("Clear the request log")
 async def clear_logs(request: Request):
     request.app.ctx.request_log.records.clear()
     return json_response({"cleared": True})
 
 
 @bp.post("/v1/logs/level")
+@endpoint("Change the request log's capture level", body={"type": "object", "properties": {
+    "level": {"type": "string"}}})
 async def set_level(request: Request):
     level = json_body(request).get("level")
     if level not in LEVELS:

@@ -21,6 +21,7 @@ from hypnos.service.http import json_body, require_admin, require_ready
 from hypnos.service.model_checks import startup_checks
 from hypnos.service.overlay import persist
 from hypnos.service.pool import ModelState
+from hypnos.service.openapi import endpoint
 
 bp = Blueprint("pool")
 DEFAULT_DRAIN_SECS = 120.0
@@ -99,7 +100,13 @@ def _drain_secs(value) -> float:
     return secs
 
 
+POOL_ERRORS = (403, 404, 422, 429, 500, 503, 507)
+POOL_SCHEMA = {"type": "object", "properties": {
+    "catalog": {"type": "string"}, "config": {"type": "string"}, "drain_secs": {}}}
+
+
 @bp.post("/v1/models")
+@endpoint("Add a model to the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
 async def add_model(request: Request):
     require_admin(request)
     require_ready(request)
@@ -116,6 +123,7 @@ async def add_model(request: Request):
 
 
 @bp.put("/v1/models/<model_id>")
+@endpoint("Replace a model in the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
 async def replace_model(request: Request, model_id: str):
     require_admin(request)
     require_ready(request)
@@ -132,6 +140,8 @@ async def replace_model(request: Request, model_id: str):
 
 
 @bp.delete("/v1/models/<model_id>")
+@endpoint("Remove a model from the pool (admin)", errors=POOL_ERRORS,
+          query={"drain_secs": {"type": "string"}})
 async def remove_model(request: Request, model_id: str):
     require_admin(request)
     require_ready(request)
@@ -152,16 +162,20 @@ async def _switch(request: Request, model_id: str, enabled: bool):
 
 
 @bp.post("/v1/models/<model_id>/enable")
+@endpoint("Enable a model", errors=(403, 404, 429))
 async def enable(request: Request, model_id: str):
     return await _switch(request, model_id, True)
 
 
 @bp.post("/v1/models/<model_id>/disable")
+@endpoint("Disable a model", errors=(403, 404, 429))
 async def disable(request: Request, model_id: str):
     return await _switch(request, model_id, False)
 
 
 @bp.post("/v1/models/<model_id>/moe-offload")
+@endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
+          body={"type": "object", "properties": {"mode": {}}})
 async def moe_offload(request: Request, model_id: str):
     require_ready(request)
     sched = request.app.ctx.scheduler

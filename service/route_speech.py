@@ -27,7 +27,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry_headers, wait_headers
-from hypnos.service.openapi import endpoint
+from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 log = logging.getLogger(__name__)
 bp = Blueprint("speech")
@@ -179,7 +179,7 @@ SPEECH_SCHEMA = {"type": "object", "required": ["model", "input"], "properties":
 
 @bp.post("/v1/audio/speech")
 @endpoint("Speech synthesis (OpenAI-compatible): audio bytes, chunked when stream is true",
-          body=SPEECH_SCHEMA, errors=(404, 429, 500, 503, 504, 507),
+          body=SPEECH_SCHEMA, errors=INFERENCE_ERRORS,
           ok={ctype: {"type": "string", "contentMediaType": ctype}
               for ctype in sorted(set(CONTENT_TYPES.values()))})
 async def speech(request: Request):

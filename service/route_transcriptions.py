@@ -24,7 +24,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, origin_allowed, require_ready
 from hypnos.service.telemetry import telemetry, telemetry_headers
-from hypnos.service.openapi import endpoint, ANY_OBJECT
+from hypnos.service.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("transcriptions")
 
@@ -276,7 +276,7 @@ TRANSCRIPTION_JSON = {"type": "object", "required": ["audio_bytes"], "properties
 
 @bp.post("/v1/audio/transcriptions")
 @endpoint("Transcription (OpenAI-compatible): a multipart upload, or JSON with audio_bytes",
-          body=TRANSCRIPTION_JSON, form=TRANSCRIPTION_FORM, errors=(404, 429, 500, 503, 504, 507),
+          body=TRANSCRIPTION_JSON, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
           ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
               "text/vtt": {"type": "string"}})
 async def transcriptions(request: Request):

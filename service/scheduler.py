@@ -299,7 +299,7 @@ class Scheduler(PoolChanges):
                 raise
             except errors.InsufficientMemory:
                 busy = [m.id for m in self.models.values()
-                        if m is not st and m.tier is Tier.GPU and m.leases]
+                        if m is not st and m.tier is Tier.GPU and m.in_use]
                 if not busy or time.monotonic() >= deadline:
                     raise
                 self._hold_new_requests(busy, held)

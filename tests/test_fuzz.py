@@ -2,14 +2,9 @@
 time (a fixed seed, so CI is repeatable; bench/fuzz.py is the long, random-seed run): no 5xx,
 every status documented, every error in the envelope, every response valid against
 /openapi.json."""
-import sys
-
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-from fuzz import default_lineup, schemathesis  # noqa: E402
+from hypnos.bench.fuzz import default_lineup, schemathesis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 EXAMPLES, MAX_TIME_S, SEED = 8, 75, 20261129

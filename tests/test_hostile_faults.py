@@ -16,11 +16,10 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, require_smollm2
+from conftest import require_smollm2
 from test_http import _FailingEngine, app_for, call
 
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import ServerProcess  # noqa: E402
+from hypnos.bench.harness import ServerProcess
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -8,18 +8,15 @@ its neighbours); here one of them is checked end to end through the chat route.
 """
 import json
 import socket
-import sys
 
 import pytest
 from sanic import Sanic
 
-from conftest import MODELS_DIR, ROOT
+from conftest import MODELS_DIR
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 from test_http import assert_envelope, call
-
-sys.path.insert(0, str(ROOT / "bench"))
 
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio
@@ -205,7 +202,7 @@ REQUEST_TIMEOUT = 3
 
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory):
-    from harness import ServerProcess
+    from hypnos.bench.harness import ServerProcess
     tmp = tmp_path_factory.mktemp("hostile-input")
     (tmp / "hypnos.toml").write_text(f'models_dir = "{MODELS_DIR}"\n[limits]\n'
                                      f'request_timeout_secs = {REQUEST_TIMEOUT}\n'

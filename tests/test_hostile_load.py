@@ -14,17 +14,15 @@
 import asyncio
 import io
 import statistics
-import sys
 import time
 import wave
 
 import httpx
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
+from conftest import MODELS_DIR, require_smollm2
 
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import ServerProcess  # noqa: E402
+from hypnos.bench.harness import ServerProcess
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
