@@ -88,8 +88,8 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def chat(base: str, **extra) -> httpx.Response:
-    return httpx.post(base + "/v1/chat/completions", timeout=300, json={
+def chat(base: str, headers: dict | None = None, **extra) -> httpx.Response:
+    return httpx.post(base + "/v1/chat/completions", timeout=300, headers=headers, json={
         "model": extra.pop("model", "chat"), "messages": HI, "max_tokens": 8, **extra})
 
 
@@ -169,12 +169,13 @@ def test_engine_failure_mid_stream_frees_the_lease():
 
 # ------------------------------------------------------------------ SIGTERM, kill -9
 
-def _stream_in_background(base: str, max_tokens: int):
+def _stream_in_background(base: str, max_tokens: int, headers: dict | None = None):
     """A streaming chat in a child process (so the test can signal the server meanwhile);
     it prints each event and exits 0 once [DONE] came."""
     code = f"""
 import httpx, sys
-with httpx.stream("POST", {base + "/v1/chat/completions"!r}, timeout=120, json={{
+with httpx.stream("POST", {base + "/v1/chat/completions"!r}, timeout=120,
+                  headers={headers or {}!r}, json={{
         "model": "chat", "stream": True, "max_tokens": {max_tokens},
         "logit_bias": {NO_EOS!r}, "messages": {HI!r}}}) as r:
     for line in r.iter_lines():
@@ -219,19 +220,48 @@ def test_sigterm_refuses_new_work_finishes_running_and_exits_0(tmp_path):
     srv.log.close()
 
 
-def test_kill_9_mid_stream_then_a_restart_serves(tmp_path):
-    srv = _serve(tmp_path, "")
-    proc = _stream_in_background(srv.base, 2000)
+KEYS = """
+[[server.keys]]
+key = "sk-hostile"
+label = "lab"
+admin = true
+tokens_per_day = 1000000
+"""
+AUTH = {"authorization": "Bearer sk-hostile"}
+ADDED = ('[[models]]\nid = "smol2"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
+         'weights_path = "smol.gguf"\n')
+
+
+def _tokens_today(base: str) -> float:
+    for line in httpx.get(base + "/metrics", timeout=30).text.splitlines():
+        if line.startswith('hypnos_api_key_tokens_today{key="lab"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_kill_9_mid_stream_keeps_the_overlay_and_the_quota(tmp_path):
+    srv = _serve(tmp_path, KEYS)
+    added = httpx.post(srv.base + "/v1/models", headers=AUTH, json={"config": ADDED},
+                       timeout=120)
+    assert added.status_code == 201 and added.json()["persisted"] is True
+    assert chat(srv.base, AUTH).status_code == 200
+    charged = _tokens_today(srv.base)
+    assert charged > 0
+    proc = _stream_in_background(srv.base, 2000, AUTH)
     _first_event(proc)
     srv.proc.kill()
     assert srv.proc.wait(10) == -signal.SIGKILL
     proc.communicate(timeout=30)
     assert proc.returncode != 0            # the client saw the connection break, not a hang
     srv.log.close()
-    again = _serve(tmp_path, "")
+    again = _serve(tmp_path, KEYS)
     try:
-        resp = chat(again.base)
+        listed = httpx.get(again.base + "/v1/models", headers=AUTH, timeout=30).json()
+        assert {"chat", "smol2"} <= {m["id"] for m in listed["data"]}
+        # The cut stream is charged at its end, which never came: the day's use is what was
+        # charged before the kill, read back from the quota file.
+        assert _tokens_today(again.base) == charged
+        resp = chat(again.base, AUTH, model="smol2")
         assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]
-        assert {m["id"] for m in again.get("/v1/models")["data"]} >= {"chat", "truncated"}
     finally:
         again.stop()

@@ -195,6 +195,27 @@ async def test_a_private_image_url_is_refused_through_the_chat_route(app):
     bad(await call(app, "post", "/v1/chat/completions", json=vision), "image_url")
 
 
+# ------------------------------------------------------------------ ids in paths
+
+@pytest.mark.parametrize("method,path", [
+    ("get", "/v1/documents/..%2F..%2Fetc%2Fpasswd/pictures"),
+    ("get", "/v1/documents/..%2F..%2Fetc%2Fpasswd/pictures/0"),
+    ("get", "/v1/documents/%2e%2e/pictures/0?format=json"),
+    ("get", "/v1/documents/doc-1/pictures/99999999999999999999"),
+    ("get", "/v1/documents/doc-1/pictures/-1"),
+    ("delete", "/v1/documents/..%2F..%2Fservice"),
+    ("get", "/v1/documents/" + "a" * 5000 + "/pictures"),
+    ("get", "/v1/logs/..%2F..%2Fetc%2Fpasswd"),
+    ("get", "/playground/..%2F..%2Fapp.py"),
+    ("get", "/playground/%2e%2e%2fopenapi.py"),
+    ("get", "/playground/.hidden.js"),
+])
+async def test_path_traversal_in_ids_is_a_404_envelope(app, method, path):
+    resp = await call(app, method, path)
+    assert resp.status == 404, resp.text
+    assert resp.json["error"]["type"] == "not_found"
+
+
 # ------------------------------------------------------------------ headers, on a socket
 
 REQUEST_TIMEOUT = 3
