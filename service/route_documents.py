@@ -153,10 +153,10 @@ CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
 
 
 @bp.post("/v1/documents/convert")
-@endpoint("Convert a document (multipart upload, or JSON with base64 file or url); NDJSON per "
+@endpoint("Convert a document (multipart upload, or JSON with base64 file or url); events per "
           "page when stream is true", body=CONVERT_SCHEMA, form=CONVERT_FORM,
           errors=INFERENCE_ERRORS,
-          ok={"application/json": ANY_OBJECT, "application/x-ndjson": {"type": "string"}})
+          ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)

@@ -42,6 +42,10 @@ slots = 2
 context_len = 4096
 initial_tier = "tier1_gpu_vram"
 [[models]]
+id = "docling"
+modality = "document_conversion"
+engine = "docling"
+[[models]]
 id = "truncated"
 modality = "text_generation"
 engine = "ggml_llama"
@@ -152,6 +156,36 @@ def test_client_gone_mid_upload_leaves_nothing_held(server, path, content_type):
     wait_idle(server, bound=2)
     assert httpx.get(server.base + "/health").status_code == 200
     assert chat(server.base).status_code == 200
+
+
+def _long_pdf(pages: int) -> bytes:
+    import io
+    from reportlab.lib.pagesizes import letter
+    from reportlab.pdfgen import canvas
+    buf = io.BytesIO()
+    c = canvas.Canvas(buf, pagesize=letter)
+    for page in range(pages):
+        for line in range(40):
+            c.drawString(72, 740 - line * 16, f"Page {page + 1}, line {line + 1}: lighthouses.")
+        c.showPage()
+    c.save()
+    return buf.getvalue()
+
+
+def test_client_gone_mid_document_frees_the_lease(server):
+    pdf = _long_pdf(60)
+    with httpx.Client(base_url=server.base, timeout=120) as client:
+        with client.stream("POST", "/v1/documents/convert", data={
+                "model": "docling", "stream": "true"},
+                files={"file": ("long.pdf", pdf, "application/pdf")}) as resp:
+            assert resp.status_code == 200, resp.read()
+            for line in resp.iter_lines():      # leaving it closes the connection
+                if line.startswith("data: ") and '"page"' in line:
+                    docs = [m for m in server.status()["models"] if m["id"] == "docling"][0]
+                    assert docs["active_leases"] == 1
+                    break
+    freed = wait_idle(server)
+    print(f"\nlease freed {freed * 1000:.0f} ms after the client hung up mid-document")
 
 
 def test_engine_failure_mid_stream_frees_the_lease():
