@@ -19,7 +19,7 @@ import pytest
 from conftest import require_smollm2
 from test_http import _FailingEngine, app_for, call
 
-from hypnos.bench.harness import ServerProcess
+from hypnos.bench.harness import ManagedProcess, ServerProcess
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -299,3 +299,43 @@ def test_kill_9_mid_stream_keeps_the_overlay_and_the_quota(tmp_path):
         assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]
     finally:
         again.stop()
+
+
+FSIZE_KB = 64
+
+
+def test_a_full_disk_while_the_overlay_is_written_loses_nothing(tmp_path):
+    """The server runs under a 64 KiB file-size limit (`ulimit -f`), so writing an overlay
+    larger than that fails inside the write (EFBIG, the same path as ENOSPC): the change is
+    live with persisted false, the overlay on disk is the previous one, whole, and nothing
+    else is left behind; a restart brings back exactly what was persisted."""
+    srv = _serve(tmp_path, "")          # builds models/ and hypnos.toml, then stops
+    srv.stop()
+    config = tmp_path / "hypnos.toml"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYPNOS_MODELS_DIR": str(tmp_path / "models")}
+    limited = ManagedProcess(lambda port: [
+        "bash", "-c", f"ulimit -f {FSIZE_KB} && exec {sys.executable} -m hypnos.cli serve "
+        f"--config {config} --port {port}"], tmp_path / "limited.log", "/ready", 180, env=env)
+    try:
+        small = httpx.post(limited.base + "/v1/models", json={"config": ADDED}, timeout=120)
+        assert small.status_code == 201 and small.json()["persisted"] is True
+        overlay = tmp_path / "hypnos.models.toml"
+        before = overlay.read_text()
+        big = ADDED.replace("smol2", "big").replace(
+            "[[models]]\n", "[[models]]\n# " + "x" * (FSIZE_KB + 8) * 1024 + "\n")
+        resp = httpx.post(limited.base + "/v1/models", json={"config": big}, timeout=120)
+        assert resp.status_code == 201 and resp.json()["persisted"] is False
+        live = httpx.get(limited.base + "/v1/models", timeout=30).json()["data"]
+        assert {"smol2", "big"} <= {m["id"] for m in live}
+        assert overlay.read_text() == before
+        assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        limited.stop()
+    assert "File too large" in (tmp_path / "limited.log").read_text()   # the write did fail
+    again = _serve(tmp_path, "")
+    try:
+        ids = {m["id"] for m in again.get("/v1/models")["data"]}
+        assert "smol2" in ids and "big" not in ids
+    finally:
+        again.stop()
+
