@@ -41,6 +41,14 @@ DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 499: "cancelled", 500: "engine failure", 503: "not available or staging",
                 504: "engine timeout", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}
+
+
+def json_object(*required: str, **properties) -> dict:
+    """A success body's schema: an object with these keys (more may come)."""
+    return {"application/json": {"type": "object", "required": list(required),
+                                 "properties": properties}}
+
+
 # What a route that leases a model can answer besides a 400 (spec section 4).
 INFERENCE_ERRORS = (404, 429, 500, 503, 504, 507)
 
@@ -55,6 +63,8 @@ class Endpoint:
     ok: dict = field(default_factory=lambda: {"application/json": ANY_OBJECT})
     errors: tuple[int, ...] = ()
     websocket: bool = False
+    # Statuses whose body is not the error envelope: status -> JSON Schema.
+    other: dict = field(default_factory=dict)
 
 
 def endpoint(summary: str, **kw) -> Callable:
@@ -192,9 +202,10 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | \
         ({401, 429} if path.startswith("/v1") else set())
-    for status in sorted(statuses):
+    for status in sorted(statuses | set(spec.other)):
         responses[str(status)] = {"description": DESCRIPTIONS.get(status, "error"),
-                                  "content": {"application/json": {"schema": ENVELOPE}}}
+                                  "content": {"application/json": {
+                                      "schema": spec.other.get(status, ENVELOPE)}}}
     if content:
         for status, text in TEXT_STATUSES.items():
             responses[str(status)] = {"description": text, "content": PLAIN}

@@ -23,7 +23,7 @@ from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.media import part_bytes
 from hypnos.service.route_sessions import AtSessionCapacity, session_key
 from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
-from hypnos.service.openapi import endpoint, ANY_OBJECT
+from hypnos.service.openapi import endpoint, json_object
 
 bp = Blueprint("chat")
 
@@ -175,7 +175,9 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
 
 @bp.post("/v1/chat/completions")
 @endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=CHAT_SCHEMA,
-          ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}},
+          ok={**json_object("id", "object", "model", "choices", "usage",
+                            object={"const": "chat.completion"}, choices={"type": "array"}),
+              "text/event-stream": {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 504, 507))
 async def chat_completions(request: Request):
     require_ready(request)

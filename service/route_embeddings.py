@@ -20,7 +20,7 @@ from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.telemetry import telemetry
-from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
+from hypnos.service.openapi import INFERENCE_ERRORS, endpoint, json_object
 
 bp = Blueprint("embeddings")
 ENCODINGS = ("float", "base64")
@@ -92,7 +92,10 @@ EMBEDDINGS_SCHEMA = {"type": "object", "required": ["model", "input"], "properti
 
 
 @bp.post("/v1/embeddings")
-@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=INFERENCE_ERRORS)
+@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=INFERENCE_ERRORS,
+          ok=json_object("object", "data", "model", object={"const": "list"},
+                         data={"type": "array", "items": {
+                             "type": "object", "required": ["object", "embedding", "index"]}}))
 async def embeddings(request: Request):
     require_ready(request)
     params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)

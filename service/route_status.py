@@ -10,7 +10,7 @@ from sanic.response import json as json_response
 from hypnos.catalog.state import catalog_wire
 from hypnos.service import errors
 from hypnos.service.http import json_body
-from hypnos.service.openapi import endpoint
+from hypnos.service.openapi import endpoint, json_object
 
 bp = Blueprint("status")
 
@@ -23,14 +23,18 @@ def hypnos_version() -> str:
 
 
 @bp.get("/health")
-@endpoint("Liveness: always 200 while the process serves")
+@endpoint("Liveness: always 200 while the process serves",
+          ok=json_object("status", "service", "version", status={"const": "ok"}))
 async def health(request: Request):
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
                           "uptime_secs": int(time.monotonic() - request.app.ctx.started)})
 
 
 @bp.get("/ready")
-@endpoint("Readiness: 503 while startup staging runs or the server shuts down", errors=(503,))
+@endpoint("Readiness: 503 while startup staging runs or the server shuts down",
+          ok=json_object("ready", ready={"const": True}),
+          other={503: {"type": "object", "required": ["ready", "reason"],
+                       "properties": {"ready": {"const": False}, "reason": {"type": "string"}}}})
 async def ready(request: Request):
     if request.app.ctx.ready:
         return json_response({"ready": True})
@@ -38,7 +42,9 @@ async def ready(request: Request):
 
 
 @bp.get("/v1/models")
-@endpoint("The models in service (disabled ones hidden)")
+@endpoint("The models in service (disabled ones hidden)", ok=json_object(
+    "object", "data", object={"const": "list"}, data={"type": "array", "items": {
+        "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
 async def list_models(request: Request):
     sched = request.app.ctx.scheduler
     created = int(request.app.ctx.created)

@@ -92,3 +92,36 @@ async def test_schema_refusals_name_the_field(path, body, field):
     resp = await call(app_for(), "post", path, json=body)
     err = assert_envelope(resp, 400, "invalid_request_error")
     assert field in err["message"] and err["param"] == field
+
+
+async def test_responses_match_their_documented_schemas():
+    """Success bodies and the /ready 503 (not the envelope) against the document, through
+    jsonschema: the document describes what the routes really send."""
+    import threading
+
+    from jsonschema import validate
+
+    from hypnos.catalog.catalog import load_catalog
+    from hypnos.service.app import create_app
+    from test_http import config
+
+    def schema(doc, path, status, method="get"):
+        return doc["paths"][path][method]["responses"][str(status)]["content"][
+            "application/json"]["schema"]
+    app = app_for()
+    doc = (await call(app, "get", "/openapi.json")).json
+    for path in ("/health", "/ready", "/v1/models"):
+        resp = await call(app, "get", path)
+        assert resp.status == 200
+        validate(resp.json, schema(doc, path, 200))
+    resp = await call(app, "post", "/v1/chat/completions", json={"model": "nope",
+                                                                  "messages": []})
+    validate(resp.json, schema(doc, "/v1/chat/completions", resp.status, "post"))
+    gate = threading.Event()
+    staging = create_app(config(), catalog=load_catalog(), before_stage=gate.wait)
+    try:
+        resp = await call(staging, "get", "/ready")
+        assert resp.status == 503
+        validate(resp.json, schema(doc, "/ready", 503))
+    finally:
+        gate.set()
