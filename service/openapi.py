@@ -3,10 +3,11 @@
 Every handler carries an `Endpoint`, declared next to it with ``@endpoint(...)``: a summary,
 the JSON Schema of its body (JSON or multipart), its query parameters, what it answers on
 success and the error statuses it can answer. The same schema is enforced: `json_body`
-(service/http.py) checks a body against its route's schema before the route's own parser runs,
-so the document cannot promise less than the route accepts without the fuzz test seeing 400s,
-nor more without requests being refused. `document(app)` walks the app's router, so a route
-without an Endpoint is missing from the document and tests/test_openapi.py says which.
+(service/http.py) checks a body against its route's schema before the route's own parser
+runs, so a body the document calls invalid is refused with a 400 naming the field (the fuzz
+test's negative examples check it), and the parser then says what a schema cannot.
+`document(app)` walks the app's router, so a route without an Endpoint is missing from the
+document and tests/test_openapi.py says which.
 
 The schemas are a JSON Schema subset that `check` understands: type (one or a list), enum,
 minimum / maximum, minLength, minItems, maxItems, required, properties, items, anyOf. A null
@@ -32,8 +33,8 @@ ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
 PLAIN = {"text/plain": {"schema": {"type": "string"}}}
 # Statuses every route can answer without saying so: keys and their quotas (401, 429) on
-# /v1, and on a body the
-# body-limit layer (413) and request_timeout_secs (408), both plain text (spec section 4).
+# /v1, and on a body the body-limit layer (413) and request_timeout_secs (408), both plain
+# text (spec section 4).
 TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 403: "not an admin key", 404: "unknown model or resource",
@@ -104,15 +105,13 @@ def check(value, schema: dict, where: str) -> None:
     def fail(what: str, at: str = where):
         raise errors.InvalidRequest(f"'{at}' {what}", param=at.split("[")[0].split(".")[0])
     if "anyOf" in schema:
-        refusals = []
         for option in schema["anyOf"]:
             try:
                 check(value, option, where)
                 return
-            except errors.InvalidRequest as exc:
+            except errors.InvalidRequest:
                 if _is(value, option.get("type", "null")):
                     raise     # the option of the value's own type says what is wrong inside
-                refusals.append(exc)
         shapes = (KINDS.get(o.get("type"), "another shape") for o in schema["anyOf"])
         fail(f"must be {' or '.join(shapes)}")
     kinds = schema.get("type")
@@ -124,7 +123,9 @@ def check(value, schema: dict, where: str) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         low, high = schema.get("minimum"), schema.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
-            fail(f"must be between {low} and {high}, got {value}")
+            bounds = (f"between {low} and {high}" if low is not None and high is not None
+                      else f"at least {low}" if low is not None else f"at most {high}")
+            fail(f"must be {bounds}, got {value}")
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         fail("must be a non-empty string")
     if isinstance(value, list):
@@ -164,6 +165,8 @@ def _nullable(schema: dict) -> dict:
         out["type"] = [*out["type"], "null"]
     if "enum" in out:
         out["enum"] = [*out["enum"], None]
+    if "anyOf" in out:
+        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
     return out
 
 
@@ -183,8 +186,9 @@ def _wire_schema(schema: dict) -> dict:
 def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dict:
     op: dict = {"summary": spec.summary,
                 "operationId": method + re.sub(r"\W+", "_", path).rstrip("_")}
-    parameters = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                  for p in params]
+    parameters = [{"name": name, "in": "path", "required": True,
+                   "schema": {"type": "integer" if kind == "int" else "string"}}
+                  for name, kind in params]
     parameters += [{"name": name, "in": "query", "required": name in spec.required_query,
                     "schema": schema} for name, schema in spec.query.items()]
     if parameters:
@@ -223,7 +227,7 @@ def document(app: Sanic) -> dict:
         spec = endpoint_of(route.handler)
         if spec is None:
             continue
-        params = re.findall(r"<(\w+)(?::[^>]*)?>", route.path)
+        params = re.findall(r"<(\w+)(?::([^>]*))?>", route.path)   # (name, type) each
         path = "/" + re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", route.path).lstrip("/")
         for method in sorted(route.methods - {"HEAD", "OPTIONS"}):
             paths.setdefault(path, {})[method.lower()] = _operation(path, method.lower(),
