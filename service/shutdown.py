@@ -4,8 +4,11 @@ On SIGTERM the server stops admitting work (every inference and placement route 
 ``model_not_available`` with Retry-After, ``/ready`` answers 503 "shutting down") but keeps the
 port open, so a client gets a clear answer instead of a refused connection. It waits until no
 request holds a lease (streams included) or ``server.shutdown_grace_secs`` has passed, then
-stops Sanic, which closes the idle connections and exits 0. A second SIGTERM (or SIGINT)
-stops at once.
+stops Sanic, which closes the idle connections, gives the busy ones (a stream past the grace)
+its GRACEFUL_SHUTDOWN_TIMEOUT (15 s) before aborting them, waits (at most ENGINE_STOP_SECS)
+for the aborted requests' engine threads to stop at their next token, unloads the engines
+and exits 0. A second
+SIGTERM (or SIGINT) stops at once.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from sanic import Sanic
 
 log = logging.getLogger("hypnos.shutdown")
 POLL_SECS = 0.05
+ENGINE_STOP_SECS = 10.0
 
 
 def in_flight(app: Sanic) -> int:
@@ -46,6 +50,17 @@ async def drain_and_stop(app: Sanic) -> None:
 def install_drain(app: Sanic) -> None:
     """Replace Sanic's stop-at-once SIGTERM handler (a real server process only: the handler
     belongs to the main thread's loop, which a test client must not touch)."""
+    @app.after_server_stop
+    async def _engines_stopped(app):
+        # Regression: a stream aborted past the grace left its llama.cpp thread decoding while
+        # the interpreter shut down, and the process died of SIGSEGV instead of exiting 0. The
+        # loop still runs here, so the cancelled handlers stop their engines and let go.
+        deadline = time.monotonic() + ENGINE_STOP_SECS
+        while in_flight(app) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_SECS)
+        if not in_flight(app):      # engines with their own threads stop them when unloaded
+            await app.ctx.scheduler.shutdown()
+
     @app.after_server_start
     async def _on_sigterm(app):
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM,
