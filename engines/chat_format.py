@@ -149,35 +149,24 @@ _VALUE_RULES = ('digits ::= [0-9] [0-9]*\n'
                 'loose ::= [^,)}<\\n] [^,)}<\\n]*\n')
 
 
-def _python_value(schema: dict) -> str:
+def _typed_value(schema: dict, string: str, literal, booleans: str) -> str:
+    """The GBNF of one parameter's value by its schema: ``string`` for strings, ``literal``
+    turns an enum member into its written form, ``booleans`` as the dialect spells them."""
     kind = schema.get("type")
     if "enum" in schema:
-        return "(" + " | ".join(_lit(repr(v)) for v in schema["enum"]) + ")"
-    if kind == "string":
-        return "pystr"
-    if kind == "integer":
-        return '"-"? digits'
-    if kind == "number":
-        return '"-"? digits ("." digits)?'
-    if kind == "boolean":
-        return '("True" | "False")'
-    return "loose"
+        return "(" + " | ".join(_lit(literal(v)) for v in schema["enum"]) + ")"
+    return {"string": string, "integer": '"-"? digits',
+            "number": '"-"? digits ("." digits)?', "boolean": booleans}.get(kind, "loose")
+
+
+def _python_value(schema: dict) -> str:
+    return _typed_value(schema, "pystr", repr, '("True" | "False")')
 
 
 def _quoted_value(schema: dict, quote: str) -> str:
-    kind = schema.get("type")
-    if "enum" in schema:
-        return "(" + " | ".join(_lit(quote + v + quote) if isinstance(v, str)
-                                else _lit(json.dumps(v)) for v in schema["enum"]) + ")"
-    if kind == "string":
-        return f"{_lit(quote)} [^<]* {_lit(quote)}"
-    if kind == "integer":
-        return '"-"? digits'
-    if kind == "number":
-        return '"-"? digits ("." digits)?'
-    if kind == "boolean":
-        return '("true" | "false")'
-    return "loose"
+    return _typed_value(schema, f"{_lit(quote)} [^<]* {_lit(quote)}",
+                        lambda v: quote + v + quote if isinstance(v, str) else json.dumps(v),
+                        '("true" | "false")')
 
 
 def _json_values(text: str) -> list:
