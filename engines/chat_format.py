@@ -113,12 +113,9 @@ def _lit(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) -> str:
-    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` dialects (LFM, Gemma): the
-    required parameters first, in schema order, then each optional one or not; a value's
-    shape comes from its schema through ``value(schema)``. With ``name`` the prefix already
-    holds ``name<open>``; without, the grammar starts with one of the tools' names."""
-    rules, alts = [], []
+def _offered(tools: list[dict], name: str | None):
+    """(index, function, properties, required keys in schema order, optional keys) of each
+    tool a forced call may use: the one named, or all of them."""
     for i, tool in enumerate(tools):
         fn = tool["function"]
         if name is not None and fn["name"] != name:
@@ -126,7 +123,16 @@ def _keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) 
         schema = fn.get("parameters") or {}
         params = schema.get("properties") or {}
         required = [k for k in schema.get("required", []) if k in params]
-        optional = [k for k in params if k not in required]
+        yield i, fn, params, required, [k for k in params if k not in required]
+
+
+def _keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) -> str:
+    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` dialects (LFM, Gemma): the
+    required parameters first, in schema order, then each optional one or not; a value's
+    shape comes from its schema through ``value(schema)``. With ``name`` the prefix already
+    holds ``name<open>``; without, the grammar starts with one of the tools' names."""
+    rules, alts = [], []
+    for i, fn, params, required, optional in _offered(tools, name):
         parts = [] if name is not None else [_lit(fn["name"] + open_args)]
         for j, key in enumerate(required):
             lead = sep if j else ""
@@ -279,14 +285,7 @@ class Qwen3CoderDialect(ToolDialect):
         # Required parameters first, in schema order, then any optional ones; values are
         # free text up to the closing tag (this dialect carries values as text).
         rules, alts = [], []
-        for i, tool in enumerate(tools):
-            fn = tool["function"]
-            if name is not None and fn["name"] != name:
-                continue
-            schema = fn.get("parameters") or {}
-            params = schema.get("properties") or {}
-            required = [k for k in schema.get("required", []) if k in params]
-            optional = [k for k in params if k not in required]
+        for i, fn, params, required, optional in _offered(tools, name):
             parts = [] if name is not None else [_lit(fn["name"] + ">\n")]
             parts += [f'{_lit(f"<parameter={k}>" + chr(10))} value {_lit(chr(10) + "</parameter>" + chr(10))}'
                       for k in required]
