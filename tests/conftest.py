@@ -84,7 +84,8 @@ def model_block(model_id: str, modality: str, **extra) -> str:
     return "[[models]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
 
 
-def lineup_config(*blocks: str, server: str = "") -> str:
-    """A config file's text on the real models_dir: an optional [server] body, then blocks."""
+def lineup_config(*blocks: str, server: str = "", tables: str = "") -> str:
+    """A config file's text on the real models_dir: an optional [server] body, other tables
+    (``tables``, TOML text such as "[limits]\\n..."), then the blocks."""
     head = f'models_dir = "{MODELS_DIR}"\n' + (f"[server]\n{server}\n" if server else "")
-    return head + "".join(blocks)
+    return head + tables + "".join(blocks)

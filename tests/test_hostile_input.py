@@ -12,7 +12,7 @@ import socket
 import pytest
 from sanic import Sanic
 
-from conftest import MODELS_DIR
+from conftest import MODELS_DIR, lineup_config, model_block
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
@@ -21,33 +21,10 @@ from test_http import assert_envelope, call
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio
 
-CONFIG = f"""
-models_dir = "{MODELS_DIR}"
-[limits]
-max_body_bytes = 65536
-[[models]]
-id = "chat"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-"""
+CONFIG = lineup_config(
+    model_block("chat", "text_generation"), model_block("whisper", "speech_to_text"),
+    model_block("kokoro", "text_to_speech"), model_block("minilm", "embeddings"),
+    tables="[limits]\nmax_body_bytes = 65536\n")
 MSG = [{"role": "user", "content": "hi"}]
 
 

@@ -20,7 +20,7 @@ import wave
 import httpx
 import pytest
 
-from conftest import MODELS_DIR, require_smollm2
+from conftest import MODELS_DIR, lineup_config, model_block, require_smollm2
 
 from hypnos.bench.harness import ServerProcess
 
@@ -119,34 +119,11 @@ def test_64_clients_on_two_slots_and_a_queue_of_8(chat_server):
 
 # ------------------------------------------------------------------ mixed modalities
 
-MIXED = f"""models_dir = "{MODELS_DIR}"
-[hardware.simulate]
-vram_bytes = {(512 + 300) * 2**20}
-ram_bytes = {8 * 2**30}
-[[models]]
-id = "chat"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-context_len = 1024
-[[models]]
-id = "whisper"
-modality = "speech_to_text"
-engine = "faster_whisper"
-weights_path = "whisper-tiny.en"
-[[models]]
-id = "kokoro"
-modality = "text_to_speech"
-engine = "onnx_runtime"
-weights_path = "kokoro-82m/kokoro-v1.0.int8.onnx"
-voices_path = "kokoro-82m/voices_ja.npz"
-[[models]]
-id = "minilm"
-modality = "embeddings"
-engine = "onnx_runtime"
-weights_path = "minilm-l6-v2/model.int8.onnx"
-tokenizer_path = "minilm-l6-v2/tokenizer.json"
-"""
+MIXED = lineup_config(
+    model_block("chat", "text_generation", context_len=1024),
+    model_block("whisper", "speech_to_text"), model_block("kokoro", "text_to_speech"),
+    model_block("minilm", "embeddings"),
+    tables=f"[hardware.simulate]\nvram_bytes = {(512 + 300) * 2**20}\nram_bytes = {8 * 2**30}\n")
 # 429 model_busy, 503 (deadline / not available), 507 (does not fit beside the leased models).
 SPEC_REFUSALS = {429: {"model_busy"}, 503: {"model_not_available", "deadline_unmeetable"},
                  507: {"insufficient_vram_or_ram", "process_memory_cap"}}
