@@ -29,6 +29,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from hypnos.engines.tool_grammar import (keyword_grammar, lit, python_value, quoted_value,
+                                         schema_call_grammar, tool_parameters)
+
 #: Content parts that carry media (through the model's projector), not text.
 MEDIA_PARTS = ("image_url", "input_audio")
 #: Thinking-token budgets of ``reasoning_effort`` (spec 7.1); None = unbounded.
@@ -108,73 +111,6 @@ def _json_call(obj, args_key: str = "arguments") -> ToolCall:
     return ToolCall(obj["name"], json.dumps(_arguments_object(args), ensure_ascii=False))
 
 
-def _lit(text: str) -> str:
-    """A GBNF string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _offered(tools: list[dict], name: str | None):
-    """(index, function, properties, required keys in schema order, optional keys) of each
-    tool a forced call may use: the one named, or all of them."""
-    for i, tool in enumerate(tools):
-        fn = tool["function"]
-        if name is not None and fn["name"] != name:
-            continue
-        schema = fn.get("parameters") or {}
-        params = schema.get("properties") or {}
-        required = [k for k in schema.get("required", []) if k in params]
-        yield i, fn, params, required, [k for k in params if k not in required]
-
-
-def _keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) -> str:
-    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` dialects (LFM, Gemma): the
-    required parameters first, in schema order, then each optional one or not; a value's
-    shape comes from its schema through ``value(schema)``. With ``name`` the prefix already
-    holds ``name<open>``; without, the grammar starts with one of the tools' names."""
-    rules, alts = [], []
-    for i, fn, params, required, optional in _offered(tools, name):
-        parts = [] if name is not None else [_lit(fn["name"] + open_args)]
-        for j, key in enumerate(required):
-            lead = sep if j else ""
-            parts.append(f"{_lit(lead + key + assign)} {value(params[key])}")
-        if required:            # each optional one on its own after the required ones
-            parts += [f"({_lit(sep + key + assign)} {value(params[key])})?" for key in optional]
-        elif optional:          # none required: a chain, so no call starts with a separator
-            chain = ""
-            for j, key in reversed(list(enumerate(optional))):
-                chain = f"({_lit((sep if j else '') + key + assign)} {value(params[key])} {chain})?"
-            parts.append(chain)
-        rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
-        alts.append(f"f{i}")
-    return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) {_lit(close_args)}\n"
-            + _VALUE_RULES)
-
-
-_VALUE_RULES = ('digits ::= [0-9] [0-9]*\n'
-                'pystr ::= "\\"" [^"\\\\\\n]* "\\""\n'
-                'loose ::= [^,)}<\\n] [^,)}<\\n]*\n')
-
-
-def _typed_value(schema: dict, string: str, literal, booleans: str) -> str:
-    """The GBNF of one parameter's value by its schema: ``string`` for strings, ``literal``
-    turns an enum member into its written form, ``booleans`` as the dialect spells them."""
-    kind = schema.get("type")
-    if "enum" in schema:
-        return "(" + " | ".join(_lit(literal(v)) for v in schema["enum"]) + ")"
-    return {"string": string, "integer": '"-"? digits',
-            "number": '"-"? digits ("." digits)?', "boolean": booleans}.get(kind, "loose")
-
-
-def _python_value(schema: dict) -> str:
-    return _typed_value(schema, "pystr", repr, '("True" | "False")')
-
-
-def _quoted_value(schema: dict, quote: str) -> str:
-    return _typed_value(schema, f"{_lit(quote)} [^<]* {_lit(quote)}",
-                        lambda v: quote + v + quote if isinstance(v, str) else json.dumps(v),
-                        '("true" | "false")')
-
-
 def _json_values(text: str) -> list:
     """Every JSON value in ``text``, one after another (separated by whitespace, commas or
     semicolons)."""
@@ -190,31 +126,6 @@ def _json_values(text: str) -> list:
         except json.JSONDecodeError as exc:
             raise CallParseError(f"not JSON: {exc}") from None
         values.append(value)
-
-
-def _schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> str:
-    """GBNF (rule ``call``) for ``{"name": <name>, "<args_key>": <arguments>}`` over the
-    offered tools, from llama.cpp's own JSON-schema converter."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-    options = []
-    for tool in tools:
-        fn = tool["function"]
-        if name is not None and fn["name"] != name:
-            continue
-        params = fn.get("parameters") or {"type": "object"}
-        options.append({"type": "object",
-                        "properties": {"name": {"const": fn["name"]}, args_key: params},
-                        "required": ["name", args_key]})
-    schema = options[0] if len(options) == 1 else {"oneOf": options}
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema), prop_order=["name", args_key])
-    except Exception:           # a schema feature the converter lacks: plain JSON arguments
-        loose = [{"type": "object", "properties": {"name": {"const": o["properties"]["name"]["const"]},
-                                                   args_key: {"type": "object"}},
-                  "required": ["name", args_key]} for o in options]
-        gbnf = json_schema_to_gbnf(json.dumps(loose[0] if len(loose) == 1 else {"oneOf": loose}),
-                                   prop_order=["name", args_key])
-    return re.sub(r"(?m)^root ::=", "call ::=", gbnf).rstrip("\n") + "\n"
 
 
 class HermesDialect(ToolDialect):
@@ -235,8 +146,8 @@ class HermesDialect(ToolDialect):
         return self.openers[0] + "\n"
 
     def grammar(self, tools, name):
-        return _schema_call_grammar(tools, name, "arguments") + \
-            f"root ::= call {_lit(chr(10) + self.close)}\n"
+        return schema_call_grammar(tools, name, "arguments") + \
+            f"root ::= call {lit(chr(10) + self.close)}\n"
 
     def render_call(self, call: dict) -> str:
         return (f"{self.openers[0]}\n" + json.dumps(
@@ -285,17 +196,17 @@ class Qwen3CoderDialect(ToolDialect):
         # Required parameters first, in schema order, then any optional ones; values are
         # free text up to the closing tag (this dialect carries values as text).
         rules, alts = [], []
-        for i, fn, params, required, optional in _offered(tools, name):
-            parts = [] if name is not None else [_lit(fn["name"] + ">\n")]
-            parts += [f'{_lit(f"<parameter={k}>" + chr(10))} value {_lit(chr(10) + "</parameter>" + chr(10))}'
+        for i, fn, params, required, optional in tool_parameters(tools, name):
+            parts = [] if name is not None else [lit(fn["name"] + ">\n")]
+            parts += [f'{lit(f"<parameter={k}>" + chr(10))} value {lit(chr(10) + "</parameter>" + chr(10))}'
                       for k in required]
             if optional:
-                keys = " | ".join(_lit(f"<parameter={k}>\n") for k in optional)
-                parts.append(f'(({keys}) value {_lit(chr(10) + "</parameter>" + chr(10))})*')
+                keys = " | ".join(lit(f"<parameter={k}>\n") for k in optional)
+                parts.append(f'(({keys}) value {lit(chr(10) + "</parameter>" + chr(10))})*')
             rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
             alts.append(f"f{i}")
         return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) "
-                + _lit("</function>\n" + self.close) + "\nvalue ::= [^<]*\n")
+                + lit("</function>\n" + self.close) + "\nvalue ::= [^<]*\n")
 
     def render_call(self, call):
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
@@ -319,7 +230,7 @@ class Llama3Dialect(ToolDialect):
         return ""
 
     def grammar(self, tools, name):
-        return _schema_call_grammar(tools, name, "parameters") + "root ::= call\n"
+        return schema_call_grammar(tools, name, "parameters") + "root ::= call\n"
 
     def render_call(self, call):
         return json.dumps({"name": call["name"], "parameters": call["arguments"]},
@@ -351,7 +262,7 @@ class MistralDialect(ToolDialect):
         return [_json_call(v) for v in values]
 
     def grammar(self, tools, name):
-        return _schema_call_grammar(tools, name, "arguments") + 'root ::= "[" call "]"\n'
+        return schema_call_grammar(tools, name, "arguments") + 'root ::= "[" call "]"\n'
 
     def render_call(self, call):
         return "[TOOL_CALLS]" + json.dumps([{"name": call["name"], "arguments": call["arguments"]}],
@@ -389,8 +300,8 @@ class LfmDialect(ToolDialect):
     def grammar(self, tools, name):
         # key=value pairs in Python syntax; the answer ends after "])" (the model's end token
         # then closes it; the splitter reads a call cut at the end of the answer).
-        return _keyword_grammar(tools, name, open_args="(", close_args=")]", sep=", ",
-                                assign="=", value=_python_value)
+        return keyword_grammar(tools, name, open_args="(", close_args=")]", sep=", ",
+                                assign="=", value=python_value)
 
     def render_call(self, call):
         args = ", ".join(f"{k}={v!r}" for k, v in call["arguments"].items())
@@ -446,8 +357,8 @@ class GemmaDialect(ToolDialect):
         return self.openers[0] + "call:" + (f"{name}{{" if name else "")
 
     def grammar(self, tools, name):
-        return _keyword_grammar(tools, name, open_args="{", close_args="}", sep=",",
-                                assign=":", value=lambda schema: _quoted_value(schema, self.quote))
+        return keyword_grammar(tools, name, open_args="{", close_args="}", sep=",",
+                                assign=":", value=lambda schema: quoted_value(schema, self.quote))
 
     def render_call(self, call):
         q = self.quote
@@ -612,28 +523,3 @@ def _loads_or_keep(raw):
         except json.JSONDecodeError:
             return {"value": raw}
     return raw if isinstance(raw, dict) else {}
-
-
-# ------------------------------------------------------------------ response_format
-
-def response_grammar(response_format: dict) -> tuple[str | None, str]:
-    """(GBNF, response_format_status) for an OpenAI ``response_format``: ``json_object`` is
-    any JSON object; ``json_schema`` follows the schema through llama.cpp's converter, or
-    any JSON object ("schema_downgraded") when the converter cannot express the schema."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-    kind = response_format.get("type")
-    if kind == "text":
-        return None, "applied"
-    any_object = json_schema_to_gbnf(json.dumps({"type": "object"}))
-    if kind == "json_object":
-        return any_object, "applied"
-    if kind == "json_schema":
-        spec = response_format.get("json_schema") or {}
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if not isinstance(schema, dict):
-            return any_object, "schema_downgraded"
-        try:
-            return json_schema_to_gbnf(json.dumps(schema)), "applied"
-        except Exception:               # a schema feature the converter lacks
-            return any_object, "schema_downgraded"
-    return None, "ignored_unknown_type"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hypnos.engines.base import ChatRequest
-from hypnos.engines.chat_format import EFFORT_BUDGETS, response_grammar, think_budget
+from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
+from hypnos.engines.tool_grammar import response_grammar
 from hypnos.service.config_schema import LimitsConfig
 from hypnos.service.errors import InvalidRequest
 
