@@ -95,6 +95,7 @@ class ChatRequest:
     repetition_penalty: float | None = None   # llama.cpp's repeat penalty; None/1 off
     min_p: float | None = None                # 0..1; None/0 off
     grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
+    response_format: dict | None = None       # OpenAI's; the engine builds its grammar
     session_key: str | None = None            # binds the conversation to one slot
     tool_choice: str = "auto"                 # auto | none | required | a function's name
     stop: list[str] = field(default_factory=list)   # cut the answer before any of these
@@ -155,6 +156,8 @@ class ChatResult:
     logprobs: list[TokenLogprob] | None = None
     kv_used: int = 0                   # tokens the slot holds after this answer
     kv_cap: int = 0                    # tokens a slot can hold
+    #: How ``ChatRequest.response_format`` was applied (Pantheon's response_format_status).
+    response_format_status: str | None = None
 
 
 OnToken = Callable[[ChatDelta], None]

@@ -29,8 +29,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from hypnos.engines.tool_grammar import (keyword_grammar, lit, python_value, quoted_value,
-                                         schema_call_grammar, tool_parameters)
+from hypnos.engines.tool_grammar import (GemmaQuoted, JsonText, PythonLiteral, keyword_grammar,
+                                         lit, py_literal, schema_call_grammar, schema_type,
+                                         tagged_grammar)
 
 #: Content parts that carry media (through the model's projector), not text.
 MEDIA_PARTS = ("image_url", "input_audio")
@@ -73,18 +74,22 @@ class ToolDialect:
     #: The template renders ``tools`` itself (else Hypnos describes them in the system message).
     native = True
 
-    def parse(self, block: str) -> list[ToolCall]:
-        """Calls in ``block`` (opener to close, both included). Raises CallParseError."""
+    def parse(self, block: str, tools: list[dict] | None = None) -> list[ToolCall]:
+        """Calls in ``block`` (opener to close, both included; for a forced call, the forced
+        opening and everything generated after it). ``tools``, the offered tools, types the
+        values of dialects that write them as text. Raises CallParseError."""
         raise NotImplementedError
 
     def forced_prefix(self, name: str | None) -> str:
         """Text appended after the generation prompt that starts a call (to ``name``)."""
         return self.openers[0]
 
-    def grammar(self, tools: list[dict], name: str | None) -> str | None:
-        """GBNF for what follows ``forced_prefix``: one call to ``name`` (any tool when None)
-        whose arguments follow the tool's JSON schema. None when the dialect has none."""
-        return None
+    def grammar(self, tools: list[dict], name: str | None) -> str:
+        """GBNF for everything after ``forced_prefix``: one call to ``name`` (any tool when
+        None) whose arguments follow the tool's JSON schema, and nothing after it but what
+        the dialect closes a call with. ``parse(forced_prefix + text)`` reads every text it
+        admits."""
+        raise NotImplementedError
 
     def render_call(self, call: dict) -> str:
         """An assistant message's call as this dialect writes it (for templates that do not
@@ -111,10 +116,26 @@ def _json_call(obj, args_key: str = "arguments") -> ToolCall:
     return ToolCall(obj["name"], json.dumps(_arguments_object(args), ensure_ascii=False))
 
 
+def _parameter_types(tools: list[dict] | None) -> dict[tuple[str, str], str | None]:
+    """(function, parameter) -> the JSON type its schema names ("string" for an enum of
+    strings), for the offered ``tools``."""
+    out = {}
+    for tool in tools or ():
+        fn = tool.get("function") or {}
+        for key, schema in ((fn.get("parameters") or {}).get("properties") or {}).items():
+            kind = schema_type(schema) if isinstance(schema, dict) else None
+            if isinstance(schema, dict) and "enum" in schema and all(
+                    isinstance(v, str) for v in schema["enum"]):
+                kind = "string"
+            out[(fn.get("name"), key)] = kind
+    return out
+
+
 def _json_values(text: str) -> list:
     """Every JSON value in ``text``, one after another (separated by whitespace, commas or
     semicolons)."""
-    decoder = json.JSONDecoder()
+    # strict=False: control characters inside strings, as llama.cpp's JSON grammar admits.
+    decoder = json.JSONDecoder(strict=False)
     values, i = [], 0
     while True:
         while i < len(text) and text[i] in " \t\r\n,;":
@@ -133,7 +154,7 @@ class HermesDialect(ToolDialect):
     openers = ("<tool_call>",)
     close = "</tool_call>"
 
-    def parse(self, block: str) -> list[ToolCall]:
+    def parse(self, block: str, tools=None) -> list[ToolCall]:
         body = block[len(self.openers[0]):]
         if body.endswith(self.close):
             body = body[:-len(self.close)]
@@ -175,11 +196,15 @@ class Qwen3CoderDialect(ToolDialect):
     _FUNC = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.S)
     _PARAM = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
 
-    def parse(self, block: str) -> list[ToolCall]:
+    def parse(self, block: str, tools=None) -> list[ToolCall]:
+        types = _parameter_types(tools)
         calls = []
         for fname, body in self._FUNC.findall(block):
             args = {}
             for key, raw in self._PARAM.findall(body):
+                if types.get((fname, key)) == "string":
+                    args[key] = raw                  # this dialect writes strings bare
+                    continue
                 try:
                     args[key] = json.loads(raw)
                 except json.JSONDecodeError:
@@ -193,20 +218,7 @@ class Qwen3CoderDialect(ToolDialect):
         return self.openers[0] + "\n" + (f"<function={name}>\n" if name else "<function=")
 
     def grammar(self, tools, name):
-        # Required parameters first, in schema order, then any optional ones; values are
-        # free text up to the closing tag (this dialect carries values as text).
-        rules, alts = [], []
-        for i, fn, params, required, optional in tool_parameters(tools, name):
-            parts = [] if name is not None else [lit(fn["name"] + ">\n")]
-            parts += [f'{lit(f"<parameter={k}>" + chr(10))} value {lit(chr(10) + "</parameter>" + chr(10))}'
-                      for k in required]
-            if optional:
-                keys = " | ".join(lit(f"<parameter={k}>\n") for k in optional)
-                parts.append(f'(({keys}) value {lit(chr(10) + "</parameter>" + chr(10))})*')
-            rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
-            alts.append(f"f{i}")
-        return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) "
-                + lit("</function>\n" + self.close) + "\nvalue ::= [^<]*\n")
+        return tagged_grammar(tools, name, close=self.close, syntax=JsonText())
 
     def render_call(self, call):
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
@@ -216,10 +228,10 @@ class Qwen3CoderDialect(ToolDialect):
 
 class Llama3Dialect(ToolDialect):
     name = "llama3"
-    openers = ("<|python_tag|>", '{"name"')
+    openers = ("<|python_tag|>", '{"name"', '{ "name"')
     close = ""
 
-    def parse(self, block):
+    def parse(self, block, tools=None):
         body = block.removeprefix("<|python_tag|>").strip()
         values = _json_values(body)
         if not values:
@@ -242,7 +254,7 @@ class MistralDialect(ToolDialect):
     openers = ("[TOOL_CALLS]",)
     close = ""
 
-    def parse(self, block):
+    def parse(self, block, tools=None):
         body = block[len(self.openers[0]):].strip()
         if "[ARGS]" in body:            # v11+: name[ARGS]{...} per call
             calls = []
@@ -275,7 +287,7 @@ class LfmDialect(ToolDialect):
     openers = ("<|tool_call_start|>",)
     close = "<|tool_call_end|>"
 
-    def parse(self, block):
+    def parse(self, block, tools=None):
         body = block[len(self.openers[0]):]
         body = body.removesuffix(self.close).strip()
         try:
@@ -300,11 +312,11 @@ class LfmDialect(ToolDialect):
     def grammar(self, tools, name):
         # key=value pairs in Python syntax; the answer ends after "])" (the model's end token
         # then closes it; the splitter reads a call cut at the end of the answer).
-        return keyword_grammar(tools, name, open_args="(", close_args=")]", sep=", ",
-                                assign="=", value=python_value)
+        return keyword_grammar(tools, name, open_args="(", close_args=")]" + self.close,
+                               sep=", ", assign="=", syntax=PythonLiteral())
 
     def render_call(self, call):
-        args = ", ".join(f"{k}={v!r}" for k, v in call["arguments"].items())
+        args = ", ".join(f"{k}={py_literal(v)}" for k, v in call["arguments"].items())
         return f"{self.openers[0]}[{call['name']}({args})]{self.close}"
 
 
@@ -318,7 +330,7 @@ class GemmaDialect(ToolDialect):
         self.close = close
         self.quote = quote
 
-    def parse(self, block):
+    def parse(self, block, tools=None):
         body = block[len(self.openers[0]):].removesuffix(self.close).strip()
         m = re.fullmatch(r"call:([\w.\-]+)\{(.*)\}", body, re.S)
         if not m:
@@ -357,8 +369,8 @@ class GemmaDialect(ToolDialect):
         return self.openers[0] + "call:" + (f"{name}{{" if name else "")
 
     def grammar(self, tools, name):
-        return keyword_grammar(tools, name, open_args="{", close_args="}", sep=",",
-                                assign=":", value=lambda schema: quoted_value(schema, self.quote))
+        return keyword_grammar(tools, name, open_args="{", close_args="}" + self.close,
+                               sep=",", assign=":", syntax=GemmaQuoted(self.quote))
 
     def render_call(self, call):
         q = self.quote
@@ -436,6 +448,7 @@ class Prepared:
     grammar: str | None = None
     think_budget: int | None = None      # thinking tokens; 0 = close at once; None = no bound
     tools_active: bool = False
+    forced: bool = False                 # the answer is one call, under ``grammar``
 
 
 def think_budget(think: bool | None, effort: str | None, budget: int | None) -> int | None:
@@ -456,7 +469,7 @@ def prepare(fmt: ChatFormat, messages: list[dict], tools: list[dict] | None,
     dialect = fmt.tools
     forced = active and tool_choice != "auto"
     out = Prepared(messages=[_history_message(m, dialect, fmt) for m in messages],
-                   tools_active=active, think_budget=budget)
+                   tools_active=active, think_budget=budget, forced=forced)
     if active and (dialect.native and fmt.template_reads_tools):
         out.tools = tools
     elif active:

@@ -65,12 +65,18 @@ class Piece:
 class AnswerSplitter:
     """``think``: the thinking dialect, ``in_think``: the prompt already opened the block;
     ``tools``: the dialect when tool calls are active; ``prefix``: text the server wrote
-    after the generation prompt (a forced call's opening), read as the answer's start."""
+    after the generation prompt (a forced call's opening), read as the answer's start.
+
+    ``forced``: the answer is a forced call under the dialect's grammar, so all of it (the
+    prefix and everything generated) is read as the call at the end, with no opener search:
+    whatever the grammar admits is a call, however the model spaced it."""
     think: ThinkDialect | None = None
     in_think: bool = False
     tools: ToolDialect | None = None
     prefix: str = ""
     known: frozenset[str] = frozenset()           # the offered tools' names
+    offered: list[dict] | None = None             # the offered tools (types bare values)
+    forced: bool = False
     errors: list[ToolCallError] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
 
@@ -80,7 +86,9 @@ class AnswerSplitter:
         self.strip_next = False
         self.strip_reasoning = True          # the newline after the opening delimiter
         self.call_buf = ""
-        if self.prefix and self.tools is not None and any(
+        if self.forced and self.tools is not None:
+            self.mode, self.call_buf = "forced", self.prefix
+        elif self.prefix and self.tools is not None and any(
                 self.prefix.startswith(o) for o in self.tools.openers):
             self.mode, self.call_buf = "call", self.prefix
 
@@ -105,7 +113,7 @@ class AnswerSplitter:
             text = self.buf.lstrip() if self.strip_next else self.buf
             if text:
                 out.append(Piece("content", text))
-        elif self.mode == "call":
+        elif self.mode in ("call", "forced"):
             self.call_buf += self.buf
             self._parse_block(self.call_buf, out)
         self.buf = self.call_buf = ""
@@ -162,6 +170,10 @@ class AnswerSplitter:
             out.append(Piece("content", self.buf[:len(self.buf) - keep]))
             self.buf = self.buf[len(self.buf) - keep:]
 
+    def _forced(self, out):
+        self.call_buf += self.buf          # read whole at the end (``finish``)
+        self.buf = ""
+
     def _call(self, out):
         self.call_buf += self.buf
         self.buf = ""
@@ -179,7 +191,7 @@ class AnswerSplitter:
 
     def _parse_block(self, block: str, out: list[Piece]):
         try:
-            calls = self.tools.parse(block)
+            calls = self.tools.parse(block, self.offered)
         except CallParseError as exc:
             self.errors.append(ToolCallError("unparseable_call", f"{exc}: {block[:200]!r}"))
             return

@@ -35,12 +35,29 @@ from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
 from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
 from hypnos.engines.llama_state import KVLayout, ParkedKV
+from hypnos.engines.tool_grammar import response_grammar
 
 log = logging.getLogger(__name__)
 
 DEFAULT_N_BATCH = 512
 #: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
 CANCEL_POLL_S = 0.05
+
+def extra_buffers_ok(cpuinfo: str | None = None) -> bool:
+    """Whether llama.cpp may keep CPU weights in its extra buffer types (repacked layouts,
+    AMX tiles). Not on a CPU with AMX: the AMX matmul of the llama.cpp in llama-cpp-python
+    0.3.36, built with -march=native there, dies with SIGSEGV on the first prompt of a few
+    tokens (seen on a Sapphire Rapids host). ``cpuinfo`` is /proc/cpuinfo's text (read when
+    None; a host without it, such as macOS, has no AMX)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return True
+    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
+    return "amx_tile" not in flags.split()
+
 
 class LlamaChatEngine:
     """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
@@ -127,6 +144,7 @@ class LlamaChatEngine:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = spec.gpu_layers
         params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
+        params.use_extra_bufts = bool(spec.options.get("extra_buffers", extra_buffers_ok()))
         model = ll.llama_model_load_from_file(str(spec.weights_path).encode(), params)
         if not model:
             raise EngineError(f"{spec.model_id}: llama.cpp refused {spec.weights_path.name}")
@@ -228,7 +246,9 @@ class LlamaChatEngine:
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill)
-        reader = AnswerReader(built.splitter, StopMatcher(req.stop), on_text, req.logprobs)
+        # A forced call is the whole answer under its grammar: stop strings do not cut it.
+        stops = [] if built.splitter.forced else req.stop
+        reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
         try:
             try:
                 loop.submit(job)
@@ -240,13 +260,18 @@ class LlamaChatEngine:
                 built.chunks.free()
         if reader.splitter.calls and finish in ("stop", "length"):
             finish = "tool_calls"
+        elif built.splitter.forced and finish == "length":
+            for error in reader.splitter.errors:
+                error.message = (f"the forced call was cut at max_tokens ({req.max_tokens}) "
+                                 f"before it closed; {error.message}")
         return ChatResult(text=reader.content, finish_reason=finish,
                           prompt_tokens=len(prompt), completion_tokens=delivered,
                           cached_tokens=job.cached, timings=_timings(job, t_call),
                           reasoning=reader.reasoning, tool_calls=reader.splitter.calls,
                           tool_call_errors=reader.splitter.errors,
                           logprobs=reader.logprobs if req.logprobs else None,
-                          kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot)
+                          kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
+                          response_format_status=built.format_status)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media
@@ -264,8 +289,11 @@ class LlamaChatEngine:
                 tokens.insert(0, self._bos)
             return _Built(tokens, req.grammar, None, AnswerSplitter())
         fmt = self.format
+        grammar, format_status = req.grammar, None
+        if req.response_format is not None:
+            grammar, format_status = response_grammar(req.response_format)
         prepared = prepare(fmt, req.messages, req.tools, req.tool_choice, req.think_budget,
-                           req.grammar)
+                           grammar)
         text = self._render(prepared.messages, prepared.tools, prepared.template_vars)
         text += prepared.prefix
         think = fmt.think
@@ -282,15 +310,19 @@ class LlamaChatEngine:
         names = frozenset(t["function"]["name"] for t in req.tools or ())
         splitter = AnswerSplitter(think=think, in_think=in_think,
                                   tools=fmt.tools if prepared.tools_active else None,
-                                  prefix=prepared.prefix, known=names)
+                                  prefix=prepared.prefix, known=names, offered=req.tools,
+                                  forced=prepared.forced)
         if req.media:
-            return self._build_media(text, req.media, prepared.grammar, tracker, splitter)
-        tokens = self._tokenize(text, parse_special=True)
-        if not tokens:
-            raise EngineError("the chat template rendered an empty prompt")
-        if self._bos is not None and tokens[0] != self._bos:
-            tokens.insert(0, self._bos)
-        return _Built(tokens, prepared.grammar, tracker, splitter)
+            built = self._build_media(text, req.media, prepared.grammar, tracker, splitter)
+        else:
+            tokens = self._tokenize(text, parse_special=True)
+            if not tokens:
+                raise EngineError("the chat template rendered an empty prompt")
+            if self._bos is not None and tokens[0] != self._bos:
+                tokens.insert(0, self._bos)
+            built = _Built(tokens, prepared.grammar, tracker, splitter)
+        built.format_status = format_status
+        return built
 
     def _build_media(self, text, media, grammar, tracker, splitter) -> "_Built":
         """Images / audio through the projector: the text and media chunks are evaluated
@@ -443,6 +475,7 @@ class _Built:
     splitter: AnswerSplitter
     chunks: object = None                      # llama_mtmd.Chunks when media are sent
     prefill: object = None                     # (ctx, seq_id) -> n_past, on the decode thread
+    format_status: str | None = None           # how response_format was applied
 
 
 class AnswerReader:

@@ -1,11 +1,22 @@
-"""GBNF grammars for constrained answers: a forced tool call's arguments, from the tool's
-JSON schema (llama.cpp's own converter for JSON dialects, hand-built rules for the XML and
-keyword dialects), and ``response_format``. Pure string work; llama-cpp-python is imported
-only where its converter is used."""
+"""GBNF grammars for constrained answers: a forced tool call from the tool's JSON schema
+(llama.cpp's own converter for the JSON dialects, rules built here for the XML and keyword
+dialects), and ``response_format``.
+
+A forced call's grammar is the whole answer: it starts after the dialect's forced opening and
+ends where the call ends, so the model's only choice after it is its end token. Every value is
+typed by its schema (strings, integers, numbers, booleans, enums, null, arrays and objects);
+a string's ``maxLength`` bounds it, and numbers are written as JSON and Python both read
+them (no leading zeros, at most 16 digits a part). The dialect parsers in ``chat_format`` read
+every text these grammars admit (``tests/test_tool_grammar.py`` checks both sides).
+
+Pure string work; llama-cpp-python is imported only inside the functions that call its
+converter, which only the llama engine calls.
+"""
 from __future__ import annotations
 
 import json
 import re
+from typing import Callable
 
 
 def lit(text: str) -> str:
@@ -14,77 +25,209 @@ def lit(text: str) -> str:
 
 
 def tool_parameters(tools: list[dict], name: str | None):
-    """(index, function, properties, required keys in schema order, optional keys) of each
-    tool a forced call may use: the one named, or all of them."""
+    """(index, function, properties, required keys, optional keys) of each tool a forced
+    call may use: the one named, or all of them."""
     for i, tool in enumerate(tools):
         fn = tool["function"]
         if name is not None and fn["name"] != name:
             continue
         schema = fn.get("parameters") or {}
         params = schema.get("properties") or {}
-        required = [k for k in schema.get("required", []) if k in params]
+        # Both in the properties' order, as llama.cpp's converter orders them.
+        required = [k for k in params if k in (schema.get("required") or ())]
         yield i, fn, params, required, [k for k in params if k not in required]
 
 
-def keyword_grammar(tools, name, *, open_args, close_args, sep, assign, value) -> str:
-    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` dialects (LFM, Gemma): the
-    required parameters first, in schema order, then each optional one or not; a value's
-    shape comes from its schema through ``value(schema)``. With ``name`` the prefix already
-    holds ``name<open>``; without, the grammar starts with one of the tools' names."""
+def schema_type(schema: dict) -> str | None:
+    """The one JSON type a parameter's schema names (the first non-null one of a list)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    return kind
+
+
+# ------------------------------------------------------------------ value syntaxes
+
+#: Numbers as both JSON and Python read them.
+_NUMBER_RULES = ('int ::= "-"? ("0" | [1-9] [0-9]{0,15})\n'
+                 'num ::= int ("." [0-9]{1,16})?\n')
+
+
+def _chars(char_class: str, schema: dict) -> str:
+    """``char_class`` repeated up to the schema's maxLength (unbounded without one)."""
+    top = schema.get("maxLength")
+    if isinstance(top, int) and top >= 0:
+        return f"{char_class}{{0,{top}}}"
+    return f"{char_class}*"
+
+
+class ValueSyntax:
+    """How one dialect writes a parameter's value; ``rule(schema)`` is its GBNF expression,
+    ``rules()`` the shared rules it refers to."""
+    true, false, null = "true", "false", "null"
+
+    def string(self, schema: dict) -> str:
+        raise NotImplementedError
+
+    def literal(self, value) -> str:
+        """An enum member as written."""
+        return json.dumps(value, ensure_ascii=False)
+
+    def any_value(self) -> str:
+        """A value of no type, an array or an object (a shared rule's name)."""
+        raise NotImplementedError
+
+    def rules(self) -> str:
+        return _NUMBER_RULES
+
+    def rule(self, schema: dict) -> str:
+        if "enum" in schema:
+            return "(" + " | ".join(lit(self.literal(v)) for v in schema["enum"]) + ")"
+        if "const" in schema:
+            return lit(self.literal(schema["const"]))
+        kind = schema_type(schema)
+        if kind == "string":
+            return self.string(schema)
+        simple = {"integer": "int", "number": "num", "null": lit(self.null),
+                  "boolean": f"({lit(self.true)} | {lit(self.false)})"}
+        return simple.get(kind) or self.any_value()
+
+
+class JsonText(ValueSyntax):
+    """Qwen3-Coder: strings as bare text up to the closing tag, everything else as JSON."""
+
+    def string(self, schema):
+        return _chars("[^<]", schema)
+
+    def literal(self, value):
+        return value if isinstance(value, str) else json.dumps(value)
+
+    def any_value(self):
+        return "jvalue"
+
+    def rules(self):
+        return _NUMBER_RULES + (
+            'jvalue ::= jobject | jarray | jstring | num | "true" | "false" | "null"\n'
+            'jobject ::= "{" ( jstring ":" " "? jvalue ("," " "? jstring ":" " "? jvalue)* )? "}"\n'
+            'jarray ::= "[" ( jvalue ("," " "? jvalue)* )? "]"\n'
+            'jstring ::= "\\"" [^"\\\\<\\x00-\\x1f]* "\\""\n')
+
+
+class PythonLiteral(ValueSyntax):
+    """LFM: Python literals (``ast.literal_eval`` reads every one)."""
+    true, false, null = "True", "False", "None"
+
+    def string(self, schema):
+        return f'"\\"" {_chars(_PY_CHAR, schema)} "\\""'
+
+    def literal(self, value):
+        return py_literal(value)
+
+    def any_value(self):
+        return "pyvalue"
+
+    def rules(self):
+        return _NUMBER_RULES + (
+            'pyvalue ::= pystr | num | "True" | "False" | "None" | pylist | pydict\n'
+            'pylist ::= "[" ( pyvalue (", " pyvalue)* )? "]"\n'
+            'pydict ::= "{" ( pystr ": " pyvalue (", " pystr ": " pyvalue)* )? "}"\n'
+            f'pystr ::= "\\"" {_PY_CHAR}* "\\""\n')
+
+
+def py_literal(value) -> str:
+    """``value`` as a Python literal in the form ``PythonLiteral`` admits: strings in double
+    quotes (``repr`` when they hold a quote, a backslash or a line break), ", " separators."""
+    if isinstance(value, str):
+        return f'"{value}"' if not re.search(r'["\\\n\r\x00]', value) else repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(py_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py_literal(str(k))}: {py_literal(v)}"
+                               for k, v in value.items()) + "}"
+    return repr(value)
+
+
+#: A character a double-quoted Python literal holds as is (no escapes, no line breaks).
+_PY_CHAR = '[^"\\\\\\n\\r\\x00]'
+
+
+class GemmaQuoted(ValueSyntax):
+    """Gemma: strings between ``quote`` marks, other values bare up to the next ``,``/``}``."""
+
+    def __init__(self, quote: str):
+        self.quote = quote
+
+    def string(self, schema):
+        return f"{lit(self.quote)} {_chars('[^<]', schema)} {lit(self.quote)}"
+
+    def literal(self, value):
+        return self.quote + value + self.quote if isinstance(value, str) else json.dumps(value)
+
+    def any_value(self):
+        return "bare"
+
+    def rules(self):
+        return _NUMBER_RULES + "bare ::= [^,{}<\\n \\t] [^,{}<\\n]*\n"
+
+
+# ------------------------------------------------------------------ forced calls
+
+def keyword_grammar(tools, name, *, open_args, close_args, sep, assign,
+                    syntax: ValueSyntax) -> str:
+    """GBNF for ``name<open>k1<assign>v1<sep>k2...<close>`` (LFM, Gemma): the required
+    parameters first, in schema order, then each optional one or not, in schema order. With
+    ``name`` the forced opening already holds ``name<open>``; without, the grammar starts with
+    one of the tools' names."""
+    def pair(key: str, schema: dict, lead: str) -> str:
+        return f"{lit(lead + key + assign)} {syntax.rule(schema)}"
+
     rules, alts = [], []
     for i, fn, params, required, optional in tool_parameters(tools, name):
         parts = [] if name is not None else [lit(fn["name"] + open_args)]
-        for j, key in enumerate(required):
-            lead = sep if j else ""
-            parts.append(f"{lit(lead + key + assign)} {value(params[key])}")
+        parts += [pair(k, params[k], sep if j else "") for j, k in enumerate(required)]
         if required:            # each optional one on its own after the required ones
-            parts += [f"({lit(sep + key + assign)} {value(params[key])})?" for key in optional]
+            parts += [f"({pair(k, params[k], sep)})?" for k in optional]
         elif optional:          # none required: a chain, so no call starts with a separator
             chain = ""
             for j, key in reversed(list(enumerate(optional))):
-                chain = f"({lit((sep if j else '') + key + assign)} {value(params[key])} {chain})?"
+                chain = f"({pair(key, params[key], sep if j else '')} {chain})?"
             parts.append(chain)
         rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
         alts.append(f"f{i}")
     return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) {lit(close_args)}\n"
-            + _VALUE_RULES)
+            + syntax.rules())
 
 
-_VALUE_RULES = ('digits ::= [0-9] [0-9]*\n'
-                'pystr ::= "\\"" [^"\\\\\\n]* "\\""\n'
-                'loose ::= [^,)}<\\n] [^,)}<\\n]*\n')
+def tagged_grammar(tools, name, *, close: str, syntax: ValueSyntax) -> str:
+    """GBNF for Qwen3-Coder's ``<parameter=k>\\nvalue\\n</parameter>\\n`` blocks after
+    ``<function=name>\\n``: required parameters first, then each optional one or not, in
+    schema order; then ``</function>`` and ``close``."""
+    def block(key: str, schema: dict) -> str:
+        return (f'{lit(f"<parameter={key}>" + chr(10))} {syntax.rule(schema)} '
+                f'{lit(chr(10) + "</parameter>" + chr(10))}')
 
-
-def _typed_value(schema: dict, string: str, literal, booleans: str) -> str:
-    """The GBNF of one parameter's value by its schema: ``string`` for strings, ``literal``
-    turns an enum member into its written form, ``booleans`` as the dialect spells them."""
-    kind = schema.get("type")
-    if "enum" in schema:
-        return "(" + " | ".join(lit(literal(v)) for v in schema["enum"]) + ")"
-    return {"string": string, "integer": '"-"? digits',
-            "number": '"-"? digits ("." digits)?', "boolean": booleans}.get(kind, "loose")
-
-
-def python_value(schema: dict) -> str:
-    return _typed_value(schema, "pystr", repr, '("True" | "False")')
-
-
-def quoted_value(schema: dict, quote: str) -> str:
-    return _typed_value(schema, f"{lit(quote)} [^<]* {lit(quote)}",
-                        lambda v: quote + v + quote if isinstance(v, str) else json.dumps(v),
-                        '("true" | "false")')
+    rules, alts = [], []
+    for i, fn, params, required, optional in tool_parameters(tools, name):
+        parts = [] if name is not None else [lit(fn["name"] + ">\n")]
+        parts += [block(k, params[k]) for k in required]
+        parts += [f"({block(k, params[k])})?" for k in optional]
+        rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
+        alts.append(f"f{i}")
+    return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) "
+            + lit("</function>\n" + close) + "\n" + syntax.rules())
 
 
 def schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> str:
     """GBNF (rule ``call``) for ``{"name": <name>, "<args_key>": <arguments>}`` over the
-    offered tools, from llama.cpp's own JSON-schema converter."""
+    offered tools, from llama.cpp's own JSON-schema converter: whitespace where JSON allows
+    it (bounded), the schema's properties only unless it sets ``additionalProperties``."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
     options = []
     for tool in tools:
         fn = tool["function"]
         if name is not None and fn["name"] != name:
             continue
-        params = fn.get("parameters") or {"type": "object"}
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
         options.append({"type": "object",
                         "properties": {"name": {"const": fn["name"]}, args_key: params},
                         "required": ["name", args_key]})
@@ -97,29 +240,47 @@ def schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> s
                   "required": ["name", args_key]} for o in options]
         gbnf = json_schema_to_gbnf(json.dumps(loose[0] if len(loose) == 1 else {"oneOf": loose}),
                                    prop_order=["name", args_key])
+    gbnf = re.sub(r"(?m)^space ::= .*$", lambda _m: _JSON_SPACE, gbnf)
+    # Constants and enums: whitespace may follow them too (as in llama.cpp's C++ converter).
+    gbnf = _LITERAL_RULE.sub(lambda m: f"{m[1]} ::= ({m[2]}) space", gbnf)
     return re.sub(r"(?m)^root ::=", "call ::=", gbnf).rstrip("\n") + "\n"
+
+
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_LITERAL_RULE = re.compile(rf"(?m)^(\S+) ::= ({_STRING}(?: \| {_STRING})*)$")
+
+#: Whitespace between JSON tokens (the converter's own allows one space only): a space, or
+#: line breaks and an indent, bounded so a call's length stays bounded.
+_JSON_SPACE = 'space ::= ( " " | "\\n" "\\n"? [ \\t]{0,20} )?'
 
 
 # ------------------------------------------------------------------ response_format
 
-def response_grammar(response_format: dict) -> tuple[str | None, str]:
+#: ``response_format`` types and what each becomes.
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+
+
+def response_grammar(response_format: dict,
+                     convert: Callable[[str], str] | None = None) -> tuple[str | None, str]:
     """(GBNF, response_format_status) for an OpenAI ``response_format``: ``json_object`` is
     any JSON object; ``json_schema`` follows the schema through llama.cpp's converter, or
-    any JSON object ("schema_downgraded") when the converter cannot express the schema."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    any JSON object ("schema_downgraded") when the converter cannot express the schema.
+    ``convert`` (JSON schema text -> GBNF) defaults to llama.cpp's converter."""
     kind = response_format.get("type")
     if kind == "text":
         return None, "applied"
-    any_object = json_schema_to_gbnf(json.dumps({"type": "object"}))
+    if kind not in RESPONSE_FORMAT_TYPES:
+        return None, "ignored_unknown_type"
+    if convert is None:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
+    any_object = convert(json.dumps({"type": "object"}))
     if kind == "json_object":
         return any_object, "applied"
-    if kind == "json_schema":
-        spec = response_format.get("json_schema") or {}
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if not isinstance(schema, dict):
-            return any_object, "schema_downgraded"
-        try:
-            return json_schema_to_gbnf(json.dumps(schema)), "applied"
-        except Exception:               # a schema feature the converter lacks
-            return any_object, "schema_downgraded"
-    return None, "ignored_unknown_type"
+    spec = response_format.get("json_schema") or {}
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        return any_object, "schema_downgraded"
+    try:
+        return convert(json.dumps(schema)), "applied"
+    except Exception:               # a schema feature the converter lacks
+        return any_object, "schema_downgraded"

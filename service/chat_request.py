@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from hypnos.engines.base import ChatRequest
 from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
-from hypnos.engines.tool_grammar import response_grammar
 from hypnos.service.config_schema import LimitsConfig
 from hypnos.service.errors import InvalidRequest
 
@@ -264,7 +263,8 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
     if not isinstance(logprobs, bool):
         raise InvalidRequest("'logprobs' must be a boolean", param="logprobs")
     top = _number(body, "top_logprobs", 0, 1 << 31, integer=True) or 0
-    grammar, format_status = None, None
+    # The engine builds the grammar (llama.cpp's converter) and reports how it applied it.
+    format_status = None
     response_format = body.get("response_format")
     if response_format is not None:
         if not isinstance(response_format, dict) or not isinstance(
@@ -272,13 +272,11 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
             raise InvalidRequest("'response_format' must be an object with a 'type'",
                                  param="response_format")
         if tools and tool_choice != "none":
-            format_status = "ignored_tools_present"
-        else:
-            grammar, format_status = response_grammar(response_format)
+            format_status, response_format = "ignored_tools_present", None
     n, n_status = parse_n(body)
     req = ChatRequest(
         messages=messages, num_ctx=_number(body, "num_ctx", 1, 1 << 22, integer=True),
-        tools=tools, tool_choice=tool_choice, grammar=grammar,
+        tools=tools, tool_choice=tool_choice, response_format=response_format,
         logprobs=logprobs, top_logprobs=min(top, MAX_TOP_LOGPROBS),
         think_budget=_thinking(body), **parse_sampling(body, limits))
     return ChatParams(model=model, request=req, stream=stream, prompt_chars=chars, media=media,

@@ -153,8 +153,9 @@ def _choice_extras(r: ChatResult) -> dict:
 def _format_status(params: ChatParams, results: list[ChatResult]) -> str | None:
     """Pantheon's response_format_status; "not_enforced" when a constrained answer did not
     close a complete JSON value (cut by max_tokens or a stop string)."""
-    status = params.response_format_status
-    if status in ("applied", "schema_downgraded") and params.request.grammar:
+    status = params.response_format_status or results[0].response_format_status
+    wanted = (params.request.response_format or {}).get("type")
+    if status in ("applied", "schema_downgraded") and wanted in ("json_object", "json_schema"):
         for r in results:
             try:
                 json.loads(r.text)

@@ -17,6 +17,7 @@ from PIL import Image
 from conftest import require_smollm2
 from tiny_mmproj import TinyVision, write_tiny_mmproj
 
+from hypnos.engines.llama import extra_buffers_ok
 from hypnos.engines.base import EngineError
 from hypnos.engines.llama_mtmd import MediaDecodeError, Projector
 
@@ -41,6 +42,7 @@ def model():
     ll.llama_backend_init()
     params = ll.llama_model_default_params()
     params.n_gpu_layers = 0
+    params.use_extra_bufts = extra_buffers_ok()      # the engine's rule (AMX hosts)
     ptr = ll.llama_model_load_from_file(str(require_smollm2()).encode(), params)
     assert ptr, "llama.cpp refused SmolLM2"
     yield ptr

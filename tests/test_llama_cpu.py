@@ -1,0 +1,20 @@
+"""Which CPU buffer types the llama engine lets llama.cpp use: pure, from /proc/cpuinfo text.
+
+Regression: on a Sapphire Rapids host (AMX) every prompt of more than a few tokens died with
+SIGSEGV in ``ggml_backend_amx_mul_mat`` (llama-cpp-python 0.3.36 built with -march=native), so
+``./run.sh test`` crashed there. The engine now keeps weights out of the extra buffer types on
+a CPU that reports AMX."""
+from hypnos.engines.llama import extra_buffers_ok
+
+AVX512 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw avx512_vnni\n"
+AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+
+
+def test_extra_buffers_stay_on_without_amx():
+    assert extra_buffers_ok(AVX512)
+    assert extra_buffers_ok("")                 # no flags line (not Linux x86): no AMX
+
+
+def test_extra_buffers_are_off_on_a_cpu_with_amx():
+    assert not extra_buffers_ok(AMX)
+    assert not extra_buffers_ok(AVX512 + AMX)
