@@ -55,8 +55,8 @@ def extra_buffers_ok(cpuinfo: str | None = None) -> bool:
                 cpuinfo = f.read()
         except OSError:
             return True
-    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
-    return "amx_tile" not in flags.split()
+    return not any("amx_tile" in line.split() for line in cpuinfo.splitlines()
+                   if line.startswith("flags"))
 
 
 class LlamaChatEngine:
