@@ -80,6 +80,15 @@ class Engine(Protocol):
 
 # ------------------------------------------------------------------------- chat
 
+@dataclass(frozen=True)
+class ChoiceGroup:
+    """Choice ``index`` of the ``size`` choices of one request (``n`` > 1): the engine starts
+    them together, in index order, so the same request runs the same batches every time."""
+    key: str
+    size: int
+    index: int
+
+
 @dataclass
 class ChatRequest:
     messages: list[dict]
@@ -106,6 +115,7 @@ class ChatRequest:
     repetition_bound: int = 0                 # stop a loop spanning this many tokens; 0 off
     prompt: str | None = None                 # a raw prompt (no template): /v1/completions
     media: list[bytes] = field(default_factory=list)   # images / audio, in marker order
+    group: ChoiceGroup | None = None          # one of n choices (started together)
 
 
 @dataclass

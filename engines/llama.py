@@ -245,7 +245,8 @@ class LlamaChatEngine:
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
-                  repetition_bound=req.repetition_bound, prefill=built.prefill)
+                  repetition_bound=req.repetition_bound, prefill=built.prefill,
+                  group=req.group)
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)

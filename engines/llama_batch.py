@@ -94,6 +94,13 @@ class Job:
     # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:
     # (ctx, seq_id) -> positions filled. Set for prompts with images or audio.
     prefill: Callable | None = None
+    group: object = None                        # base.ChoiceGroup: wait for the others
+    group_ready: bool = False                   # every member of its group was submitted
+
+
+#: How long the members of a choice group already submitted wait for the missing ones
+#: (one that failed before submitting) before they start without them (seconds).
+GROUP_WAIT_S = 0.5
 
 
 @dataclass(eq=False)
@@ -211,8 +218,38 @@ class DecodeLoop:
             if job.session_key is not None:
                 job.target = self.bind_locked(job.session_key, job.prompt)
             self.waiting.append(job)
+            if job.group is not None:
+                self._gather_locked(job.group.key)
             self._assign_locked()
             self.cond.notify_all()
+
+    def _gather_locked(self, key: str, force: bool = False) -> None:
+        """Once every choice of group ``key`` is waiting (or ``force``), mark them ready and
+        put them in index order where the first of them waits, so they are assigned slots
+        together and in order: the same request then runs the same batches."""
+        members = [j for j in self.waiting if j.group is not None and j.group.key == key]
+        if not members or (len(members) < members[0].group.size and not force):
+            return
+        first = next(i for i, j in enumerate(self.waiting) if j in members)
+        rest = [j for j in self.waiting if j not in members]
+        ordered = sorted(members, key=lambda j: j.group.index)
+        for j in ordered:
+            j.group_ready = True
+        self.waiting = collections.deque(rest[:first] + ordered + rest[first:])
+
+    def _release_stale_groups_locked(self) -> float | None:
+        """Start groups whose missing members are overdue; the seconds until the next one
+        is, or None when no group waits."""
+        now, soonest = time.perf_counter(), None
+        for job in list(self.waiting):
+            if job.group is None or job.group_ready:
+                continue
+            due = job.t_submit + GROUP_WAIT_S - now
+            if due <= 0:
+                self._gather_locked(job.group.key, force=True)
+            else:
+                soonest = due if soonest is None else min(soonest, due)
+        return soonest
 
     def withdraw(self, job: Job) -> bool:
         """Take a job that never got a slot out of the queue. False if it already has one."""
@@ -287,6 +324,8 @@ class DecodeLoop:
         for job in list(self.waiting):
             if not free:
                 break
+            if job.group is not None and not job.group_ready:
+                continue
             if job.target is not None:
                 if job.target not in free:
                     continue
@@ -303,8 +342,12 @@ class DecodeLoop:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not (self.closing or self.calls or any(s.job for s in self.slots)):
-                    self.cond.wait()
+                while True:
+                    overdue = self._release_stale_groups_locked()
+                    self._assign_locked()
+                    if self.closing or self.calls or any(s.job for s in self.slots):
+                        break
+                    self.cond.wait(overdue)
                 if self.closing:
                     return
                 while self.calls:

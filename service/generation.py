@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import secrets
 import threading
 from typing import Awaitable, Callable
 
-from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, ChatTimings
+from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
 from hypnos.service.engine_call import run_engine
 
 KEEPALIVE_SECS = 10.0
@@ -22,13 +23,26 @@ KEEPALIVE_SECS = 10.0
 
 def choice_requests(req: ChatRequest, n: int) -> list[ChatRequest]:
     """One request per choice; with n > 1 choice i uses seed + i (a random base seed when
-    none was sent, so the choices differ but each stays reproducible from its own seed)."""
+    none was sent). The choices form one ``ChoiceGroup``: the engine starts them together and
+    in order, so the same request (same n, same seed) gives the same choices again on the
+    same build. A choice is not always bit-equal to a single request with seed + i: llama.cpp
+    decodes the choices in one batch, and its CPU kernels may round another batch shape
+    differently."""
     if n == 1:
         return [req]
     base = req.seed if req.seed is not None else random.getrandbits(31)
+    key = secrets.token_hex(8)
     # Only the first choice keeps the session binding (one slot per session).
     return [dataclasses.replace(req, seed=base + i, session_key=req.session_key if i == 0
-                                else None) for i in range(n)]
+                                else None, group=ChoiceGroup(key, n, i)) for i in range(n)]
+
+
+def choice_seeds(reqs: list[ChatRequest]) -> dict:
+    """The response's record of batched choices (n > 1): each choice's seed, and that the
+    choices were decoded together (reproducible as this same request, see choice_requests)."""
+    if len(reqs) == 1:
+        return {}
+    return {"choices_batched": True, "choice_seeds": [r.seed for r in reqs]}
 
 
 async def run_choices(engine, reqs: list[ChatRequest]) -> list[ChatResult]:

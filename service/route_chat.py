@@ -15,7 +15,7 @@ from hypnos.engines.base import (ChatDelta, ChatResult, ContextOverflow, EngineE
                                  InvalidGrammar, SessionCapacity)
 from hypnos.service import errors
 from hypnos.service.chat_request import CHAT_SCHEMA, ChatParams, parse_chat
-from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
+from hypnos.service.generation import (choice_requests, choice_seeds, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.engines.chat_format import MEDIA_PARTS
 from hypnos.engines.llama_mtmd import MediaDecodeError
@@ -244,7 +244,7 @@ async def _answer(request: Request, params: ChatParams, lease):
                      **_choice_extras(r)}
                     for i, r in enumerate(results)],
         "usage": usage(results, sched.context_window(lease.model)),
-        **_top_level(params, results),
+        **_top_level(params, results), **choice_seeds(reqs),
         "hypnos_telemetry": telemetry(lease, placement, inference_ms,
                                       engine_timings(timings)),
     }
@@ -272,7 +272,7 @@ async def send_stream_error(response, base: dict, empty_choice: dict,
 
 async def _stream(request: Request, params: ChatParams, lease, reqs):
     base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": params.model}
+            "created": int(time.time()), "model": params.model, **choice_seeds(reqs)}
     chunk = lambda index, delta, finish=None, **extra: sse(  # noqa: E731
         {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
                               **extra}]})

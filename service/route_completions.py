@@ -16,7 +16,7 @@ from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, EngineError
 from hypnos.service import errors
 from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
                                          parse_stream)
-from hypnos.service.generation import (choice_requests, merged_timings, run_choices,
+from hypnos.service.generation import (choice_requests, choice_seeds, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.route_chat import (check_text_model, engine_error, record,
@@ -94,6 +94,7 @@ async def completions(request: Request):
                 "created": int(time.time()), "model": model}
         if n_status:
             base["n_status"] = n_status
+        base.update(choice_seeds(reqs))
         started = time.monotonic()
         if stream:
             return await _stream(request, lease, reqs, base, echo, include_usage, window)

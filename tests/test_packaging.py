@@ -49,3 +49,22 @@ def test_python_dash_m_entry_point():
     proc = subprocess.run([sys.executable, "-m", "hypnos.cli", "--version"],
                           capture_output=True, text=True, cwd="/")
     assert proc.returncode == 0 and "hypnos" in proc.stdout
+
+
+def test_the_http_parsers_import_no_engine_library():
+    """A server without the llama extra answers a chat request with response_format (or
+    tools) from its parsers; only the engine builds grammars (regression: a 500,
+    ModuleNotFoundError llama_cpp, while the parser built the GBNF)."""
+    code = """
+from hypnos.service.chat_request import parse_chat
+from hypnos.service.config_schema import LimitsConfig
+import hypnos.service.route_chat, hypnos.service.route_completions
+body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                            "schema": {"type": "object"}}},
+        "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}
+params = parse_chat(body, LimitsConfig())
+assert params.request.response_format["type"] == "json_schema"
+"""
+    loaded = _modules_after(code)
+    assert not [m for m in HEAVY if m in loaded]

@@ -44,8 +44,11 @@ def chat(srv, session=None, model="chat", **kw):
 
 
 def test_export_release_restore_continues_a_session(server):
-    first = chat(server, "s1")
+    chat(server, "s1")
     exported = server.post("/v1/sessions/export", {"model": "chat", "session_id": "s1"})
+    # The same turn again on s1 starts from the state that was exported: the restored copy
+    # must continue exactly as it does (same KV, same tokens to evaluate).
+    first = chat(server, "s1")
     assert exported.status_code == 200, exported.text
     body = exported.json()
     assert body["n_tok"] > 100 and body["blob_bytes"] == len(base64.b64decode(body["blob_b64"]))
