@@ -8,8 +8,11 @@ would derive on the machine (see ``advisor.candidates`` for CPU engines and shap
   GPU (a layer split) counts ``PARTIAL_FACTOR`` of that, one with experts offloaded
   ``EXPERT_OFFLOAD_FACTOR``; when the interactive models (chat, vision, speech, embeddings)
   are resident together (GPU ones fully on the GPU, all within the budgets) the interactive
-  part is counted again (``CORESIDENT_BONUS``). Ties go to the larger weights (the better
-  quantization of the same model), then to the first combination found.
+  part is counted again (``CORESIDENT_BONUS``). Lineups scoring alike (within
+  ``ALIKE_FRACTION`` of the best) go to the newer generation: the later release date,
+  averaged over the models weighted by what each scores. Then the higher score, then the
+  larger weights (the better quantization of the same model), then the first found.
+- Entries the pinned engine cannot run yet (``requires_llama_cpp``) are never candidates.
 - Settings tried per lineup: the catalog defaults; one slot with an 8k context on the chat
   models; ``moe_offload = "auto"`` on a discrete GPU (MoE lineups only). A reduced setting
   is kept only when it scores strictly better.
@@ -45,6 +48,8 @@ EXPERT_OFFLOAD_FACTOR = 0.75
 CORESIDENT_BONUS = 1.0
 # Most role assignments tried (the per-role candidate lists are cut to fit).
 MAX_COMBINATIONS = 1024
+# Lineups whose scores differ by less than this fraction of the best "score alike".
+ALIKE_FRACTION = 0.10
 
 
 class AdvisorError(ValueError):
@@ -189,7 +194,7 @@ def fitting_candidates(catalog: Catalog, role: str, needs: list[str],
     placement; NoLineupFits naming the need when there is none."""
     modality = ROLE_MODALITY[role]
     cands = [make_candidate(e, v, machine) for e in catalog.entries if modality in e.modalities
-             for v in e.variants]
+             and catalog.unsupported_reason(e) is None for v in e.variants]
     need = _need_of(role, needs)
     what = need if need == role else f"{need} ({role})"
     if not cands:
@@ -213,8 +218,28 @@ def standalone_score(cand: Candidate, p: Placement, role: str) -> float:
     return score_lineup((chosen,), coresident=p.pinned_ram_layers == 0)
 
 
+def release_day(released: str) -> int:
+    """A release date ("YYYY-MM-DD" or "YYYY-MM") as a day number; 0 when unknown."""
+    import datetime
+    parts = [int(x) for x in released.split("-")[:3] if x.isdigit()] if released else []
+    if not parts:
+        return 0
+    year, month, day = (parts + [1, 1])[:3]
+    return datetime.date(year, month, day).toordinal()
+
+
+def lineup_release(lineup: "Lineup") -> float:
+    """The lineup's generation: its models' release days weighted by what each scores."""
+    weights = [(release_day(m.cand.entry.released),
+                sum(ROLE_WEIGHT.get(r, 1.0) for r in m.roles) * max(m.cand.params_b, 1e-3))
+               for m in lineup.models]
+    total = sum(w for _, w in weights)
+    return sum(d * w for d, w in weights) / total if total else 0.0
+
+
 def ranked(fits: list[tuple[Candidate, Placement]], role: str) -> list[Candidate]:
     order = sorted(fits, key=lambda cp: (-standalone_score(cp[0], cp[1], role),
+                                         -release_day(cp[0].entry.released),
                                          -cp[0].weights_bytes, cp[0].spec))
     return [c for c, _ in order]
 
@@ -255,16 +280,29 @@ def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
     """The best-scoring lineup for ``needs``. Raises AdvisorError / NoLineupFits."""
     roles = expand_needs(needs)
     lists = candidate_lists(catalog, needs, roles, machine)
-    best, best_key = None, None
+    found: list[tuple[tuple, Lineup]] = []
     for combo in itertools.product(*lists):
         assign = dict(zip(roles, combo))
+        best_here = None
         for reduce, moe_auto in _levels(combo, machine):
             lineup = evaluate(assign, machine, reduce, moe_auto)
             if lineup is None:
                 continue
             key = (round(lineup.score, 9), sum(m.cand.weights_bytes for m in lineup.models))
-            if best_key is None or key > best_key:
-                best, best_key = lineup, key
-    if best is None:
+            if best_here is None or key > best_here[0]:
+                best_here = (key, lineup)
+        if best_here is not None:
+            found.append(best_here)
+    if not found:
         raise NoLineupFits("no combination of the catalog's models fits the machine")
+    return pick_alike(found)
+
+
+def pick_alike(found: list[tuple[tuple, "Lineup"]]) -> "Lineup":
+    """Among lineups scoring within ALIKE_FRACTION of the best, the newest generation; then
+    the higher (score, weights) key; then the first found."""
+    top = max(key[0] for key, _ in found)
+    alike = [(i, key, lu) for i, (key, lu) in enumerate(found)
+             if key[0] >= top * (1.0 - ALIKE_FRACTION)]
+    _, _, best = max(alike, key=lambda t: (round(lineup_release(t[2]), 6), t[1], -t[0]))
     return best

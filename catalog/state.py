@@ -115,6 +115,10 @@ def entry_wire(models_dir: Path, entry: Entry, configured: dict[str, tuple[bool,
     }
     if entry.architecture:
         out["architecture"] = entry.architecture
+    if entry.released:
+        out["released"] = entry.released
+    if entry.requires_llama_cpp:
+        out["requires_llama_cpp"] = entry.requires_llama_cpp
     if entry.id in configured:
         weights = configured[entry.id][1]
         for v in entry.variants:
@@ -130,8 +134,15 @@ def entry_wire(models_dir: Path, entry: Entry, configured: dict[str, tuple[bool,
 def catalog_wire(catalog: Catalog, models_dir: Path, *, modality: str | None = None,
                  configured: dict[str, tuple[bool, str | None]] | None = None) -> dict:
     entries = [e for e in catalog.entries if modality is None or modality in e.modalities]
+    data = []
+    for e in entries:
+        wire = entry_wire(models_dir, e, configured or {})
+        reason = catalog.unsupported_reason(e)
+        if reason:
+            wire["unsupported"] = reason
+        data.append(wire)
     return {
         "object": "list", "catalog_version": catalog.version, "models_dir": str(models_dir),
         "tested_architectures": list(catalog.tested_architectures),
-        "data": [entry_wire(models_dir, e, configured or {}) for e in entries],
+        "data": data,
     }

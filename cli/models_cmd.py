@@ -5,7 +5,7 @@ import click
 
 from hypnos.catalog.blocks import config_block
 from hypnos.catalog.catalog import CatalogError, load_catalog
-from hypnos.catalog.pull import PullError, pull_variant
+from hypnos.catalog.pull import PullError, plan, pull_variant
 from hypnos.catalog.state import catalog_wire
 from hypnos.cli.client import server_options
 from hypnos.cli.common import (config_option, console, is_tty, json_option, print_json,
@@ -89,12 +89,24 @@ def _list_pool(client, as_json: bool, modality: str | None) -> None:
 @click.argument("specs", nargs=-1, required=True)
 @config_option
 @json_option
-@click.option("--force", is_flag=True, help="Download again even when present.")
-def pull(specs, config_path, as_json: bool, force: bool) -> None:
-    """Download catalog variants (<id> or <id>:<quant>) into models_dir."""
+@click.option("--force", is_flag=True,
+              help="Download again even when present, and download entries the pinned "
+                   "engine cannot run yet.")
+@click.option("--dry-run", is_flag=True,
+              help="List the exact files, sizes, sha256s and URLs; download nothing.")
+def pull(specs, config_path, as_json: bool, force: bool, dry_run: bool) -> None:
+    """Download catalog variants (<id> or <id>:<quant>) into models_dir. An entry the pinned
+    engine cannot run yet (it needs a newer llama.cpp) is refused, exit 1, unless --force."""
     cfg = resolve_config(config_path)
     catalog = load_catalog()
     resolved = [_resolve(catalog, s) for s in specs]
+    if dry_run:
+        _print_plan(catalog, resolved, cfg.models_dir, as_json)
+        return
+    for entry, _variant in resolved:
+        reason = catalog.unsupported_reason(entry)
+        if reason and not force:
+            raise click.ClickException(f"{reason} (--force downloads it anyway)")
     results = []
     for entry, variant in resolved:
         try:
@@ -111,6 +123,36 @@ def pull(specs, config_path, as_json: bool, force: bool) -> None:
                        f"in {r.models_dir}")
     if as_json:
         print_json({"pulled": [r.to_dict() for r in results]})
+
+
+def _print_plan(catalog, resolved, models_dir, as_json: bool) -> None:
+    out = []
+    for entry, variant in resolved:
+        rows = plan(entry, variant, models_dir)
+        item = {"spec": f"{entry.id}:{variant.quant}", "models_dir": str(models_dir),
+                "files": rows, "size_bytes": variant.size_bytes}
+        if variant.size_note:
+            item["size_note"] = variant.size_note
+        reason = catalog.unsupported_reason(entry)
+        if reason:
+            item["unsupported"] = reason
+        out.append(item)
+    if as_json:
+        print_json({"dry_run": out})
+        return
+    for item in out:
+        total = "" if item.get("size_note") else f", {item['size_bytes']} bytes"
+        click.echo(f"{item['spec']} -> {item['models_dir']}{total}")
+        if item.get("unsupported"):
+            click.echo(f"  refused without --force: {item['unsupported']}")
+        for r in item["files"]:
+            size = r["size"] if r["size"] is not None else "size not confirmed"
+            state = " (present)" if r["present"] else ""
+            click.echo(f"  {r['role']:8} {r['local']}  {size}{state}\n"
+                       f"           {r['url']}\n"
+                       f"           sha256 {r['sha256'] or 'not published'}"
+                       + ("\n           gated: accept the license on the hub, set HF_TOKEN"
+                          if r["gated"] else ""))
 
 
 class _progress:

@@ -47,6 +47,7 @@ def _block_text(request: Request, body: dict) -> str:
         raise errors.InvalidRequest("This server has no model catalog", param="catalog")
     try:
         entry, variant = catalog.resolve(spec)
+        catalog.check_supported(entry)
     except CatalogError as exc:
         raise errors.InvalidRequest(str(exc), param="catalog") from None
     return config_block(entry, variant)

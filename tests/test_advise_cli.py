@@ -53,8 +53,8 @@ def test_config_output_loads():
     assert r.output.startswith("#")
     cfg = parse_config(tomllib.loads(r.output))
     assert cfg.config_version == 1 and cfg.models_dir.name == "models"
-    assert {m.modality for m in cfg.models} >= {"text_generation", "speech_to_text",
-                                                 "text_to_speech", "document_conversion"}
+    assert {x for m in cfg.models for x in m.all_modalities} >= {
+        "text_generation", "speech_to_text", "text_to_speech", "document_conversion"}
 
 
 def test_table_for_people():

@@ -279,3 +279,40 @@ def test_bounded_search_keeps_the_mid_sized_models_that_fit():
     chat = body["models"][0]
     assert "chat" in chat["serves"] and chat["gpu_layers"] == chat["num_layers"]
     assert {n for m in body["models"] for n in m["serves"]} == set(needs)
+
+
+# ----------------------------------------------------------------- generations (issue 18)
+
+def _dated(entry, model_id, released, params_b=None, **extra):
+    return {**entry, "id": model_id, "released": released,
+            "params_b": params_b if params_b is not None else entry["params_b"], **extra,
+            "variants": [{**entry["variants"][0], "files": [
+                {**entry["variants"][0]["files"][0], "local": f"{model_id}/w.bin"}]}]}
+
+
+def test_newer_generation_wins_when_scores_are_alike():
+    # MID (12B) against a newer 11.5B of the same footprint: 23 vs 24 with the bonus, within
+    # ALIKE_FRACTION, so the 2026 model wins in either catalog order.
+    old = _dated(MID, "old:12b", "2025-04-29")
+    new = _dated(MID, "new:11.5b", "2026-04-02", params_b=11.5)
+    for order in ((old, new), (new, old)):
+        assert _ids(search(_cat(*order), ["chat"], _machine(24, 64))) == ["new:11.5b"]
+    # Not alike: a 20B of 2025 beats an 11.5B of 2026 (40 vs 23).
+    big_old = _dated(BIG, "big-old:20b", "2025-04-29")
+    assert _ids(search(_cat(big_old, new), ["chat"], _machine(24, 64))) == ["big-old:20b"]
+
+
+def test_an_entry_needing_a_newer_engine_is_never_picked():
+    ahead = _dated(BIG, "ahead:20b", "2026-10", requires_llama_cpp="b99999")
+    assert _ids(search(_cat(ahead, SMALL), ["chat"], _machine(24, 64))) == ["small:3b"]
+
+
+@pytest.mark.parametrize("vram,ram,unified", [(8, 32, False), (24, 64, False),
+                                              (80, 256, False), (None, 32, True)])
+def test_real_catalog_picks_current_models(vram, ram, unified):
+    """The chat pick for 8 / 24 / 80 GB GPUs and a 32 GB Mac is a model released in 2025-07
+    or later (the catalog's older generation is Qwen3 / Gemma 3 of early 2025)."""
+    cat = load_catalog()
+    body = _advise(cat, ["chat", "voice"], vram, ram, unified)
+    chat = next(m for m in body["models"] if "chat" in m["serves"])
+    assert cat.get(chat["id"]).released >= "2025-07", chat["id"]

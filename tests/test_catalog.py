@@ -26,8 +26,10 @@ def test_catalog_shape():
     for e in CATALOG.entries:
         assert e.modality in MODALITIES and e.engine in ENGINES, e.id
         assert sum(v.default for v in e.variants) <= 1, e.id
-        if e.engine == "ggml_llama":
+        if e.engine == "ggml_llama" and e.requires_llama_cpp is None:
             assert e.architecture in CATALOG.tested_architectures, e.id
+        elif e.engine == "ggml_llama":      # the pinned engine cannot load it yet
+            assert e.architecture not in CATALOG.tested_architectures, e.id
         for v in e.variants:
             for f in v.files:
                 assert f.role in ROLE_KEYS or f.role == "data", (e.id, f.role)
