@@ -8,6 +8,11 @@
 # HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs,ner); "ner" (GLiNER)
 # installs CPU torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
 # stable-diffusion.cpp (minutes).
+# HYPNOS_GPU=auto|cuda|cpu (default auto): with an NVIDIA GPU (nvidia-smi) llama.cpp is compiled
+# with CUDA for the card, onnxruntime-gpu replaces onnxruntime, and the cuBLAS/cuDNN that
+# faster-whisper and onnxruntime load are installed (tools/gpu_install.py; README "On an NVIDIA
+# GPU"). A CPU-only host installs exactly what it did before. HYPNOS_DRY_RUN=1 prints what
+# would be installed and exits.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
@@ -15,6 +20,11 @@ venv="$root/.venv"
 extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
 want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$venv/.hypnos-installed"
+if [ -n "${HYPNOS_DRY_RUN:-}" ]; then
+  exec python3 tools/gpu_install.py dry-run --venv "$venv" --extras "$extras"
+fi
+gpu=$(python3 tools/gpu_install.py plan)
+case "$gpu" in cuda*) want="$want gpu=$gpu" ;; esac
 
 setup() {
   if [ ! -x "$venv/bin/python" ]; then
@@ -27,10 +37,19 @@ setup() {
   case ",$extras," in
     *,ner,*|*,all,*) "$venv/bin/pip" install -q torch==2.13.0 ;;
   esac
+  case "$gpu" in
+    # Built into its own wheel folder (never pip's cache) and installed before the extras,
+    # which then find llama-cpp-python satisfied.
+    cuda*) "$venv/bin/python" tools/gpu_install.py build --venv "$venv" ;;
+    *) "$venv/bin/python" tools/gpu_install.py revert --venv "$venv" ;;
+  esac
   # llama-cpp-python compiles llama.cpp (~11 min on 2 cores) the first time; pip's wheel
   # cache keeps the result, so later venvs on this machine install it in seconds.
   echo "hypnos: installing into .venv (extras: $extras; the first build of llama.cpp takes minutes)" >&2
   "$venv/bin/pip" install -q -e ".[$extras,test]"
+  case "$gpu" in
+    cuda*) "$venv/bin/python" tools/gpu_install.py runtime --venv "$venv" ;;
+  esac
   echo "$want" > "$stamp"
 }
 
@@ -58,6 +77,8 @@ install_man() {
 setup
 install_man
 export PATH="$venv/bin:$PATH"
+# A CUDA install: the CUDA, cuBLAS and cuDNN libraries the engines load, for the server.
+if [ -f "$venv/hypnos-gpu.env" ]; then . "$venv/hypnos-gpu.env"; fi
 cmd="${1:-}"
 case "$cmd" in
   test)

@@ -1,9 +1,12 @@
 """Candidates: a catalog (entry, variant) as the advisor places it on a described machine.
 
-- Engines that run on the CPU (``CPU_ENGINES``: faster_whisper, onnx_runtime, docling, gliner)
-  never take tier-1 memory on a GPU host (discrete or unified): they are booked against the
-  tier-2 budget and reported with ``runs_on_cpu``. On a CPU-only host every model runs on the
-  CPU and takes tier 1 (the process memory).
+- Engines that cannot run on the machine's accelerator (``planner.ACCELERATED_ENGINES``: on
+  an NVIDIA GPU llama.cpp, faster-whisper, onnxruntime and stable-diffusion.cpp can, as
+  ``./run.sh`` installs them there; on Apple Silicon only llama.cpp and
+  stable-diffusion.cpp; docling and GLiNER never) take no tier-1 memory on a GPU host
+  (discrete or unified): they are booked against the tier-2 budget and reported with
+  ``runs_on_cpu``. On a CPU-only host every model runs on the CPU and takes tier 1 (the
+  process memory).
 - Only ``ggml_llama`` models with catalog layer counts are layered; every other engine is
   placed whole (``shape_from_arch`` with num_layers 0).
 - Parameters: the catalog's ``params_b``, else estimated from the weights and the quant.
@@ -15,10 +18,9 @@ from dataclasses import dataclass
 
 from hypnos.catalog.catalog import Entry, Variant
 from hypnos.planner import (Budgets, Hardware, ModelShape, MoeOffload, NoFit, Placement,
-                            PlacementRequest, Topology, place, shape_from_arch)
+                            PlacementRequest, Topology, can_accelerate, place, shape_from_arch)
 
 CHAT_ROLES = frozenset({"chat", "vision"})
-CPU_ENGINES = frozenset({"faster_whisper", "onnx_runtime", "docling", "gliner"})
 LAYERED_ENGINES = frozenset({"ggml_llama"})
 REDUCED_SLOTS = 1
 REDUCED_CONTEXT = 8192
@@ -107,7 +109,7 @@ def weights_estimate(entry: Entry, variant: Variant, platform: str) -> int:
 
 
 def make_candidate(entry: Entry, variant: Variant, machine: Machine) -> Candidate:
-    runs_on_cpu = machine.cpu_only or entry.engine in CPU_ENGINES
+    runs_on_cpu = machine.cpu_only or not can_accelerate(entry.engine, machine.hardware)
     total = weights_estimate(entry, variant, machine.platform)
     arch = entry.arch
     if entry.engine in LAYERED_ENGINES and arch.num_layers > 0:

@@ -1,6 +1,8 @@
 """Memory truth: for each model of the default lineup, the bytes the planner booked against
 the measured growth of the server process's resident memory when the engine loaded it and
-served one request. Passes when within 5 % or 256 MiB, whichever is larger.
+served one request. Passes when within 5 % or 256 MiB, whichever is larger. On a GPU host
+(NVML, not simulated) a model booked in VRAM is measured by the device's VRAM growth during
+its load (the server's ``memory_truth.vram_growth_bytes``) instead.
 
     python bench/memory_truth.py [--models-dir models]
 """
@@ -38,6 +40,8 @@ def main() -> None:
     srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log")
     rows = []
     try:
+        caps = srv.status()["capabilities"]
+        gpu = caps["accelerator"] == "NvidiaCuda" and not caps["simulated"]
         for m in srv.status()["models"]:
             if m.get("problem"):
                 rows.append((m["id"], None, None, m["problem"]))
@@ -53,11 +57,17 @@ def main() -> None:
             grown = srv.rss() - before
             p = r.json()["placement"]
             booked = p["vram_weight_bytes"] + p["vram_kv_and_workspace_bytes"]
-            rows.append((m["id"], booked, grown, ""))
+            truth = next(x for x in srv.status()["models"] if x["id"] == m["id"]).get(
+                "memory_truth", {})
+            if gpu and booked and "vram_growth_bytes" in truth:
+                grown = truth["vram_growth_bytes"]
+                rows.append((m["id"] + " (VRAM)", booked, grown, ""))
+            else:
+                rows.append((m["id"], booked or p["pinned_ram_bytes"], grown, ""))
             srv.post("/v1/memory/tier", {"model": m["id"], "target_tier": "tier3_nvme_ssd"})
     finally:
         srv.stop()
-    print(f"{'model':<18}{'booked MiB':>12}{'RSS growth MiB':>16}{'diff':>9}  verdict")
+    print(f"{'model':<18}{'booked MiB':>12}{'growth MiB':>16}{'diff':>9}  verdict")
     for mid, booked, grown, note in rows:
         if booked is None:
             print(f"{mid:<18}{'-':>12}{'-':>16}{'-':>9}  not measured: {note}")

@@ -83,6 +83,8 @@ class DoclingConverter:
     """``Converter`` over docling's DocumentConverter. Calls are serialised by a lock (one
     docling converter is not documented as thread-safe); ``slots`` > 1 only queues."""
 
+    device = "cpu"            # docling-slim has no torch: every page is converted on the host
+
     kind = "docling"
 
     def __init__(self) -> None:

@@ -76,6 +76,14 @@ def merge(entities: list[Entity], flat: bool) -> list[Entity]:
     return sorted(out, key=lambda e: (e.start, e.end, -e.score))
 
 
+def _torch_device(model) -> str:
+    """The device type of the model's first parameter ("cpu" when it has none)."""
+    try:
+        return next(model.parameters()).device.type
+    except (AttributeError, StopIteration, TypeError):
+        return "cpu"
+
+
 class GlinerExtractor:
     """``Extractor`` over one GLiNER model on the CPU (or CUDA when torch has it). Calls are
     serialised by a lock: the torch module is shared."""
@@ -86,6 +94,7 @@ class GlinerExtractor:
         self._model = None
         self._lock = threading.Lock()
         self.window_words = WINDOW_WORDS
+        self.device = "cpu"                 # where torch put the weights ("cuda" or "cpu")
 
     def load(self, spec: LoadSpec) -> LoadReport:
         """Read the GLiNER folder. Blocks (seconds: torch import and the weights)."""
@@ -111,6 +120,7 @@ class GlinerExtractor:
         with self._lock:
             self._model = model
             self.window_words = min(WINDOW_WORDS, int(model.config.max_len))
+            self.device = _torch_device(model)
         return LoadReport(load_mode="read", weights_ms=(time.perf_counter() - t0) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
 

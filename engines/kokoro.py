@@ -158,6 +158,7 @@ class KokoroSpeaker:
         self._styles: dict = {}
         self.voices: list[str] = []
         self.provider: str | None = None      # the execution provider really in use
+        self.device = "cpu"                   # "cuda" when that provider is CUDA's
 
     def load(self, spec: LoadSpec) -> LoadReport:
         """Build the onnxruntime session (CUDA first, then CPU) and read the voice pack.
@@ -175,7 +176,7 @@ class KokoroSpeaker:
         started = time.monotonic()
         try:
             session = ort.InferenceSession(str(spec.weights_path), _options(ort, spec),
-                                           providers=_providers(ort))
+                                           providers=_providers(ort, spec.gpu_layers != 0))
             weights_ms = (time.monotonic() - started) * 1000
             kokoro = Kokoro.from_session(session, str(voices_path))
             with np.load(str(voices_path)) as pack:
@@ -189,6 +190,7 @@ class KokoroSpeaker:
         self._kokoro, self._styles = kokoro, styles
         self.voices = sorted(styles)
         self.provider = session.get_providers()[0]
+        self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
         total_ms = (time.monotonic() - started) * 1000
         log.info("%s: Kokoro loaded on %s with %d voices in %.0f ms", spec.model_id,
                  self.provider, len(self.voices), total_ms)
@@ -225,11 +227,14 @@ class KokoroSpeaker:
         return samples / SAMPLE_RATE
 
 
-def _providers(ort) -> list[str]:
-    """CUDA first when this onnxruntime build has it (onnxruntime-gpu), then CPU. Listing a
-    provider the build lacks only warns, so ask for the available ones."""
+def _providers(ort, gpu: bool = True) -> list[str]:
+    """CUDA first when this onnxruntime build has it (onnxruntime-gpu) and ``gpu`` (not a
+    host placement), then CPU. Listing a provider the build lacks only warns, so ask for the
+    available ones."""
     available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    wanted = ("CUDAExecutionProvider", "CPUExecutionProvider") if gpu else \
+        ("CPUExecutionProvider",)
+    return [p for p in wanted if p in available]
 
 
 def _options(ort, spec: LoadSpec):

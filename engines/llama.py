@@ -29,7 +29,7 @@ from hypnos.engines.base import (
     EngineUnavailable, InvalidGrammar, LoadReport, LoadSpec, OnToken, SessionMismatch,
     TokenLogprob,
 )
-from hypnos.engines import llama_state
+from hypnos.engines import devices, ggml_log, llama_state
 from hypnos.engines.ggml_log import route_once
 from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
@@ -90,12 +90,16 @@ class LlamaChatEngine:
         self.layout: KVLayout | None = None
         self.fingerprint = ""
         self._lifecycle = threading.Lock()
+        # What the load really got: layers llama.cpp put on a GPU, and so the device.
+        self.offloaded_layers = 0
+        self.device = "cpu"
 
     # ------------------------------------------------------------------ lifecycle
 
     def load(self, spec: LoadSpec) -> LoadReport:
         """Map the weights, build the context and start the decode thread. Blocks."""
         try:
+            devices.preload_cuda_runtime()
             from llama_cpp import llama_cpp as ll
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError as exc:
@@ -111,7 +115,9 @@ class LlamaChatEngine:
             ll.llama_backend_init()
             self._ll = ll
             t0 = time.perf_counter()
-            self._model = self._load_model(spec)
+            with ggml_log.capture("hypnos.engines.llama.cpp") as lines:
+                self._model = self._load_model(spec)
+            self._report_device(spec.model_id, lines)
             t1 = time.perf_counter()
             try:
                 self._ctx = self._new_context(spec)
@@ -149,6 +155,14 @@ class LlamaChatEngine:
         if not model:
             raise EngineError(f"{spec.model_id}: llama.cpp refused {spec.weights_path.name}")
         return model
+
+    def _report_device(self, model_id: str, lines: list[str]) -> None:
+        """The layers llama.cpp says it offloaded, and the device that makes this model's."""
+        self.offloaded_layers = ggml_log.offloaded_layers(lines)
+        backend = devices.llama_backend()
+        self.device = backend if self.offloaded_layers > 0 and backend != "cpu" else "cpu"
+        log.info("%s: %d layers offloaded to the GPU (%s)", model_id, self.offloaded_layers,
+                 self.device)
 
     def _new_context(self, spec: LoadSpec):
         ll = self._ll

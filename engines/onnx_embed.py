@@ -25,8 +25,9 @@ PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
 class OnnxEmbedder:
     """``Embedder`` over one ONNX encoder plus its Hugging Face ``tokenizer.json``.
 
-    ``load`` asks onnxruntime for CUDA first, then the CPU, and records the provider the
-    session really got in ``provider``. ``embed`` may be called from several threads at once
+    ``load`` asks onnxruntime for CUDA first (not when ``spec.gpu_layers`` is 0: a host
+    placement), then the CPU, and records the provider the session really got in
+    ``provider`` and its device ("cuda" or "cpu") in ``device``. ``embed`` may be called from several threads at once
     (an onnxruntime session runs concurrent ``run`` calls); ``unload`` must not overlap one
     (the scheduler's lease guarantees that). ``spec.threads`` caps the intra-op threads;
     ``spec.options["max_tokens"]`` overrides the truncation length.
@@ -41,6 +42,7 @@ class OnnxEmbedder:
         self._inputs: tuple[str, ...] = ()
         self._output = ""
         self.provider: str | None = None
+        self.device = "cpu"                 # "cuda" when the session got the CUDA provider
         self.max_tokens = DEFAULT_MAX_TOKENS
         self.dimensions = 0
         self._lifecycle = threading.Lock()
@@ -72,6 +74,7 @@ class OnnxEmbedder:
             self._tokenizer = _make_tokenizer(Tokenizer, tokenizer, self.max_tokens)
             self._np, self._session = np, session
             self.provider = session.get_providers()[0]
+            self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
             self.dimensions = _hidden_size(session)
         return LoadReport(load_mode="read", weights_ms=(t1 - t0) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
@@ -82,7 +85,8 @@ class OnnxEmbedder:
         opts.intra_op_num_threads = spec.threads or len(os.sched_getaffinity(0))
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = set(ort.get_available_providers())
-        providers = [p for p in PROVIDERS if p in available] or ["CPUExecutionProvider"]
+        wanted = PROVIDERS if spec.gpu_layers != 0 else ("CPUExecutionProvider",)
+        providers = [p for p in wanted if p in available] or ["CPUExecutionProvider"]
         try:
             return ort.InferenceSession(str(spec.weights_path), sess_options=opts,
                                         providers=providers)

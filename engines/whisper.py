@@ -50,7 +50,9 @@ class WhisperTranscriber:
     def load(self, spec: LoadSpec) -> LoadReport:
         """Build the model from ``spec.weights_path`` (a CTranslate2 folder). Blocks.
 
-        ``spec.options`` may set ``device``, ``compute_type`` and ``beam_size``.
+        ``spec.options`` may set ``device``, ``compute_type`` and ``beam_size``; else CUDA
+        when CTranslate2 sees a device and ``spec.gpu_layers`` is not 0. ``self.device`` is
+        the one the model was built on.
         """
         try:
             from faster_whisper import WhisperModel
@@ -65,7 +67,9 @@ class WhisperTranscriber:
             if not (folder / needed).is_file():
                 raise EngineError(f"{folder} has no {needed} (model '{spec.model_id}')")
         opts = spec.options or {}
-        device = opts.get("device") or ("cuda" if cuda_available() else "cpu")
+        # gpu_layers 0: the scheduler placed it in host memory (this build cannot use the GPU).
+        device = opts.get("device") or ("cuda" if spec.gpu_layers != 0 and cuda_available()
+                                        else "cpu")
         compute_type = opts.get("compute_type") or ("float16" if device == "cuda" else "int8")
         self.beam_size = int(opts.get("beam_size", DEFAULT_BEAM_SIZE))
         started = time.perf_counter()

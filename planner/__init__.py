@@ -3,6 +3,7 @@
 No I/O and no imports outside the standard library and this package.
 """
 from hypnos.planner.budgets import derive_budgets, hardware_for, metal_working_set
+from hypnos.planner.devices import ACCELERATED_ENGINES, can_accelerate, placement_device
 from hypnos.planner.eviction import eviction_order, plan_eviction
 from hypnos.planner.footprint import (estimate_workspace_bytes, kv_bytes_per_token,
                                       non_layer_fraction, shape_from_arch)
@@ -12,7 +13,7 @@ from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, EvictionPlan, 
                                   Priority, ResidentModel, Tier, Topology)
 
 __all__ = [
-    "GIB", "MIB", "Accelerator", "Budgets", "EvictionPlan", "Hardware", "ModelShape",
+    "ACCELERATED_ENGINES", "can_accelerate", "placement_device", "GIB", "MIB", "Accelerator", "Budgets", "EvictionPlan", "Hardware", "ModelShape",
     "MoeOffload", "NoFit", "Placement", "PlacementRequest", "Priority", "ResidentModel", "Tier",
     "Topology", "allocated_context", "derive_budgets", "effective_moe_offload",
     "estimate_workspace_bytes", "eviction_order", "hardware_for", "kv_bytes_per_token",

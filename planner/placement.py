@@ -17,6 +17,12 @@ Conventions (see also the spec's LayerPlacementPlan):
   ``gpu_capable=False`` are placed whole in tier 1 or not at all: on a CPU-only host tier 1 is
   the process memory, so "whole in tier 1" means "engine loaded and ready". Such a layered
   shape reports ``gpu_layers = num_layers`` (its layers are in tier-1 memory).
+- Except beside a discrete GPU (``discrete_gpu``): there tier 1 is VRAM, and a shape with
+  ``gpu_capable=False`` (an engine, or an engine build, that computes on the host) books
+  nothing in it. It is a host placement: primary tier 1 (engine loaded and ready), no GPU
+  layer, every layer in ``pinned_ram_layers``, its whole footprint (weights, KV, workspace)
+  in ``pinned_ram_bytes``, ``device`` "cpu". It always fits (host memory is not a tier-1
+  budget).
 """
 from __future__ import annotations
 
@@ -73,9 +79,18 @@ def place(req: PlacementRequest) -> Placement | NoFit:
     """
     ctx = allocated_context(req)
     kv = req.shape.kv_bytes_per_token * ctx
+    if not req.shape.gpu_capable and req.discrete_gpu:
+        return _place_on_host(req, ctx, kv)
     if req.shape.num_layers <= 0 or not req.shape.gpu_capable:
         return _place_whole(req, ctx, kv)
     return _place_layers(req, ctx, kv)
+
+
+def _place_on_host(req: PlacementRequest, ctx: int, kv: int) -> Placement:
+    shape = req.shape
+    host = shape.weights_bytes + shape.projector_bytes + kv + shape.workspace_bytes
+    return Placement(primary_tier=Tier.GPU, gpu_layers=0, pinned_ram_layers=shape.num_layers,
+                     pinned_ram_bytes=host, allocated_context_len=ctx, device="cpu")
 
 
 def _place_whole(req: PlacementRequest, ctx: int, kv: int) -> Placement | NoFit:

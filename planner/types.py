@@ -121,6 +121,10 @@ class PlacementRequest:
     moe_offload: MoeOffload = MoeOffload.OFF
     min_gpu_layer_ratio: float = 0.0
     unified_memory: bool = False
+    # Tier 1 is a discrete GPU's VRAM (not the process memory of a CPU-only host, nor the
+    # shared pool of unified memory): a shape that cannot use the GPU is then placed in host
+    # memory and books nothing in tier 1.
+    discrete_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,14 @@ class Placement:
     pinned_ram_bytes: int = 0
     allocated_context_len: int = 0
     cpu_expert_layers: int = 0
+    # Where the forward passes run: "cuda", "metal" or "cpu" ("" until the scheduler, which
+    # knows the machine, fills it in). The planner sets "cpu" for a host placement.
+    device: str = ""
+
+    @property
+    def on_host(self) -> bool:
+        """Every forward pass runs on the host CPU (nothing on a GPU)."""
+        return self.device == "cpu"
 
     @property
     def booked_tier1_bytes(self) -> int:
@@ -156,6 +168,7 @@ class Placement:
             "pinned_ram_bytes": self.pinned_ram_bytes,
             "allocated_context_len": self.allocated_context_len,
             "cpu_expert_layers": self.cpu_expert_layers,
+            **({"device": self.device} if self.device else {}),
         }
 
 

@@ -17,7 +17,9 @@ from typing import Callable
 from sanic import Sanic
 
 from hypnos.catalog.catalog import Catalog
+from hypnos.engines.devices import EngineBuild
 from hypnos.planner.types import Hardware, ModelShape, Tier
+from hypnos.service import accel
 from hypnos.service import hardware as hw_probe
 from hypnos.service.config import resolve_model_file
 from hypnos.service.config_schema import Config, ModelConfig
@@ -40,7 +42,6 @@ ROUTE_MODULES = ("route_status", "route_memory", "route_chat", "route_completion
                  "route_embeddings", "route_transcriptions", "route_speech", "route_sessions",
                  "metrics", "route_pool", "route_logs", "route_documents", "route_entities",
                  "route_images", "route_playground", "openapi")
-CPU_ENGINES = ("onnx_runtime", "docling", "gliner")
 
 
 def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
@@ -57,8 +58,8 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
             size += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
         elif p.is_file():
             size += p.stat().st_size
-    return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE,
-                      gpu_capable=m.engine not in CPU_ENGINES)
+    # Whether it may use the GPU is the scheduler's call (engine kind and build).
+    return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE)
 
 
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:
@@ -100,9 +101,12 @@ class HypnosApp(Sanic):
 def create_app(config: Config, *, catalog: Catalog | None = None,
                hardware: Hardware | None = None, effects: Effects | None = None,
                name: str | None = None, stage: bool = True,
-               before_stage: Callable[[], None] | None = None) -> Sanic:
+               before_stage: Callable[[], None] | None = None,
+               builds: dict[str, EngineBuild] | None = None) -> Sanic:
     """Build the server. ``before_stage`` runs in a thread before staging (the default
-    lineup pulls its missing files there, so the port is already open meanwhile)."""
+    lineup pulls its missing files there, so the port is already open meanwhile).
+    ``hardware`` and ``builds`` replace the probes of the machine and of the engine builds
+    (``service.accel``)."""
     app = HypnosApp(name or f"hypnos-{next(_names)}")
     app.config.REQUEST_MAX_SIZE = config.limits.max_body_bytes
     app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
@@ -110,8 +114,12 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
+    builds = builds if builds is not None else accel.engine_builds(hardware)
     metrics = Metrics()
-    sched = Scheduler(config, hardware, effects or Effects(metrics=metrics))
+    sched = Scheduler(config, hardware, effects or Effects(metrics=metrics),
+                      accelerated=accel.accelerated_engines(hardware, builds))
+    app.ctx.builds = builds
+    app.ctx.gpu_warning = accel.warn_once(hardware, builds, [m.engine for m in config.models])
     app.ctx.config = config
     app.ctx.catalog = catalog
     app.ctx.scheduler = sched

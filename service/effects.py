@@ -10,7 +10,7 @@ from pathlib import Path
 from hypnos.engines.base import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.types import Placement
-from hypnos.service.hardware import process_rss
+from hypnos.service.hardware import process_rss, vram_used
 from hypnos.service.pool import ModelState
 
 
@@ -24,16 +24,22 @@ class Effects:
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or 4096, slots=st.cfg.slots,
-            gpu_layers=placement.gpu_layers if placement.gpu_layers else -1,
+            # A host placement asks the engine for the CPU (a GPU build would offload).
+            gpu_layers=0 if placement.on_host else (placement.gpu_layers or -1),
             cpu_expert_layers=placement.cpu_expert_layers,
             chat_template=st.cfg.chat_template, threads=self.threads,
             options={"tool_format": st.cfg.tool_format})
-        before = process_rss()
+        before, vram_before = process_rss(), vram_used()
         report = engine.load(spec)
         grown = process_rss() - before
         st.engine = engine
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
+        vram_after = vram_used() if vram_before is not None else None
+        if vram_after is not None:     # NVML: the device's growth, and this process's when told
+            st.booked_vs_real["vram_growth_bytes"] = vram_after[0] - vram_before[0]
+            if vram_after[1] is not None:
+                st.booked_vs_real["process_vram_bytes"] = vram_after[1]
         if self.metrics is not None:
             self.metrics.promotions.inc()
         return report

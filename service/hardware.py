@@ -74,6 +74,28 @@ class GpuSample:
     stats: dict
 
 
+def _process_vram(pynvml, handle) -> int | None:
+    """VRAM this process holds on the device, where the driver reports it (not inside a PID
+    namespace it cannot see into, not on every platform)."""
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # noqa: BLE001 - unsupported on this device or driver
+        return None
+    for proc in procs:
+        if proc.pid == os.getpid() and isinstance(proc.usedGpuMemory, int):
+            return proc.usedGpuMemory
+    return None
+
+
+def vram_used() -> tuple[int, int | None] | None:
+    """(device memory in use, this process's share or None) through NVML; None without a
+    GPU. Blocks for the NVML calls (milliseconds)."""
+    gpu = nvml_sample()
+    if gpu is None:
+        return None
+    return gpu.total - gpu.free, gpu.stats.get("process_vram_bytes")
+
+
 def nvml_sample() -> GpuSample | None:
     """First NVIDIA GPU through NVML, or None (no driver, no GPU, no library)."""
     try:
@@ -96,6 +118,9 @@ def nvml_sample() -> GpuSample | None:
                 stats[key] = fn()
             except Exception:  # a field this device does not report stays out
                 pass
+        own = _process_vram(pynvml, h)
+        if own is not None:
+            stats["process_vram_bytes"] = own
         if "throttle_reasons" in stats:
             stats["throttled"] = stats["throttle_reasons"] not in (0, 1)
         return GpuSample(mem.total, mem.free, name if isinstance(name, str) else name.decode(),
@@ -107,6 +132,14 @@ def nvml_sample() -> GpuSample | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def real_gpu_present() -> bool:
+    """Whether this host has a GPU the engines could use (NVML sees one, or Apple Silicon),
+    whatever ``[hardware.simulate]`` says."""
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return True
+    return nvml_sample() is not None
 
 
 def probe(simulate: SimulateConfig | None = None) -> Hardware:

@@ -6,6 +6,7 @@ from sanic.response import json as json_response
 
 from hypnos.planner.types import Tier
 from hypnos.service import errors
+from hypnos.service.accel import model_device
 from hypnos.service.config_schema import PROFILES
 from hypnos.service.hardware import available_memory, nvml_sample, physical_memory, process_rss
 from hypnos.service.http import json_body, require_ready
@@ -27,11 +28,14 @@ def _capabilities(sched) -> dict:
 
 
 def _model(sched, st: ModelState) -> dict:
+    placement = sched.placement_of(st)
     out = {
         "id": st.id, "enabled": st.enabled, "modality": st.cfg.modality,
         "modalities": st.cfg.all_modalities, "engine": st.cfg.engine,
         "total_weight_bytes": st.weight_bytes, "priority": str(st.cfg.priority),
-        "current_tier": str(st.tier), "placement": sched.placement_of(st).to_wire(),
+        "current_tier": str(st.tier), "placement": placement.to_wire(),
+        # Where its forward passes run: the loaded engine's own report, else the plan.
+        "device": model_device(st, placement),
         "moe_offload": str(st.cfg.moe_offload), "expert_bytes": st.shape.expert_bytes,
         # Requests admitted plus holds (a session watch, a prompt being counted).
         "active_leases": st.leases + st.holds, "idle_seconds": round(st.idle_seconds(), 1),
@@ -52,6 +56,9 @@ def _model(sched, st: ModelState) -> dict:
         out["problem"] = st.problem
     if st.booked_vs_real is not None:
         out["memory_truth"] = st.booked_vs_real
+    offloaded = getattr(st.engine, "offloaded_layers", None)
+    if offloaded is not None:       # llama.cpp: the layers it says it put on the GPU
+        out["offloaded_layers"] = offloaded
     return out
 
 

@@ -9,6 +9,7 @@ from sanic.response import json as json_response
 
 from hypnos.catalog.state import catalog_wire
 from hypnos.service import errors
+from hypnos.service.accel import status_fields
 from hypnos.service.http import json_body
 from hypnos.service.openapi import endpoint, json_object
 
@@ -23,11 +24,15 @@ def hypnos_version() -> str:
 
 
 @bp.get("/health")
-@endpoint("Liveness: always 200 while the process serves",
-          ok=json_object("status", "service", "version", status={"const": "ok"}))
+@endpoint("Liveness: always 200 while the process serves; backend and accelerator say what "
+          "the engine builds compute on",
+          ok=json_object("status", "service", "version", "backend", "accelerator",
+                         status={"const": "ok"}, backend={"enum": ["cuda", "metal", "cpu"]},
+                         accelerator={"type": "boolean"}))
 async def health(request: Request):
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
-                          "uptime_secs": int(time.monotonic() - request.app.ctx.started)})
+                          "uptime_secs": int(time.monotonic() - request.app.ctx.started),
+                          **status_fields(request.app.ctx.scheduler, request.app.ctx.builds)})
 
 
 @bp.get("/ready")
@@ -43,7 +48,9 @@ async def ready(request: Request):
 
 @bp.get("/v1/models")
 @endpoint("The models in service (disabled ones hidden)", ok=json_object(
-    "object", "data", object={"const": "list"}, data={"type": "array", "items": {
+    "object", "backend", "accelerator", "data", object={"const": "list"},
+    backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
+    data={"type": "array", "items": {
         "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
 async def list_models(request: Request):
     sched = request.app.ctx.scheduler
@@ -54,7 +61,9 @@ async def list_models(request: Request):
              **({"context_window": sched.context_window(st)}
                 if "text_generation" in st.cfg.all_modalities else {})}
             for st in sched.models.values() if st.enabled]
-    return json_response({"object": "list", "data": data})
+    fields = status_fields(sched, request.app.ctx.builds)
+    return json_response({"object": "list", "backend": fields["backend"],
+                          "accelerator": fields["accelerator"], "data": data})
 
 
 @bp.get("/v1/models/catalog")

@@ -17,9 +17,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
 from hypnos.engines.base import EngineError, EngineUnavailable, LoadReport
-from hypnos.planner import derive_budgets, eviction_order, place, plan_eviction
+from hypnos.planner import (ACCELERATED_ENGINES, derive_budgets, eviction_order, place,
+                            placement_device, plan_eviction)
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
-                                  Tier)
+                                  Tier, Topology)
 from hypnos.service import errors
 from hypnos.service.config_schema import PROFILES, Config
 from hypnos.service.effects import Effects
@@ -51,8 +52,14 @@ class Lease:
 
 
 class Scheduler(PoolChanges):
-    def __init__(self, config: Config, hardware: Hardware, effects: Effects):
+    def __init__(self, config: Config, hardware: Hardware, effects: Effects,
+                 accelerated: frozenset[str] | None = None):
+        """``accelerated``: the engine kinds whose installed builds can compute on
+        ``hardware``'s accelerator (default: every kind that can, as on a machine installed
+        for it: what a simulated machine is planned with)."""
         self.config = config
+        self.accelerated = ACCELERATED_ENGINES[hardware.accelerator] if accelerated is None \
+            else accelerated
         self.kv_park = KvParkStore(config.hardware.kv_park, config.hardware.kv_park_max_bytes)
         self.hardware = hardware
         self.budgets: Budgets = derive_budgets(hardware)
@@ -215,11 +222,7 @@ class Scheduler(PoolChanges):
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         free = self.budgets.tier1_bytes - sum(m.placement.booked_tier1_bytes for m in others)
-        req = PlacementRequest(st.shape, tier1_free_bytes=self.budgets.tier1_bytes,
-                               slots=st.cfg.slots, context_len=self._context_for(st, per_slot),
-                               moe_offload=st.cfg.moe_offload,
-                               min_gpu_layer_ratio=st.cfg.min_gpu_layer_ratio,
-                               unified_memory=self.budgets.unified_memory)
+        req = self._request(st, per_slot)
         whole = place(req)
         if isinstance(whole, NoFit):
             raise DoesNotFitAlone(
@@ -244,7 +247,35 @@ class Scheduler(PoolChanges):
                     "retry later")
             whole = partial
         self._check_process_cap(st, whole, plan.evict)
-        return whole, list(plan.evict)
+        return self._with_device(st, whole), list(plan.evict)
+
+    def _request(self, st: ModelState, per_slot: int | None) -> PlacementRequest:
+        """What the planner is asked for ``st`` with tier 1 empty: a shape that can use the
+        GPU only when its engine build can (else it is placed in host memory)."""
+        shape = st.shape if st.cfg.engine in self.accelerated else \
+            replace(st.shape, gpu_capable=False)
+        return PlacementRequest(shape, tier1_free_bytes=self.budgets.tier1_bytes,
+                                slots=st.cfg.slots, context_len=self._context_for(st, per_slot),
+                                moe_offload=st.cfg.moe_offload,
+                                min_gpu_layer_ratio=st.cfg.min_gpu_layer_ratio,
+                                unified_memory=self.budgets.unified_memory,
+                                discrete_gpu=self.hardware.topology is Topology.DISCRETE)
+
+    def _with_device(self, st: ModelState, placement: Placement) -> Placement:
+        return replace(placement, device=placement_device(
+            placement, self.hardware, st.cfg.engine in self.accelerated))
+
+    def _honest(self, st: ModelState, placement: Placement) -> Placement:
+        """After a load on a real discrete GPU: an engine that reports it computes on the CPU
+        (an onnxruntime session that fell back, a CUDA build that found no device) books no
+        VRAM; it is re-placed in host memory."""
+        hw = self.hardware
+        if hw.simulated or hw.topology is not Topology.DISCRETE or \
+                getattr(st.engine, "device", None) != "cpu" or placement.booked_tier1_bytes == 0:
+            return placement
+        host = place(replace(self._request(st, None), shape=replace(st.shape, gpu_capable=False),
+                             context_len=placement.allocated_context_len))
+        return self._with_device(st, host)
 
     def _check_process_cap(self, st: ModelState, placement: Placement, evict) -> None:
         cap = self.config.hardware.max_process_memory_bytes
@@ -335,7 +366,7 @@ class Scheduler(PoolChanges):
         if parked is not None:
             tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
             report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
-        st.placement, st.tier, st.last_load = placement, Tier.GPU, report
+        st.placement, st.tier, st.last_load = self._honest(st, placement), Tier.GPU, report
         return report
 
     async def _evict(self, victim: ModelState, *, for_model: str, reason: str) -> None:
@@ -409,13 +440,10 @@ class Scheduler(PoolChanges):
         """Current placement, or what it would be with tier 1 empty when not resident."""
         if st.placement is not None:
             return st.placement
-        planned = place(PlacementRequest(
-            st.shape, tier1_free_bytes=self.budgets.tier1_bytes, slots=st.cfg.slots,
-            context_len=self._context_for(st, None), moe_offload=st.cfg.moe_offload,
-            min_gpu_layer_ratio=st.cfg.min_gpu_layer_ratio,
-            unified_memory=self.budgets.unified_memory))
+        planned = place(self._request(st, None))
         if isinstance(planned, NoFit):
             return Placement(primary_tier=st.tier)
+        planned = self._with_device(st, planned)
         return Placement(**{**planned.__dict__, "primary_tier": st.tier,
                             "pinned_ram_bytes": st.pinned.bytes if st.pinned else 0,
                             "vram_weight_bytes": 0, "vram_kv_and_workspace_bytes": 0,

@@ -47,6 +47,18 @@ def test_json_body():
     assert all(m["gpu_layers"] == m["num_layers"] for m in body["models"])
 
 
+def test_whisper_and_kokoro_go_on_a_24g_nvidia_gpu():
+    # Issue 17: this command put whisper large-v3 and Kokoro on the CPU of a 24 GB GPU.
+    r = _run("--needs", "chat,voice", "--vram", "24G", "--ram", "64G", "--json")
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.output)
+    by_name = {m["id"].split(":")[0]: m for m in body["models"]}
+    assert {"whisper", "kokoro-82m-v1.0"} <= set(by_name)
+    assert not by_name["whisper"]["runs_on_cpu"]
+    assert not by_name["kokoro-82m-v1.0"]["runs_on_cpu"]
+    assert sum(m["resident_bytes"] for m in body["models"]) <= body["budgets"]["tier1_bytes"]
+
+
 def test_config_output_loads():
     r = _run("--needs", "chat,voice,documents", "--vram", "24000M", "--ram", "64GiB", "--config")
     assert r.exit_code == 0, r.output

@@ -157,14 +157,32 @@ def test_a_model_serving_two_needs_is_listed_once():
     assert body["specs"] == ["omni:8b:Q4_K_M"]
 
 
-def test_cpu_engines_take_no_tier1_and_serve_voice():
+def test_whisper_and_onnx_run_on_an_nvidia_gpu():
+    # Issue 17: on an NVIDIA GPU faster-whisper (CTranslate2) and onnxruntime-gpu (Kokoro,
+    # the embedders) compute on the GPU, so they take tier 1 there, not the CPU.
     body = _advise(_cat(MID, WHISPER, TTS), ["voice"], 24, 64)
     by_id = {m["id"]: m for m in body["models"]}
     assert by_id["mid:12b"]["serves"] == ["voice"] and not by_id["mid:12b"]["runs_on_cpu"]
-    assert by_id["whisper:1.5b"]["runs_on_cpu"] and by_id["whisper:1.5b"]["gpu_layers"] == 0
+    assert not by_id["whisper:1.5b"]["runs_on_cpu"] and not by_id["tts:80m"]["runs_on_cpu"]
+    gpu = sum(m["resident_bytes"] for m in body["models"])
+    assert body["budgets"]["tier1_bytes"] >= gpu > 3 * GIB     # whisper's 3 GiB among them
     # interactive: mid (chat) + tts (speech), not whisper
     assert body["interactive_bytes"] == (by_id["mid:12b"]["resident_bytes"]
                                          + by_id["tts:80m"]["resident_bytes"])
+
+
+def test_engines_without_a_gpu_build_take_no_tier1_and_serve_voice():
+    # Apple Silicon: CTranslate2 and onnxruntime (no CoreML here) run on the CPU; GLiNER
+    # and docling run on the CPU everywhere.
+    body = _advise(_cat(MID, WHISPER, TTS), ["voice"], 0, 64, unified=True)
+    by_id = {m["id"]: m for m in body["models"]}
+    assert not by_id["mid:12b"]["runs_on_cpu"]
+    assert by_id["whisper:1.5b"]["runs_on_cpu"] and by_id["whisper:1.5b"]["gpu_layers"] == 0
+    assert by_id["tts:80m"]["runs_on_cpu"]
+    ner = _entry("ner:1b", "entity_extraction", "gliner", 1, GIB, quant="fp32")
+    body = _advise(_cat(MID, ner), ["chat", "entities"], 24, 64)
+    assert {m["id"]: m["runs_on_cpu"] for m in body["models"]} == {"mid:12b": False,
+                                                                  "ner:1b": True}
 
 
 def test_cpu_only_machine_runs_everything_on_the_cpu():

@@ -212,6 +212,38 @@ def test_cpu_only_shape_is_placed_whole_with_its_kv():
     assert isinstance(r, NoFit) and r.needed_bytes == 12 * GIB
 
 
+def test_beside_a_discrete_gpu_a_cpu_build_books_no_vram():
+    # Issue 17: a build that cannot offload on a host whose NVML reports a GPU is placed in
+    # host memory: nothing booked in tier 1 (VRAM), its whole footprint in pinned_ram_bytes
+    # (11 GiB of weights + 512 MiB KV + 512 MiB workspace), even with no VRAM free.
+    cpu = dataclasses.replace(DENSE, gpu_capable=False)
+    for free in (16, 0):
+        p = _placed(_req(cpu, free, discrete_gpu=True))
+        assert p.booked_tier1_bytes == 0 and p.gpu_layers == 0
+        assert (p.pinned_ram_layers, p.pinned_ram_bytes) == (10, 12 * GIB)
+        assert p.primary_tier is Tier.GPU and p.on_host and p.to_wire()["device"] == "cpu"
+        assert p.allocated_context_len == 8192
+    whole = ModelShape(weights_bytes=GIB, workspace_bytes=64 * MIB, gpu_capable=False)
+    p = _placed(_req(whole, 0, discrete_gpu=True))
+    assert (p.booked_tier1_bytes, p.pinned_ram_bytes) == (0, GIB + 64 * MIB)
+    # A GPU-capable shape beside the same GPU is booked in VRAM as before.
+    assert _placed(_req(DENSE, 16, discrete_gpu=True)).booked_tier1_bytes == 12 * GIB
+
+
+def test_placement_device_names_where_the_passes_run():
+    from hypnos.planner import Accelerator, Hardware, Topology, placement_device
+    nvidia = Hardware(Accelerator.NVIDIA, Topology.DISCRETE, 24 * GIB, 64 * GIB)
+    metal = Hardware(Accelerator.METAL, Topology.UNIFIED, 0, 64 * GIB)
+    cpu = Hardware(Accelerator.CPU, Topology.CPU_ONLY, 0, 64 * GIB)
+    on_gpu = _placed(_req(DENSE, 16))
+    split = _placed(_req(DENSE, 6))
+    assert split.pinned_ram_layers > 0
+    assert [placement_device(on_gpu, hw, True) for hw in (nvidia, metal, cpu)] == \
+        ["cuda", "metal", "cpu"]
+    assert placement_device(split, nvidia, True) == "cuda"
+    assert placement_device(on_gpu, nvidia, False) == "cpu"
+
+
 @pytest.mark.parametrize("free_gib,fits", [(0.5, True), (0.1, False)])
 def test_real_catalog_shape_smollm2(free_gib, fits):
     # SmolLM2-135M Q4_1: 98 MB of weights, 8192 x 23040 B = 188.7 MB of KV, ~113 MB workspace
