@@ -10,7 +10,7 @@
 # stable-diffusion.cpp (minutes).
 # HYPNOS_GPU=auto|cuda|cpu (default auto): with an NVIDIA GPU (nvidia-smi) llama.cpp is compiled
 # with CUDA for the card, onnxruntime-gpu replaces onnxruntime, and the cuBLAS/cuDNN that
-# faster-whisper and onnxruntime load are installed (tools/gpu_install.py; README "On an NVIDIA
+# faster-whisper and onnxruntime load are installed (cli/gpu_install.py; README "On an NVIDIA
 # GPU"). A CPU-only host installs exactly what it did before. HYPNOS_DRY_RUN=1 prints what
 # would be installed and exits.
 set -euo pipefail
@@ -21,9 +21,9 @@ extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
 want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$venv/.hypnos-installed"
 if [ -n "${HYPNOS_DRY_RUN:-}" ]; then
-  exec python3 tools/gpu_install.py dry-run --venv "$venv" --extras "$extras"
+  exec python3 cli/gpu_install.py dry-run --venv "$venv" --extras "$extras"
 fi
-gpu=$(python3 tools/gpu_install.py plan)
+gpu=$(python3 cli/gpu_install.py plan)
 case "$gpu" in cuda*) want="$want gpu=$gpu" ;; esac
 
 setup() {
@@ -40,15 +40,15 @@ setup() {
   case "$gpu" in
     # Built into its own wheel folder (never pip's cache) and installed before the extras,
     # which then find llama-cpp-python satisfied.
-    cuda*) "$venv/bin/python" tools/gpu_install.py build --venv "$venv" ;;
-    *) "$venv/bin/python" tools/gpu_install.py revert --venv "$venv" ;;
+    cuda*) "$venv/bin/python" cli/gpu_install.py build --venv "$venv" ;;
+    *) "$venv/bin/python" cli/gpu_install.py revert --venv "$venv" ;;
   esac
   # llama-cpp-python compiles llama.cpp (~11 min on 2 cores) the first time; pip's wheel
   # cache keeps the result, so later venvs on this machine install it in seconds.
   echo "hypnos: installing into .venv (extras: $extras; the first build of llama.cpp takes minutes)" >&2
   "$venv/bin/pip" install -q -e ".[$extras,test]"
   case "$gpu" in
-    cuda*) "$venv/bin/python" tools/gpu_install.py runtime --venv "$venv" ;;
+    cuda*) "$venv/bin/python" cli/gpu_install.py runtime --venv "$venv" ;;
   esac
   echo "$want" > "$stamp"
 }

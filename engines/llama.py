@@ -34,6 +34,7 @@ from hypnos.engines.ggml_log import route_once
 from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
 from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
+from hypnos.engines.llama_cpu import extra_buffers_ok
 from hypnos.engines.llama_state import KVLayout, ParkedKV
 from hypnos.engines.tool_grammar import response_grammar
 
@@ -42,22 +43,6 @@ log = logging.getLogger(__name__)
 DEFAULT_N_BATCH = 512
 #: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
 CANCEL_POLL_S = 0.05
-
-def extra_buffers_ok(cpuinfo: str | None = None) -> bool:
-    """Whether llama.cpp may keep CPU weights in its extra buffer types (repacked layouts,
-    AMX tiles). Not on a CPU with AMX: the AMX matmul of the llama.cpp in llama-cpp-python
-    0.3.36, built with -march=native there, dies with SIGSEGV on the first prompt of a few
-    tokens (seen on a Sapphire Rapids host). ``cpuinfo`` is /proc/cpuinfo's text (read when
-    None; a host without it, such as macOS, has no AMX)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return True
-    return not any("amx_tile" in line.split() for line in cpuinfo.splitlines()
-                   if line.startswith("flags"))
-
 
 class LlamaChatEngine:
     """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.

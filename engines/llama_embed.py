@@ -12,10 +12,12 @@ llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 
+from hypnos.engines.llama_cpu import extra_buffers_ok
 from hypnos.engines.base import (
     ContextOverflow, EmbedResult, EngineError, EngineUnavailable, LoadReport, LoadSpec,
 )
@@ -123,16 +125,41 @@ class LlamaEmbedder:
 _POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _model_params(extra_buffers: bool):
+    """``Llama`` builds its model parameters itself and has no argument for
+    ``use_extra_bufts``: while this is held, the defaults it reads carry our value (the chat
+    engine's AMX rule, ``extra_buffers_ok``)."""
+    import llama_cpp.llama as high
+    with _PARAMS_LOCK:
+        original = high.llama_cpp.llama_model_default_params
+
+        def defaults():
+            params = original()
+            params.use_extra_bufts = extra_buffers
+            return params
+
+        high.llama_cpp.llama_model_default_params = defaults
+        try:
+            yield
+        finally:
+            high.llama_cpp.llama_model_default_params = original
+
+
 def _build(llama_cpp, spec: LoadSpec, pooling: int):
     """``Llama`` in embedding mode whose context and batch hold ``spec.context_len`` tokens
     (one text must fit one micro-batch for non-causal encoders). Blocks."""
     n_ctx = spec.context_len or DEFAULT_CONTEXT
     threads = spec.threads or len(os.sched_getaffinity(0))
     try:
-        return llama_cpp.Llama(
-            model_path=str(spec.weights_path), embedding=True, pooling_type=pooling,
-            n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=threads,
-            n_threads_batch=threads, n_gpu_layers=spec.gpu_layers, verbose=False)
+        with _model_params(extra_buffers=extra_buffers_ok()):
+            return llama_cpp.Llama(
+                model_path=str(spec.weights_path), embedding=True, pooling_type=pooling,
+                n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=threads,
+                n_threads_batch=threads, n_gpu_layers=spec.gpu_layers, verbose=False)
     except ValueError as exc:          # llama-cpp-python's "Failed to load model" and kin
         raise EngineError(f"{spec.model_id}: llama.cpp refused "
                           f"{spec.weights_path.name}: {exc}") from exc

@@ -1,4 +1,4 @@
-"""run.sh's GPU detection (tools/gpu_install.py) with a fake ``nvidia-smi`` (and ``nvcc``) on
+"""run.sh's GPU detection (cli/gpu_install.py) with a fake ``nvidia-smi`` (and ``nvcc``) on
 PATH, through ``HYPNOS_DRY_RUN=1 ./run.sh``: it prints what it would install and installs
 nothing. Pure and fast; no real toolkit, compiler or GPU is used."""
 import os
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "cli"))
 import gpu_install  # noqa: E402
 
 CPU_INSTALL = ['pip install -q --upgrade pip setuptools wheel', 'pip install -q torch==2.13.0',

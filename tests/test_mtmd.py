@@ -17,7 +17,7 @@ from PIL import Image
 from conftest import require_smollm2
 from tiny_mmproj import TinyVision, write_tiny_mmproj
 
-from hypnos.engines.llama import extra_buffers_ok
+from hypnos.engines.llama_cpu import extra_buffers_ok
 from hypnos.engines.base import EngineError
 from hypnos.engines.llama_mtmd import MediaDecodeError, Projector
 
