@@ -248,3 +248,15 @@ def test_response_format_grammars_admit_json_and_refuse_prose():
     any_object, status = response_grammar({"type": "json_object"})
     assert status == "applied" and accepts(any_object, '{"x": [1, {"y": null}]}')
     assert response_grammar({"type": "yaml"}) == (None, "ignored_unknown_type")
+
+
+@pytest.mark.parametrize("case", ["hermes", "json", "llama3", "mistral"])
+def test_a_raw_control_character_the_json_grammar_admits_is_read(case):
+    """llama.cpp's JSON string rule admits a raw tab or line break inside a string, which a
+    strict JSON reader refuses: the parser reads them (regression guard for strict=True)."""
+    text = render(case, "get_weather", {"city": "Paris"}, True, "compact").replace(
+        '"Paris"', '"Pa\tr\nis"')
+    prefix, grammar = forced(case, "get_weather", True)
+    assert accepts(grammar, text)
+    calls = CASES[case].parse(prefix + text, TOOLS)
+    assert json.loads(calls[0].arguments) == {"city": "Pa\tr\nis"}
