@@ -53,10 +53,13 @@ def test_whisper_and_kokoro_go_on_a_24g_nvidia_gpu():
     assert r.exit_code == 0, r.output
     body = json.loads(r.output)
     by_name = {m["id"].split(":")[0]: m for m in body["models"]}
-    assert {"whisper", "kokoro-82m-v1.0"} <= set(by_name)
-    assert not by_name["whisper"]["runs_on_cpu"]
-    assert not by_name["kokoro-82m-v1.0"]["runs_on_cpu"]
-    assert sum(m["resident_bytes"] for m in body["models"]) <= body["budgets"]["tier1_bytes"]
+    assert "kokoro-82m-v1.0" in by_name
+    voice = [m for m in body["models"] if "voice" in m["serves"]]
+    assert len(voice) >= 2                # speech-to-text (whisper or Gemma 4 E4B) and Kokoro
+    assert not [m["id"] for m in voice if m["runs_on_cpu"]]
+    # What starts in VRAM fits it (the others wait in RAM until a request needs them).
+    in_vram = [m for m in body["models"] if m["initial_tier"] == "tier1_gpu_vram"]
+    assert sum(m["resident_bytes"] for m in in_vram) <= body["budgets"]["tier1_bytes"]
 
 
 def test_config_output_loads():

@@ -132,7 +132,9 @@ def test_hypnos_serve_with_and_without_playground(tmp_path):
         assert resp.status_code == 404 and resp.json()["error"]["type"] == "not_found"
         assert httpx.get(off.base + "/playground/app.js", timeout=10).status_code == 404
         models = httpx.get(off.base + "/v1/models", timeout=10)
-        assert models.status_code == 200 and models.json() == {"object": "list", "data": []}
+        listed = models.json()
+        assert models.status_code == 200 and listed["object"] == "list" and listed["data"] == []
+        assert listed["accelerator"] is False and listed["backend"] == "cpu"   # a CPU build
     finally:
         off.stop()
 
