@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from hypnos.engines.chat_format import ToolCall, ToolCallError
+from hypnos.engines.tool_dialects import ToolCall, ToolCallError
 
 
 class EngineError(Exception):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypnos.engines.chat_format import (CallParseError, ThinkDialect, ToolCall, ToolCallError,
-                                        ToolDialect)
+from hypnos.engines.chat_format import ThinkDialect
+from hypnos.engines.tool_dialects import CallParseError, ToolCall, ToolCallError, ToolDialect
 
 
 def _partial_tail(text: str, markers) -> int:

@@ -15,36 +15,34 @@ llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
 """
 from __future__ import annotations
 
-import codecs
 import logging
 import os
-import queue
 import threading
 import time
 
 from dataclasses import dataclass
 
 from hypnos.engines.base import (
-    ChatDelta, ChatRequest, ChatResult, ChatTimings, ContextOverflow, EngineError,
-    EngineUnavailable, InvalidGrammar, LoadReport, LoadSpec, OnToken, SessionMismatch,
-    TokenLogprob,
+    ChatRequest, ChatResult, ContextOverflow, EngineError,
+    EngineUnavailable, InvalidGrammar, LoadReport, LoadSpec, OnToken,
 )
 from hypnos.engines import devices, ggml_log, llama_state
 from hypnos.engines.ggml_log import route_once
 from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
-from hypnos.engines.llama_batch import DecodeLoop, Job, Sampling, ThinkBudget, grammar_sampler
+from hypnos.engines.llama_answer import AnswerReader, collect, timings
+from hypnos.engines.llama_sessions import KVStateMixin
+from hypnos.engines.llama_batch import DecodeLoop, Job
+from hypnos.engines.llama_sampling import Sampling, ThinkBudget, grammar_sampler
 from hypnos.engines.llama_cpu import extra_buffers_ok
-from hypnos.engines.llama_state import KVLayout, ParkedKV
+from hypnos.engines.llama_state import KVLayout
 from hypnos.engines.tool_grammar import response_grammar
 
 log = logging.getLogger(__name__)
 
 DEFAULT_N_BATCH = 512
-#: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
-CANCEL_POLL_S = 0.05
 
-class LlamaChatEngine:
+class LlamaChatEngine(KVStateMixin):
     """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
 
     ``chat`` may be called from up to ``slots`` threads at once (more wait, FIFO, and report
@@ -254,7 +252,7 @@ class LlamaChatEngine:
                 loop.submit(job)
             except RuntimeError as exc:
                 raise EngineError("model unloaded") from exc
-            finish, delivered = _collect(loop, job, reader, cancel)
+            finish, delivered = collect(loop, job, reader, cancel)
         finally:
             if built.chunks is not None:
                 built.chunks.free()
@@ -266,7 +264,7 @@ class LlamaChatEngine:
                                  f"before it closed; {error.message}")
         return ChatResult(text=reader.content, finish_reason=finish,
                           prompt_tokens=len(prompt), completion_tokens=delivered,
-                          cached_tokens=job.cached, timings=_timings(job, t_call),
+                          cached_tokens=job.cached, timings=timings(job, t_call),
                           reasoning=reader.reasoning, tool_calls=reader.splitter.calls,
                           tool_call_errors=reader.splitter.errors,
                           logprobs=reader.logprobs if req.logprobs else None,
@@ -347,91 +345,6 @@ class LlamaChatEngine:
             raise InvalidGrammar("the grammar is not valid GBNF with a 'root' rule")
         self._ll.llama_sampler_free(smpl)
 
-    # ------------------------------------------------------------------ KV parking
-
-    def park(self) -> ParkedKV | None:
-        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
-        given to ``restore`` after the next ``load``. Call while no request runs, before
-        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
-        if self._loop is None:
-            return None
-        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
-        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
-        return parked if parked.entries else None
-
-    def restore(self, parked: ParkedKV) -> tuple[int, float]:
-        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
-        restored, ms). Only a state parked from the same weights (fingerprint) and the same
-        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
-        before. ``parked`` is emptied either way (single use). Blocks."""
-        if (self._loop is None or not parked.entries or parked.layout != self.layout
-                or parked.fingerprint != self.fingerprint):
-            parked.drop()
-            return 0, 0.0
-        t0 = time.perf_counter()
-        restored = self._call(
-            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
-        parked.drop()
-        return restored, (time.perf_counter() - t0) * 1e3
-
-    # ------------------------------------------------------------------ sessions
-
-    def export_session(self, slot_or_key: int | str) -> bytes:
-        """A session blob (tokens, weights fingerprint, KV layout, KV state; checksummed)
-        of the slot bound to a session key, or of a slot index. Blocks about 1 ms per MB.
-        Raises SessionNotFound (no such key/slot, or it holds nothing) and SessionBusy (a
-        turn is running on it)."""
-        return self._call(lambda loop: llama_state.export_slot(
-            self._ll, self._ctx, loop, slot_or_key, self.fingerprint, self.layout))
-
-    def import_session(self, blob: bytes, key: str) -> int:
-        """Load a session blob into the slot bound to ``key`` (binding a free one); returns
-        the tokens now cached there. Raises SessionCorrupt (not an intact blob),
-        SessionMismatch (other weights, another KV type, or longer than a slot),
-        SessionCapacity (every slot bound to other keys), SessionBusy (the key's slot, or
-        every unbound slot, is generating)."""
-        session = llama_state.decode_session(blob)
-        if self._loop is None:
-            raise EngineError("model not loaded")
-        if session.fingerprint != self.fingerprint:
-            raise SessionMismatch("the session was made with other weights")
-        if not self.layout.accepts_session(session.layout, len(session.tokens)):
-            raise SessionMismatch(
-                f"the session ({len(session.tokens)} tokens, KV {session.layout}) does not fit "
-                f"a slot of this model ({self.n_ctx_per_slot} tokens)")
-        return self._call(
-            lambda loop: llama_state.import_slot(self._ll, self._ctx, loop, key, session))
-
-    def release_session(self, key: str) -> bool:
-        """Unbind ``key`` from its slot (the KV stays for prefix reuse until another
-        conversation needs the slot). Idempotent; False when it was not bound."""
-        loop = self._loop
-        return loop.release(key) if loop is not None else False
-
-    def sessions(self) -> dict[str, int]:
-        """Bound session keys -> tokens cached in their slot."""
-        loop = self._loop
-        if loop is None:
-            return {}
-        with loop.cond:
-            return {s.key: len(s.tokens) for s in loop.slots if s.key is not None}
-
-    @property
-    def max_sessions(self) -> int:
-        return self.slots
-
-    def _call(self, fn):
-        """``fn(loop)`` on the decode thread (see ``DecodeLoop.call``)."""
-        loop = self._loop
-        if loop is None:
-            raise EngineError("model not loaded")
-        try:
-            return loop.call(lambda: fn(loop))
-        except RuntimeError as exc:
-            if loop.closing:
-                raise EngineError("model unloaded") from exc
-            raise
-
     # ------------------------------------------------------------------ prompt
 
     def render_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
@@ -478,99 +391,6 @@ class _Built:
     format_status: str | None = None           # how response_format was applied
 
 
-class AnswerReader:
-    """Turns generated text into ``ChatDelta``s: stop strings first, then the splitter
-    (thinking / content / tool calls). Keeps the whole answer for the final result."""
-
-    def __init__(self, splitter: AnswerSplitter, stopper: StopMatcher,
-                 on_delta: OnToken | None, logprobs: bool):
-        self.splitter = splitter
-        self.stopper = stopper
-        self.on_delta = on_delta
-        self.want_logprobs = logprobs
-        self.pending: list[TokenLogprob] = []
-        self.logprobs: list[TokenLogprob] = []
-        self.content_parts: list[str] = []
-        self.reasoning_parts: list[str] = []
-
-    @property
-    def content(self) -> str:
-        return "".join(self.content_parts)
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(self.reasoning_parts)
-
-    def token(self, text: str, raw: bytes, logprob) -> bool:
-        """One token's text (and its logprob); False once a stop string was hit."""
-        if self.want_logprobs and logprob is not None:
-            entry = TokenLogprob(raw.decode("utf-8", "replace"), list(raw), logprob[0],
-                                 [(b.decode("utf-8", "replace"), list(b), lp)
-                                  for b, lp in logprob[1]])
-            self.pending.append(entry)
-            self.logprobs.append(entry)
-        self._emit(self.splitter.feed(self.stopper.feed(text)))
-        return not self.stopper.hit
-
-    def finish(self) -> None:
-        self._emit(self.splitter.feed(self.stopper.flush()) + self.splitter.finish())
-        if self.pending and self.on_delta is not None:
-            self.on_delta(ChatDelta(logprobs=self.pending))
-        self.pending = []
-
-    def _emit(self, pieces) -> None:
-        for piece in pieces:
-            if piece.kind == "call":
-                delta = ChatDelta(tool_call=piece.call)
-            elif piece.kind == "reasoning":
-                self.reasoning_parts.append(piece.text)
-                delta = ChatDelta(reasoning=piece.text)
-            else:
-                self.content_parts.append(piece.text)
-                delta = ChatDelta(content=piece.text)
-            delta.logprobs, self.pending = self.pending, []
-            if self.on_delta is not None:
-                self.on_delta(delta)
-
-
-def _collect(loop: DecodeLoop, job: Job, reader: AnswerReader,
-             cancel: threading.Event) -> tuple[str, int]:
-    """Feed the job's tokens to ``reader`` until the job ends, a stop string is hit or
-    ``cancel`` is set. Returns (finish_reason, tokens delivered). Incomplete UTF-8
-    sequences are held back (and dropped if the answer ends inside one)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    delivered = 0
-    try:
-        while True:
-            if cancel.is_set():
-                _abandon(loop, job)
-                reader.finish()
-                return "cancelled", delivered
-            try:
-                event = job.events.get(timeout=CANCEL_POLL_S)
-            except queue.Empty:
-                continue
-            kind, value = event[0], event[1]
-            if kind == "done":
-                reader.finish()
-                return value, delivered
-            if kind == "error":
-                raise EngineError(value)
-            delivered += 1
-            if not reader.token(decoder.decode(value), value, event[2]):
-                _abandon(loop, job)            # a stop string: the rest is not wanted
-                reader.finish()
-                return "stop", delivered
-    except BaseException:
-        _abandon(loop, job)                    # e.g. on_text raised: free the slot
-        raise
-
-
-def _abandon(loop: DecodeLoop, job: Job) -> None:
-    job.stop.set()                             # the decode thread frees the slot
-    loop.withdraw(job)
-
-
 def _text_message(message: dict, marker: str | None = None) -> dict:
     """A message whose content is plain text: text parts joined, each media part replaced
     by the projector's ``marker`` where it appears (a marker typed in the text is removed,
@@ -591,24 +411,3 @@ def _text_message(message: dict, marker: str | None = None) -> dict:
     elif isinstance(content, str) and marker:
         content = content.replace(marker, "")
     return {**message, "content": content if content is not None else ""}
-
-
-def _timings(job: Job, t_call: float) -> ChatTimings:
-    """Wall-clock timings of a job (llama_perf_context reads zeros through the bindings)."""
-    now = time.perf_counter()
-    t_assigned = job.t_assigned or now             # never got a slot: queued until now
-    t_first = job.t_first
-    t_done = job.t_done or now
-    prefill_s = (t_first - t_assigned) if t_first else 0.0
-    decode_s = (t_done - t_first) if t_first else 0.0
-    evaluated = len(job.prompt) - job.cached
-    return ChatTimings(
-        queue_ms=(t_assigned - job.t_submit) * 1e3,
-        prefill_ms=prefill_s * 1e3,
-        decode_ms=decode_s * 1e3,
-        ttft_ms=(t_first - t_call) * 1e3 if t_first else 0.0,
-        prefill_tokens_per_s=evaluated / prefill_s if prefill_s > 0 else 0.0,
-        decode_tokens_per_s=(job.sampled - 1) / decode_s if decode_s > 0 else 0.0,
-        cached_tokens=job.cached,
-        concurrent_slots=max(job.concurrent, 1),
-    )

@@ -273,14 +273,16 @@ def response_grammar(response_format: dict,
         return None, "ignored_unknown_type"
     if convert is None:
         from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
-    any_object = convert(json.dumps({"type": "object"}))
+    def any_object() -> str:
+        return convert(json.dumps({"type": "object"}))
+
     if kind == "json_object":
-        return any_object, "applied"
+        return any_object(), "applied"
     spec = response_format.get("json_schema") or {}
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
-        return any_object, "schema_downgraded"
+        return any_object(), "schema_downgraded"
     try:
         return convert(json.dumps(schema)), "applied"
     except Exception:               # a schema feature the converter lacks
-        return any_object, "schema_downgraded"
+        return any_object(), "schema_downgraded"

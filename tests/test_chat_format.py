@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from hypnos.engines.chat_format import (
+from hypnos.engines.chat_format import detect, prepare, think_budget
+from hypnos.engines.tool_dialects import (
     GemmaDialect, HermesDialect, JsonDialect, LfmDialect, Llama3Dialect, MistralDialect,
-    Qwen3CoderDialect, CallParseError, detect, prepare, think_budget)
+    Qwen3CoderDialect, CallParseError)
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
 
 TOOLS = [{"type": "function", "function": {

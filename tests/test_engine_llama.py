@@ -11,8 +11,10 @@ from hypnos.engines.base import (
     ChatRequest, ContextOverflow, EngineError, InvalidGrammar, LoadSpec,
 )
 from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
-from hypnos.engines.llama import AnswerReader, LlamaChatEngine, _collect
-from hypnos.engines.llama_batch import Job, Sampling, Slot, pick_slot
+from hypnos.engines.llama import LlamaChatEngine
+from hypnos.engines.llama_answer import AnswerReader, collect
+from hypnos.engines.llama_batch import Job, Slot, pick_slot
+from hypnos.engines.llama_sampling import Sampling
 
 MODEL = (Path(__file__).resolve().parents[1]
          / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -182,7 +184,7 @@ def test_incomplete_utf8_is_held_back():
     pieces: list[str] = []
     reader = AnswerReader(AnswerSplitter(), StopMatcher([]),
                           lambda delta: pieces.append(delta.content), logprobs=False)
-    finish, delivered = _collect(None, job, reader, threading.Event())
+    finish, delivered = collect(None, job, reader, threading.Event())
     assert pieces == ["caf", "é ", "€"]
     assert (reader.content, finish, delivered) == ("café €", "length", 4)
 
@@ -328,9 +330,9 @@ def test_a_job_failing_to_start_fails_alone(four_slots):
     loop.submit(good)
     reader = lambda: AnswerReader(AnswerSplitter(), StopMatcher([]), None, False)  # noqa: E731
     with pytest.raises(EngineError, match="could not start"):
-        _collect(loop, bad, reader(), threading.Event())
+        collect(loop, bad, reader(), threading.Event())
     good_reader = reader()
-    finish, delivered = _collect(loop, good, good_reader, threading.Event())
+    finish, delivered = collect(loop, good, good_reader, threading.Event())
     assert (finish, delivered) == ("length", 4) and good_reader.content
 
 

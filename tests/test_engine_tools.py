@@ -13,7 +13,7 @@ import pytest
 
 from conftest import require_smollm2
 from hypnos.engines.base import ChatRequest, LoadSpec
-from hypnos.engines.chat_format import DIALECTS
+from hypnos.engines.tool_dialects import DIALECTS
 from hypnos.engines.llama import LlamaChatEngine
 
 pytestmark = pytest.mark.real

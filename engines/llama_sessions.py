@@ -1,0 +1,98 @@
+"""KV parking and sessions of ``LlamaChatEngine``: every per-slot KV state move (park /
+restore across a swap, export / import of a session blob) runs on the decode thread
+through ``llama_state``. A mixin over the engine's ``_loop``, ``_ll``, ``_ctx``, ``layout``,
+``fingerprint``, ``model_id``, ``slots`` and ``n_ctx_per_slot``."""
+from __future__ import annotations
+
+import time
+
+from hypnos.engines import llama_state
+from hypnos.engines.base import EngineError, SessionMismatch
+from hypnos.engines.llama_state import ParkedKV
+
+
+class KVStateMixin:
+    # ------------------------------------------------------------------ KV parking
+
+    def park(self) -> ParkedKV | None:
+        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
+        given to ``restore`` after the next ``load``. Call while no request runs, before
+        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
+        if self._loop is None:
+            return None
+        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
+        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
+        return parked if parked.entries else None
+
+    def restore(self, parked: ParkedKV) -> tuple[int, float]:
+        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
+        restored, ms). Only a state parked from the same weights (fingerprint) and the same
+        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
+        before. ``parked`` is emptied either way (single use). Blocks."""
+        if (self._loop is None or not parked.entries or parked.layout != self.layout
+                or parked.fingerprint != self.fingerprint):
+            parked.drop()
+            return 0, 0.0
+        t0 = time.perf_counter()
+        restored = self._call(
+            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
+        parked.drop()
+        return restored, (time.perf_counter() - t0) * 1e3
+
+    # ------------------------------------------------------------------ sessions
+
+    def export_session(self, slot_or_key: int | str) -> bytes:
+        """A session blob (tokens, weights fingerprint, KV layout, KV state; checksummed)
+        of the slot bound to a session key, or of a slot index. Blocks about 1 ms per MB.
+        Raises SessionNotFound (no such key/slot, or it holds nothing) and SessionBusy (a
+        turn is running on it)."""
+        return self._call(lambda loop: llama_state.export_slot(
+            self._ll, self._ctx, loop, slot_or_key, self.fingerprint, self.layout))
+
+    def import_session(self, blob: bytes, key: str) -> int:
+        """Load a session blob into the slot bound to ``key`` (binding a free one); returns
+        the tokens now cached there. Raises SessionCorrupt (not an intact blob),
+        SessionMismatch (other weights, another KV type, or longer than a slot),
+        SessionCapacity (every slot bound to other keys), SessionBusy (the key's slot, or
+        every unbound slot, is generating)."""
+        session = llama_state.decode_session(blob)
+        if self._loop is None:
+            raise EngineError("model not loaded")
+        if session.fingerprint != self.fingerprint:
+            raise SessionMismatch("the session was made with other weights")
+        if not self.layout.accepts_session(session.layout, len(session.tokens)):
+            raise SessionMismatch(
+                f"the session ({len(session.tokens)} tokens, KV {session.layout}) does not fit "
+                f"a slot of this model ({self.n_ctx_per_slot} tokens)")
+        return self._call(
+            lambda loop: llama_state.import_slot(self._ll, self._ctx, loop, key, session))
+
+    def release_session(self, key: str) -> bool:
+        """Unbind ``key`` from its slot (the KV stays for prefix reuse until another
+        conversation needs the slot). Idempotent; False when it was not bound."""
+        loop = self._loop
+        return loop.release(key) if loop is not None else False
+
+    def sessions(self) -> dict[str, int]:
+        """Bound session keys -> tokens cached in their slot."""
+        loop = self._loop
+        if loop is None:
+            return {}
+        with loop.cond:
+            return {s.key: len(s.tokens) for s in loop.slots if s.key is not None}
+
+    @property
+    def max_sessions(self) -> int:
+        return self.slots
+
+    def _call(self, fn):
+        """``fn(loop)`` on the decode thread (see ``DecodeLoop.call``)."""
+        loop = self._loop
+        if loop is None:
+            raise EngineError("model not loaded")
+        try:
+            return loop.call(lambda: fn(loop))
+        except RuntimeError as exc:
+            if loop.closing:
+                raise EngineError("model unloaded") from exc
+            raise
