@@ -9,7 +9,8 @@ runs with the system python3 before the venv exists, and with the venv's python 
 
 Detection: HYPNOS_GPU=cuda|cpu|auto (default auto). auto uses CUDA when ``nvidia-smi`` reports
 a GPU and a toolkit can build for it: the system one (``nvcc`` on PATH, or $CUDA_HOME/bin),
-else CUDA 13 from PyPI, which needs driver >= 580 and compute capability >= 7.5. Apple
+else CUDA 13 from PyPI, which needs driver >= 580 and compute capability >= 7.5
+(HYPNOS_CUDA_TOOLKIT=system|pypi|auto forces one). Apple
 Silicon: llama.cpp's default build has Metal, nothing else is installed. The facts behind the
 steps (22-minute build on 2 cores, the three toolkit fixes) are in ARCHITECTURE.md.
 """
@@ -107,7 +108,12 @@ def detect(env=os.environ) -> Plan:
         return _refuse(want, "nvidia-smi reports no NVIDIA GPU (no driver, or not on PATH)")
     name, cap, driver = gpu
     plan = Plan("cuda", "", gpu=name, arch=cap.replace(".", ""), driver=driver)
-    nvcc = system_nvcc()
+    toolkit = (env.get("HYPNOS_CUDA_TOOLKIT") or "auto").strip().lower()
+    if toolkit not in ("auto", "system", "pypi"):
+        raise PlanError(f"HYPNOS_CUDA_TOOLKIT must be system, pypi or auto, not {toolkit!r}")
+    nvcc = system_nvcc() if toolkit != "pypi" else None
+    if nvcc is None and toolkit == "system":
+        raise PlanError("HYPNOS_CUDA_TOOLKIT=system, but no nvcc on PATH or in $CUDA_HOME/bin")
     if nvcc is not None:
         plan.nvcc, plan.toolkit = nvcc[0], f"system-{nvcc[1]}"
         plan.reason = f"{name} (compute {cap}, driver {driver}); system CUDA {nvcc[1]}"
@@ -308,6 +314,10 @@ def build(plan: Plan, venv: Path, root: Path) -> None:
         wheels = sorted(out.glob("llama_cpp_python-*.whl"))
     run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheels[-1])])
     if not check_offload(venv):
+        if not Path("/dev/nvidiactl").exists():
+            raise SystemExit("hypnos: llama-cpp-python was compiled with CUDA, but this host "
+                             "has no NVIDIA driver (no /dev/nvidiactl, no libcuda.so.1) to "
+                             "load it; nvidia-smi reported a GPU that is not here")
         raise SystemExit("hypnos: the CUDA build of llama-cpp-python cannot offload to the GPU "
                          "(llama_supports_gpu_offload() is False); check nvidia-smi, or use "
                          "HYPNOS_GPU=cpu")

@@ -119,3 +119,14 @@ extern CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     dyn = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
     assert "libcuda.so.1" in dyn      # links as the driver's soname; the driver runs
     assert lib.parent == tmp_path / "lib64" / "stubs"
+
+
+def test_hypnos_cuda_toolkit_forces_pypi_or_system(tmp_path):
+    r = dry_run(tmp_path / "pypi", smi=H200, nvcc=NVCC, HYPNOS_CUDA_TOOLKIT="pypi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("hypnos: GPU: cuda sm90 pypi-13.0")
+    assert "cuda-toolkit[" in r.stdout and f"{tmp_path}/pypi/bin/nvcc" not in r.stdout
+    missing = dry_run(tmp_path / "system", smi=H200, HYPNOS_CUDA_TOOLKIT="system")
+    assert missing.returncode != 0 and "HYPNOS_CUDA_TOOLKIT=system, but no nvcc" in missing.stderr
+    bad = dry_run(tmp_path / "bad", smi=H200, HYPNOS_CUDA_TOOLKIT="conda")
+    assert bad.returncode != 0 and "HYPNOS_CUDA_TOOLKIT must be" in bad.stderr
