@@ -54,3 +54,25 @@ def create_engine(kind: str, modality: str | None = None):
 def is_available(kind: str, modality: str | None = None) -> bool:
     entry = _entry(kind, modality)
     return entry is not None and _module_exists(entry[0])
+
+
+# What each engine class implements, by name, so the service can refuse a request before it
+# loads anything (and without importing the engine's library).
+CHAT, COMPLETE, EMBED, TRANSCRIBE, SPEAK = "chat", "complete", "embed", "transcribe", "speak"
+CONVERT, EXTRACT, IMAGES, PARK, SESSIONS = ("convert", "extract", "generate_images", "park",
+                                            "sessions")
+CAPABILITIES = {
+    "LlamaChatEngine": frozenset({CHAT, COMPLETE, PARK, SESSIONS}),
+    "LlamaEmbedder": frozenset({EMBED}),
+    "OnnxEmbedder": frozenset({EMBED}),
+    "KokoroSpeaker": frozenset({SPEAK}),
+    "WhisperTranscriber": frozenset({TRANSCRIBE}),
+    "DoclingConverter": frozenset({CONVERT}),
+    "GlinerExtractor": frozenset({EXTRACT}),
+    "DiffusionGenerator": frozenset({IMAGES}),
+}
+
+
+def capabilities(kind: str, modality: str | None = None) -> frozenset[str]:
+    entry = _entry(kind, modality)
+    return CAPABILITIES.get(entry[1], frozenset()) if entry else frozenset()

@@ -1,7 +1,9 @@
-"""One error root and a subclass per row of the spec's error table (section 4).
+"""One error root and a subclass per row of the spec's error table (section 4), and the one
+map from an engine's errors to them (``from_engine``).
 
-Routes and the scheduler raise these; `install_error_handlers` renders every one of them as
-the spec's envelope. Anything else becomes a 500 ``server_error`` naming the request id.
+Routes, the inference layer and the scheduler raise these; `install_error_handlers` renders
+every one of them as the spec's envelope. Anything else becomes a 500 ``server_error`` naming
+the request id. A new engine error is one line in ``from_engine``.
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from sanic.exceptions import (BadRequest, HeaderNotFound, MethodNotAllowed, NotF
                               ServiceUnavailable)
 from sanic.response import json as json_response
 from sanic.response import text as text_response
+
+from hypnos.engines import base as eng
+from hypnos.engines.llama_mtmd import MediaDecodeError
 
 log = logging.getLogger("hypnos.errors")
 
@@ -112,6 +117,47 @@ class ServerError(HypnosError):
     status, type = 500, "server_error"
 
 
+class ContextOverBudget(HypnosError):
+    """A prompt past the model's effective window (Pantheon's 422): never truncated."""
+    status, type, code = 422, "context_over_budget", "context_over_budget"
+
+    def __init__(self, prompt_tokens: int, cap: int):
+        super().__init__(f"The prompt takes {prompt_tokens} tokens, past this model's context "
+                         f"window of {cap} tokens (kv_used={prompt_tokens}, kv_cap={cap}); "
+                         "shorten the conversation", param="messages")
+        self.kv_used, self.kv_cap = prompt_tokens, cap
+
+    def body(self) -> dict:
+        out = super().body()
+        out["error"].update(kv_used=self.kv_used, kv_cap=self.kv_cap)
+        return out
+
+
+class SessionNotFound(HypnosError):
+    status, type = 404, "session_not_found"
+
+
+class BusySession(HypnosError):
+    status, type = 429, "session_busy"
+
+
+class BadSessionBlob(HypnosError):
+    status, type = 400, "bad_session_blob"
+
+
+class SessionConflict(HypnosError):
+    status, type = 409, "session_weights_mismatch"
+
+
+class AtSessionCapacity(HypnosError):
+    status, type = 429, "model_at_session_capacity"
+
+
+class DoesNotFitAlone(InsufficientMemory):
+    """The model does not fit its tier even with every other model evicted: a
+    configuration problem, not contention (the message says what to change)."""
+
+
 # Refusals decided by the scheduler (hypnos_scheduler_admissions_rejected_total).
 ADMISSION_TYPES = ("model_busy", "deadline_unmeetable", "insufficient_vram_or_ram",
                    "process_memory_cap")
@@ -121,6 +167,41 @@ STAGING_MESSAGE = ("Hypnos is still pre-staging its startup models; retry shortl
 
 def staging_error() -> ModelNotAvailable:
     return ModelNotAvailable(STAGING_MESSAGE, headers={"Retry-After": "5"})
+
+
+def from_engine(exc: Exception, *, param: str | None = None, window: int | None = None,
+                what: str = "The engine") -> HypnosError:
+    """The one engine-error -> HTTP map. ``param`` names the request field the engine read
+    (``input``, ``file``, ``messages``...); ``window`` is the model's context window, for a
+    chat prompt past it (a 422 with the KV numbers). Anything not listed is a 500 saying
+    "<what> failed"."""
+    if isinstance(exc, HypnosError):
+        return exc
+    if isinstance(exc, MediaDecodeError):
+        return InvalidRequest(f"A media part could not be read: {exc}", param="messages")
+    if isinstance(exc, eng.ContextOverflow):
+        if window is not None:
+            return ContextOverBudget(exc.prompt_tokens, window or exc.cap)
+        return InvalidRequest(str(exc), param=param)
+    if isinstance(exc, eng.AudioDecodeError):
+        return InvalidRequest(f"The '{param}' upload is not audio that can be decoded: {exc}",
+                              param=param)
+    if isinstance(exc, eng.UnsupportedDocument):
+        return InvalidRequest(f"The document cannot be converted: {exc}",
+                              param="pages" if isinstance(exc, eng.BadPageRange) else "file")
+    if isinstance(exc, eng.InvalidGrammar):
+        return InvalidRequest(str(exc))
+    if isinstance(exc, eng.SessionCapacity):
+        return AtSessionCapacity(str(exc), headers={"Retry-After": "30"})
+    if isinstance(exc, eng.SessionBusy):
+        return BusySession(str(exc))
+    if isinstance(exc, eng.SessionCorrupt):
+        return BadSessionBlob(str(exc))
+    if isinstance(exc, eng.SessionMismatch):
+        return SessionConflict(str(exc))
+    if isinstance(exc, eng.SessionNotFound):
+        return SessionNotFound(str(exc))
+    return ServerError(f"{what} failed: {exc}")
 
 
 def error_response(exc: HypnosError):

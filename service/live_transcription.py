@@ -25,8 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from hypnos.engines.base import TranscribeRequest
 from hypnos.service import errors
 from hypnos.service.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
-from hypnos.service.route_transcriptions import (check_stt_model, parse_hotwords,
-                                                 parse_language, transcribe_leased)
+from hypnos.service.inference.capabilities import TRANSCRIPTION, require
+from hypnos.service.inference.transcription import transcribe
+from hypnos.service.wire.transcription import parse_hotwords, parse_language
 
 log = logging.getLogger("hypnos.live")
 
@@ -168,7 +169,7 @@ class LiveSession:
             return False
         try:
             o = self.opts = parse_opening(frame)
-            check_stt_model(self.sched, o.model)
+            require(self.sched, o.model, TRANSCRIPTION)
         except errors.HypnosError as exc:
             raise SessionEnd(exc.type, exc.message, param=exc.param) from None
         self.reader = PcmReader(o.format)
@@ -262,7 +263,7 @@ class LiveSession:
         span = {"id": job.id, "start": round(job.start / o.sample_rate, 3),
                 "end": round(job.end / o.sample_rate, 3)}
         try:
-            done = await transcribe_leased(self.sched, o.model, req)
+            done = await transcribe(self.sched, o.model, req)
         except errors.HypnosError as exc:
             # The utterance is lost (model busy, cannot load...); the session goes on.
             await self._send({"type": "error", "code": exc.type, "message": exc.message,

@@ -5,11 +5,10 @@ placeholder as ``> **Picture:** …``."""
 from __future__ import annotations
 
 import base64
-import threading
 
-from hypnos.engines.base import ChatRequest, ConvertedPage, EngineError
-from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
+from hypnos.engines.base import ChatRequest, ConvertedPage
+from hypnos.service.inference.capabilities import PICTURES, require
+from hypnos.service.inference.leased import leased_by
 
 PLACEHOLDER = "<!-- image -->"
 PROMPT = ("Describe this picture from a document in one or two sentences, for a reader who "
@@ -18,12 +17,8 @@ MAX_TOKENS = 160
 
 
 def check_vision_model(sched, model_id: str) -> None:
-    """404 when unknown or disabled, 400 when it does not serve vision."""
-    st = sched.get(model_id)
-    if "vision" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"describe_pictures names '{model_id}', which does not "
-                                    f"serve vision (its modality is {st.cfg.modality})",
-                                    param="describe_pictures")
+    """404 when unknown or disabled, 400 when it cannot describe pictures."""
+    require(sched, model_id, PICTURES, param="describe_pictures")
 
 
 def insert_descriptions(markdown: str, descriptions: list[str | None]) -> str:
@@ -46,10 +41,8 @@ async def describe_page(sched, model_id: str, page: ConvertedPage) -> int:
     if not any(p.data for p in page.pictures):
         return 0
     descriptions: list[str | None] = []
-    async with sched.lease(model_id) as lease:
-        if not callable(getattr(lease.engine, "chat", None)):
-            raise errors.ModelNotAvailable(f"The model '{model_id}' has no chat engine to "
-                                           "describe pictures with")
+    async with leased_by(sched, model_id, PICTURES, param="describe_pictures",
+                         checked=True) as call:
         for pic in page.pictures:
             if not pic.data:
                 descriptions.append(None)
@@ -58,12 +51,8 @@ async def describe_page(sched, model_id: str, page: ConvertedPage) -> int:
             req = ChatRequest(messages=[{"role": "user", "content": [
                 {"type": "text", "text": PROMPT},
                 {"type": "image_url", "image_url": {"url": uri}}]}], max_tokens=MAX_TOKENS)
-            try:
-                result = await run_engine(lease.engine.chat, req, None,
-                                          cancel=threading.Event())
-            except EngineError as exc:
-                raise errors.ServerError(f"Describing a picture of page {page.page} with "
-                                         f"'{model_id}' failed: {exc}") from None
+            result = await call.run(call.engine.chat, req, None, what=(
+                f"Describing a picture of page {page.page} with '{model_id}'"))
             descriptions.append(result.text)
     page.markdown = insert_descriptions(page.markdown, descriptions)
     return sum(1 for d in descriptions if d)

@@ -12,16 +12,16 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, EngineError
+from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult
 from hypnos.service import errors
 from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
                                          parse_stream)
-from hypnos.service.generation import (choice_requests, choice_seeds, merged_timings, run_choices,
-                                       stream_choices, usage)
-from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.route_chat import (check_text_model, engine_error, record,
-                                       send_stream_error, sse)
-from hypnos.service.telemetry import engine_timings, telemetry, wait_headers
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.inference.leased import LeasedCall
+from hypnos.service.inference.text import (check_text_model, choice_requests, choice_seeds,
+                                           record, run_choices, stream_choices, text_lease,
+                                           text_telemetry, usage)
+from hypnos.service.sse import send_stream_error, sse
 from hypnos.service.openapi import endpoint, ANY_OBJECT
 
 bp = Blueprint("completions")
@@ -83,47 +83,34 @@ async def completions(request: Request):
     n, n_status = parse_n(body)
     req = ChatRequest(messages=[], prompt=prompt, logprobs=top is not None, top_logprobs=top or 0,
                       **parse_sampling(body, limits, default_max_tokens=16))
-    st = check_text_model(request, model)
-    sched = request.app.ctx.scheduler
-    window = sched.context_window(st)
+    st = check_text_model(request.app.ctx.scheduler, model)
+    window = request.app.ctx.scheduler.context_window(st)
     estimate = max(2048, len(prompt) // 4 + req.max_tokens)
-    async with sched.lease(model, deadline_ms=deadline_ms(request),
-                           context_len=min(estimate, window)) as lease:
+    async with text_lease(request, model, min(estimate, window)) as call:
         reqs = choice_requests(req, n)
         base = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion",
                 "created": int(time.time()), "model": model}
         if n_status:
             base["n_status"] = n_status
         base.update(choice_seeds(reqs))
-        started = time.monotonic()
         if stream:
-            return await _stream(request, lease, reqs, base, echo, include_usage, window)
-        try:
-            results = await run_choices(lease.engine, reqs)
-        except EngineError as exc:
-            raise engine_error(exc, window) from None
-        record(request, lease, results)
+            return await _stream(request, call, reqs, base, echo, include_usage, window)
+        results = await run_choices(call, reqs)
+        record(request, call, results)
         head = prompt if echo else ""
         out = {**base, "choices": [
             {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
              "logprobs": _legacy_logprobs(r, len(head)) if r.logprobs is not None else None}
             for i, r in enumerate(results)],
             "usage": usage(results, window),
-            "hypnos_telemetry": _telemetry(sched, lease, results, started)}
-        return json_response(out, headers=wait_headers(lease))
+            "hypnos_telemetry": text_telemetry(call, results)}
+        return json_response(out, headers=call.wait_headers())
 
 
-def _telemetry(sched, lease, results, started) -> dict:
-    timings = merged_timings(results)
-    timings.queue_ms += lease.queue_ms
-    return telemetry(lease, sched.placement_of(lease.model).to_wire(),
-                     (time.monotonic() - started) * 1000, engine_timings(timings))
-
-
-async def _stream(request, lease, reqs, base, echo, include_usage, window):
+async def _stream(request, call: LeasedCall, reqs, base, echo, include_usage, window):
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
-                                              **wait_headers(lease)})
+                                              **call.wait_headers()})
     choice = lambda i, text, finish=None, **extra: sse(  # noqa: E731
         {**base, "choices": [{"index": i, "text": text, "finish_reason": finish,
                               "logprobs": None, **extra}]})
@@ -135,16 +122,14 @@ async def _stream(request, lease, reqs, base, echo, include_usage, window):
         if d.content:
             await response.send(choice(index, d.content))
 
-    started = time.monotonic()
-    sched = request.app.ctx.scheduler
     try:
-        results = await stream_choices(lease.engine, reqs, send_delta,
+        results = await stream_choices(call, reqs, send_delta,
                                        lambda: response.send(": keep-alive\n\n"))
-    except EngineError as exc:
-        await send_stream_error(response, base, {"text": ""}, engine_error(exc, window))
+    except errors.HypnosError as exc:
+        await send_stream_error(response, base, {"text": ""}, exc)
         return None     # the response went out through request.respond()
-    record(request, lease, results)
-    tele = _telemetry(sched, lease, results, started)
+    record(request, call, results)
+    tele = text_telemetry(call, results)
     used = usage(results, window)
     for i, r in enumerate(results):
         last = i == len(results) - 1

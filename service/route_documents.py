@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import time
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse
@@ -19,17 +18,16 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import raw
 
-from hypnos.engines.base import (BadPageRange, ConvertedPage, EngineError, OpenedDocument,
-                                 UnsupportedDocument)
+from hypnos.engines.base import (ConvertedPage, OpenedDocument)
 from hypnos.service import errors
 from hypnos.service.document_request import ConvertParams, check_document, parse_convert
-from hypnos.service.engine_call import run_engine
-from hypnos.service.http import deadline_ms, require_ready
+from hypnos.service.inference.capabilities import DOCUMENTS, require
+from hypnos.service.inference.leased import LeasedCall, leased
+from hypnos.service.http import require_ready
 from hypnos.service.markdown_join import join_pages
 from hypnos.service.media import fetch_url
 from hypnos.service.picture_descriptions import check_vision_model, describe_page
 from hypnos.service.picture_store import PictureStore, PicturesTooLarge, StoredDocument
-from hypnos.service.telemetry import telemetry, wait_headers
 from hypnos.service.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("documents")
@@ -48,9 +46,9 @@ def picture_store(app) -> PictureStore:
 class Conversion:
     """One leased conversion: renders pages and the final body, files pictures."""
 
-    def __init__(self, request: Request, params: ConvertParams, lease, doc: OpenedDocument,
-                 started: float):
-        self.request, self.params, self.lease, self.doc = request, params, lease, doc
+    def __init__(self, request: Request, params: ConvertParams, call: LeasedCall,
+                 doc: OpenedDocument, started: float):
+        self.request, self.params, self.call, self.doc = request, params, call, doc
         self.stored: StoredDocument | None = (
             picture_store(request.app).create() if params.return_pictures else None)
         self.pages: list[ConvertedPage] = []
@@ -86,10 +84,9 @@ class Conversion:
 
     def final_body(self, pages: list[dict]) -> dict:
         inference_ms = (time.monotonic() - self.started) * 1000
-        sched = self.request.app.ctx.scheduler
         n = len(self.pages)
         engine = {"pages": n, "ms_per_page": round(inference_ms / n, 1) if n else 0.0,
-                  "queue_ms": round(self.lease.queue_ms, 2)}
+                  "queue_ms": self.call.queue_ms}
         return {**self.head(), "model": self.params.model,
                 "filename": self.params.document.filename or None, "format": self.doc.format,
                 "pipeline": self.doc.pipeline, "page_count": self.doc.page_count,
@@ -97,32 +94,7 @@ class Conversion:
                 "usage": {"pages": n, "pictures": sum(len(p.pictures) for p in self.pages),
                           "tables": sum(p.tables for p in self.pages),
                           "pictures_described": self.described},
-                "hypnos_telemetry": telemetry(self.lease,
-                                              sched.placement_of(self.lease.model).to_wire(),
-                                              inference_ms, engine)}
-
-
-def _check_model(request: Request, model_id: str) -> None:
-    st = request.app.ctx.scheduler.get(model_id)
-    if "document_conversion" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{model_id}' does not serve "
-                                    f"document_conversion (its modality is {st.cfg.modality})",
-                                    param="model")
-
-
-async def _open(engine, params: ConvertParams) -> OpenedDocument:
-    if not callable(getattr(engine, "open", None)):
-        raise errors.ModelNotAvailable(f"The model '{params.model}' has no document "
-                                       "converter in this version of Hypnos")
-    try:
-        return await run_engine(lambda req, _cancel: engine.open(req), params.document,
-                                cancel=threading.Event())
-    except UnsupportedDocument as exc:
-        param = "pages" if isinstance(exc, BadPageRange) else "file"
-        raise errors.InvalidRequest(f"The document cannot be converted: {exc}",
-                                    param=param) from None
-    except EngineError as exc:
-        raise errors.ServerError(f"The engine failed: {exc}") from None
+                "hypnos_telemetry": self.call.telemetry(engine, inference_ms=inference_ms)}
 
 
 async def _fetch(request: Request, params: ConvertParams) -> None:
@@ -160,27 +132,23 @@ CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
 async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)
-    _check_model(request, params.model)
+    require(request.app.ctx.scheduler, params.model, DOCUMENTS)
     if params.describe_pictures is not None:
         check_vision_model(request.app.ctx.scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
-    sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
+    async with leased(request, params.model, DOCUMENTS, param="file", checked=True) as call:
         started = time.monotonic()
-        doc = await _open(lease.engine, params)
-        conv = Conversion(request, params, lease, doc, started)
+        doc = await call.run(lambda req, _cancel: call.engine.open(req), params.document)
+        conv = Conversion(request, params, call, doc, started)
         if params.stream:
             return await _stream(conv)
-        try:
-            pages = await run_engine(lease.engine.convert_pages, doc, lambda _p: None,
-                                     cancel=threading.Event())
-        except EngineError as exc:
-            raise errors.ServerError(f"The conversion failed: {exc}") from None
+        pages = await call.run(call.engine.convert_pages, doc, lambda _p: None,
+                               what="The conversion")
         for page in pages:
             await conv.describe(page)
         body = conv.final_body([conv.page_body(p) for p in pages])
-    return json_response(body, headers=wait_headers(lease))
+    return json_response(body, headers=call.wait_headers())
 
 
 def _event(payload: dict) -> str:
@@ -190,7 +158,7 @@ def _event(payload: dict) -> str:
 async def _stream(conv: Conversion):
     doc = conv.doc
     response = await conv.request.respond(content_type="text/event-stream", headers={
-        "cache-control": "no-cache", **wait_headers(conv.lease)})
+        "cache-control": "no-cache", **conv.call.wait_headers()})
     started = {"object": "document.started", "page_count": doc.page_count,
                "pages": doc.pages, "format": doc.format, "pipeline": doc.pipeline}
     if conv.stored is not None:
@@ -198,10 +166,10 @@ async def _stream(conv: Conversion):
     await response.send(_event(started))
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    cancel = threading.Event()
-    task = asyncio.ensure_future(run_engine(
-        conv.lease.engine.convert_pages, doc,
-        lambda page: loop.call_soon_threadsafe(queue.put_nowait, page), cancel=cancel))
+    call = conv.call
+    task = asyncio.ensure_future(call.run(
+        call.engine.convert_pages, doc,
+        lambda page: loop.call_soon_threadsafe(queue.put_nowait, page), what="The conversion"))
     task.add_done_callback(lambda _t: loop.call_soon_threadsafe(queue.put_nowait, None))
     try:
         while (page := await _next(queue, response)) is not None:
@@ -209,14 +177,14 @@ async def _stream(conv: Conversion):
             await response.send(_event({"object": "document.page", **conv.page_body(page)}))
         task.result()
         await response.send(_event(conv.final_body([])))
-    except (EngineError, errors.HypnosError) as exc:
-        cancel.set()
+    except errors.HypnosError as exc:
+        call.cancel.set()
         await asyncio.wait({task})
-        message = exc.message if isinstance(exc, errors.HypnosError) else str(exc)
+        message = exc.message.removeprefix("The conversion failed: ")
         await response.send(_event({"object": "error", "error": {
             "message": f"The conversion failed: {message}", "type": "server_error"}}))
     except asyncio.CancelledError:
-        cancel.set()
+        call.cancel.set()
         await asyncio.wait({task})
         raise
     await response.send("data: [DONE]\n\n")

@@ -7,19 +7,16 @@ clients ask for by default and decode.
 from __future__ import annotations
 
 import base64
-import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ContextOverflow, EngineError
 from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
-from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.telemetry import telemetry
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.inference.capabilities import EMBEDDINGS
+from hypnos.service.inference.leased import leased
 from hypnos.service.openapi import INFERENCE_ERRORS, endpoint, json_object
 
 bp = Blueprint("embeddings")
@@ -67,14 +64,6 @@ def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
     return EmbeddingParams(model=model, texts=texts, encoding_format=fmt)
 
 
-def _check_model(request: Request, params: EmbeddingParams) -> None:
-    st = request.app.ctx.scheduler.get(params.model)
-    if "embeddings" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{params.model}' does not serve embeddings "
-                                    f"(its modality is {st.cfg.modality})", param="model")
-
-
-
 def encode(vector: list[float], fmt: str):
     if fmt == "base64":
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
@@ -99,33 +88,17 @@ EMBEDDINGS_SCHEMA = {"type": "object", "required": ["model", "input"], "properti
 async def embeddings(request: Request):
     require_ready(request)
     params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
-    _check_model(request, params)
-    sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
-        if not hasattr(lease.engine, "embed"):
-            raise errors.ModelNotAvailable(
-                f"The model '{params.model}' lists embeddings, but its engine "
-                f"({lease.model.cfg.engine}) cannot embed; give it modality = \"embeddings\"")
-        started = time.monotonic()
-        try:
-            result = await run_engine(lease.engine.embed, params.texts,
-                                          cancel=threading.Event())
-        except ContextOverflow as exc:
-            raise errors.InvalidRequest(str(exc), param="input") from None
-        except EngineError as exc:
-            raise errors.ServerError(f"The engine failed: {exc}") from None
-        inference_ms = (time.monotonic() - started) * 1000
-        placement = sched.placement_of(lease.model).to_wire()
-        wait = ({} if lease.estimated_wait_ms is None
-                else {"x-hypnos-estimated-wait-ms": f"{lease.estimated_wait_ms:.0f}"})
+    async with leased(request, params.model, EMBEDDINGS, param="input") as call:
+        result = await call.run(call.engine.embed, params.texts)
+        tele = call.telemetry({"queue_ms": call.queue_ms})
+        wait = call.wait_headers()
     body = {
         "object": "list", "model": params.model,
         "data": [{"object": "embedding", "index": i,
                   "embedding": encode(v, params.encoding_format)}
                  for i, v in enumerate(result.vectors)],
         "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
-        "hypnos_telemetry": telemetry(lease, placement, inference_ms,
-                                      {"queue_ms": round(lease.queue_ms, 2)}),
+        "hypnos_telemetry": tele,
     }
     request.ctx.result = result
     return json_response(body, headers=wait)

@@ -5,18 +5,16 @@ JavaScript clients convert before slicing strings with astral characters.
 """
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import EngineError, ExtractRequest
+from hypnos.engines.base import ExtractRequest
 from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
-from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.telemetry import telemetry, wait_headers
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.inference.capabilities import ENTITIES
+from hypnos.service.inference.leased import leased
 from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("entities")
@@ -68,13 +66,6 @@ def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
                                               threshold=float(threshold), flat=flat))
 
 
-def _check_model(request: Request, model_id: str) -> None:
-    st = request.app.ctx.scheduler.get(model_id)
-    if "entity_extraction" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{model_id}' does not serve entity_extraction "
-                                    f"(its modality is {st.cfg.modality})", param="model")
-
-
 ENTITIES_SCHEMA = {"type": "object", "required": ["model"], "properties": {
     "model": {"type": "string"}, "input": {"anyOf": [{"type": "string"}, {"type": "array"}]},
     "labels": {"anyOf": [{"type": "string"}, {"type": "array"}]},
@@ -87,20 +78,11 @@ ENTITIES_SCHEMA = {"type": "object", "required": ["model"], "properties": {
 async def entities(request: Request):
     require_ready(request)
     params = parse_entities(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
-    _check_model(request, params.model)
-    sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
-        if not callable(getattr(lease.engine, "extract", None)):
-            raise errors.ModelNotAvailable(f"The model '{params.model}' has no entity "
-                                           "extractor in this version of Hypnos")
-        started = time.monotonic()
-        try:
-            result = await run_engine(lease.engine.extract, params.request,
-                                      cancel=threading.Event())
-        except EngineError as exc:
-            raise errors.ServerError(f"The engine failed: {exc}") from None
-        inference_ms = (time.monotonic() - started) * 1000
-        placement = sched.placement_of(lease.model).to_wire()
+    async with leased(request, params.model, ENTITIES, param="input") as call:
+        result = await call.run(call.engine.extract, params.request)
+        tele = call.telemetry({"queue_ms": call.queue_ms, "windows": result.windows,
+                               "label_families": result.families})
+        wait = call.wait_headers()
     texts = params.request.texts
     body = {
         "object": "list", "model": params.model,
@@ -109,9 +91,7 @@ async def entities(request: Request):
              "score": round(e.score, 4)} for e in found]}
             for i, found in enumerate(result.entities)],
         "usage": {"texts": len(texts), "characters": sum(len(t) for t in texts)},
-        "hypnos_telemetry": telemetry(lease, placement, inference_ms, {
-            "queue_ms": round(lease.queue_ms, 2), "windows": result.windows,
-            "label_families": result.families}),
+        "hypnos_telemetry": tele,
     }
     request.ctx.result = result
-    return json_response(body, headers=wait_headers(lease))
+    return json_response(body, headers=wait)

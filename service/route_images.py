@@ -10,18 +10,17 @@ from __future__ import annotations
 import base64
 import re
 import secrets
-import threading
 import time
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import EngineError, ImageRequest
+from hypnos.engines.base import ImageRequest
 from hypnos.service import errors
 from hypnos.service.config_schema import ImageConfig
-from hypnos.service.engine_call import run_engine
-from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.telemetry import telemetry, wait_headers
+from hypnos.service.inference.capabilities import IMAGES, require
+from hypnos.service.inference.leased import leased
+from hypnos.service.http import json_body, require_ready
 from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("images")
@@ -107,10 +106,7 @@ def parse_image_request(fields: dict, image: ImageConfig, max_images: int) -> Im
 
 
 def _image_config(request: Request, model_id: str) -> ImageConfig:
-    st = request.app.ctx.scheduler.get(model_id)
-    if "image_generation" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{model_id}' does not serve image_generation "
-                                    f"(its modality is {st.cfg.modality})", param="model")
+    st = require(request.app.ctx.scheduler, model_id, IMAGES)
     return st.cfg.image or ImageConfig()
 
 
@@ -119,26 +115,17 @@ def _model(fields: dict) -> str:
 
 
 async def _generate(request: Request, model_id: str, req: ImageRequest):
-    sched = request.app.ctx.scheduler
-    async with sched.lease(model_id, deadline_ms=deadline_ms(request)) as lease:
-        if not callable(getattr(lease.engine, "generate", None)):
-            raise errors.ModelNotAvailable(f"The model '{model_id}' has no image generator "
-                                           "in this version of Hypnos")
-        started = time.monotonic()
-        try:
-            images = await run_engine(lease.engine.generate, req, cancel=threading.Event())
-        except EngineError as exc:
-            raise errors.ServerError(f"The engine failed: {exc}") from None
-        inference_ms = (time.monotonic() - started) * 1000
-        placement = sched.placement_of(lease.model).to_wire()
+    async with leased(request, model_id, IMAGES, param="prompt", checked=True) as call:
+        images = await call.run(call.engine.generate, req)
+        tele = call.telemetry({"queue_ms": call.queue_ms, "images": len(images),
+                               "width": req.width, "height": req.height, "steps": req.steps})
+        wait = call.wait_headers()
     body = {"created": int(time.time()),
             "data": [{"b64_json": base64.b64encode(i.png).decode("ascii"), "seed": i.seed}
                      for i in images],
-            "hypnos_telemetry": telemetry(lease, placement, inference_ms, {
-                "queue_ms": round(lease.queue_ms, 2), "images": len(images),
-                "width": req.width, "height": req.height, "steps": req.steps})}
+            "hypnos_telemetry": tele}
     request.ctx.result = images
-    return json_response(body, headers=wait_headers(lease))
+    return json_response(body, headers=wait)
 
 
 # Types only: parse_image_request says the ranges (n, size, steps, seed).

@@ -14,11 +14,9 @@ import binascii
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import (SessionBusy, SessionCapacity, SessionCorrupt,
-                                 SessionMismatch)
-from hypnos.engines.base import SessionNotFound as EngineSessionNotFound
-from hypnos.planner.types import Tier
 from hypnos.service import errors
+from hypnos.service.inference import sessions
+from hypnos.service.wire.sessions import session_key
 from hypnos.service.http import json_body, require_ready
 from hypnos.service.openapi import endpoint
 
@@ -29,44 +27,8 @@ BLOB_BYTES_PER_TOKEN = 16 * 1024
 WATCH_KEEPALIVE_SECS = 15.0
 
 
-class SessionNotFound(errors.HypnosError):
-    status, type = 404, "session_not_found"
-
-
-class BusySession(errors.HypnosError):
-    status, type = 429, "session_busy"
-
-
-class BadSessionBlob(errors.HypnosError):
-    status, type = 400, "bad_session_blob"
-
-
-class SessionConflict(errors.HypnosError):
-    status, type = 409, "session_weights_mismatch"
-
-
-class AtSessionCapacity(errors.HypnosError):
-    status, type = 429, "model_at_session_capacity"
-
-
-def session_key(request: Request, body: dict | None) -> str | None:
-    """session_id, prompt_cache_key, promptCacheKey (body), then X-Session-Id."""
-    for name in ("session_id", "prompt_cache_key", "promptCacheKey"):
-        value = (body or {}).get(name)
-        if isinstance(value, str) and value:
-            return value
-    header = request.headers.get("x-session-id", "").strip()
-    return header or None
-
-
-def _chat_model(request: Request, model_id) -> object:
-    if not isinstance(model_id, str) or not model_id:
-        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
-    st = request.app.ctx.scheduler.get(model_id)
-    if st.cfg.engine != "ggml_llama" or st.cfg.modality == "embeddings":
-        raise errors.InvalidRequest(f"The model '{model_id}' has no session cache",
-                                    code="session_caching_disabled")
-    return st
+def _chat_model(request: Request, model_id):
+    return sessions.session_model(request.app.ctx.scheduler, model_id)
 
 
 def _require_key(request: Request, body: dict | None) -> str:
@@ -88,16 +50,7 @@ async def export(request: Request):
     body = json_body(request)
     st = _chat_model(request, body.get("model"))
     key = _require_key(request, body)
-    if st.tier is not Tier.GPU or st.engine is None:
-        raise SessionNotFound(f"No live session {key!r}: the model is not loaded")
-    async with request.app.ctx.scheduler.hold(st.id):
-        try:
-            blob = await asyncio.to_thread(st.engine.export_session, key)
-        except EngineSessionNotFound:
-            raise SessionNotFound(f"No live session {key!r} on '{st.id}'") from None
-        except SessionBusy as exc:
-            raise BusySession(str(exc)) from None
-        n_tok = st.engine.sessions().get(key, 0)
+    blob, n_tok = await sessions.export(request.app.ctx.scheduler, st, key)
     return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
                           "blob_bytes": len(blob),
                           "blob_b64": base64.b64encode(blob).decode("ascii")})
@@ -116,18 +69,8 @@ async def restore(request: Request):
     try:
         blob = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
-        raise BadSessionBlob("'blob' is not valid base64") from None
-    async with request.app.ctx.scheduler.lease(st.id) as lease:
-        try:
-            n_tok = await asyncio.to_thread(lease.engine.import_session, blob, key)
-        except SessionCorrupt as exc:
-            raise BadSessionBlob(str(exc)) from None
-        except SessionMismatch as exc:
-            raise SessionConflict(str(exc)) from None
-        except SessionCapacity as exc:
-            raise AtSessionCapacity(str(exc), headers={"Retry-After": "30"}) from None
-        except SessionBusy as exc:
-            raise BusySession(str(exc)) from None
+        raise errors.BadSessionBlob("'blob' is not valid base64") from None
+    n_tok = await sessions.restore(request.app.ctx.scheduler, st, key, blob)
     return json_response({"restored": True, "session_id": key, "model": st.id,
                           "n_tok": n_tok})
 
@@ -138,8 +81,7 @@ async def release(request: Request):
     body = json_body(request)
     st = _chat_model(request, body.get("model"))
     key = _require_key(request, body)
-    if st.engine is not None:
-        await asyncio.to_thread(st.engine.release_session, key)
+    await sessions.release(request.app.ctx.scheduler, st, key)
     return json_response({"released": True, "session_id": key, "model": st.id})
 
 

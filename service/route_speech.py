@@ -15,18 +15,18 @@ import asyncio
 import io
 import logging
 import struct
-import threading
 import time
 from dataclasses import dataclass
 
 from sanic import Blueprint, Request
 from sanic.response import raw
 
-from hypnos.engines.base import EngineError, SpeechRequest
+from hypnos.engines.base import SpeechRequest
 from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
-from hypnos.service.http import deadline_ms, json_body, require_ready
-from hypnos.service.telemetry import telemetry_headers, wait_headers
+from hypnos.service.inference.capabilities import SPEECH
+from hypnos.service.inference.leased import leased
+from hypnos.service.http import json_body, require_ready
+from hypnos.service.telemetry import telemetry_headers
 from hypnos.service.openapi import INFERENCE_ERRORS, endpoint
 
 log = logging.getLogger(__name__)
@@ -91,15 +91,6 @@ def parse_speech(body: dict, max_prompt_chars: int) -> SpeechParams:
     req = SpeechRequest(text=text, voice=_string(body, "voice", "alloy"), speed=_speed(body),
                         language=_string(body, "language", "en"))
     return SpeechParams(model=model, request=req, response_format=fmt, stream=stream)
-
-
-def _check_model(request: Request, model: str) -> None:
-    st = request.app.ctx.scheduler.get(model)          # 404 unknown / disabled
-    if "text_to_speech" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{model}' does not serve text_to_speech "
-                                    f"(its modality is {st.cfg.modality})", param="model")
-
-
 
 
 # -------------------------------------------------------------------- audio
@@ -185,57 +176,47 @@ SPEECH_SCHEMA = {"type": "object", "required": ["model", "input"], "properties":
 async def speech(request: Request):
     require_ready(request)
     params = parse_speech(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
-    _check_model(request, params.model)
-    sched = request.app.ctx.scheduler
-    async with sched.lease(params.model, deadline_ms=deadline_ms(request)) as lease:
+    async with leased(request, params.model, SPEECH, param="input") as call:
         if params.stream:
-            return await _stream(request, params, lease)
-        audio, cancel = _Audio(), threading.Event()
-        try:
-            secs = await run_engine(lease.engine.synthesize, params.request, audio,
-                                    cancel=cancel)
-        except EngineError as exc:
-            raise errors.ServerError(f"The engine failed: {exc}") from None
+            return await _stream(request, params, call)
+        audio = _Audio()
+        secs = await call.run(call.engine.synthesize, params.request, audio)
         inference_ms = (time.monotonic() - audio.started) * 1000
-        rate = lease.engine.sample_rate
+        rate = call.engine.sample_rate
         body, content_type = await asyncio.to_thread(encode, b"".join(audio.chunks), rate,
                                                      params.response_format)
-        placement = sched.placement_of(lease.model).to_wire()
         request.ctx.ttfa_ms, request.ctx.audio_secs = audio.ttfa_ms, secs
-        headers = {**telemetry_headers(lease, placement, inference_ms, secs),
-                   **wait_headers(lease)}
+        call.inference_ms = inference_ms
+        headers = {**call.telemetry_headers(secs), **call.wait_headers()}
         return raw(body, content_type=content_type, headers=headers)
 
 
-async def _stream(request: Request, params: SpeechParams, lease):
+async def _stream(request: Request, params: SpeechParams, call):
     """Chunked audio as each phrase is made. Only the first three telemetry headers go out;
     a failure after the headers ends the body early (spec section 10)."""
     fmt = "pcm" if params.response_format == "pcm" else "wav"
-    placement = request.app.ctx.scheduler.placement_of(lease.model).to_wire()
+    headers = telemetry_headers(call.lease, call.placement())
     response = await request.respond(
         content_type=CONTENT_TYPES[fmt],
-        headers={**telemetry_headers(lease, placement), **wait_headers(lease),
-                 "cache-control": "no-cache"})
+        headers={**headers, **call.wait_headers(), "cache-control": "no-cache"})
     if fmt == "wav":
-        await response.send(wav_header(lease.engine.sample_rate, None))
+        await response.send(wav_header(call.engine.sample_rate, None))
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     audio = _Audio(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
-    cancel = threading.Event()
-    task = asyncio.ensure_future(run_engine(lease.engine.synthesize, params.request, audio,
-                                           cancel=cancel))
+    task = asyncio.ensure_future(call.run(call.engine.synthesize, params.request, audio))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
     try:
         while (chunk := await queue.get()) is not None:
             await response.send(chunk)
         request.ctx.audio_secs = task.result()
     except asyncio.CancelledError:
-        cancel.set()
+        call.cancel.set()
         await asyncio.wait({task})
         raise
     except Exception as exc:  # noqa: BLE001 - headers are out: the body just ends early
         log.warning("speech stream for %s ended early: %s", params.model, exc)
-        cancel.set()
+        call.cancel.set()
         await asyncio.wait({task})
     finally:
         request.ctx.ttfa_ms = audio.ttfa_ms

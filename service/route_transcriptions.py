@@ -3,126 +3,30 @@
 The HTTP route reads a multipart upload (what the OpenAI SDKs send) or a JSON body with the
 audio as ``audio_bytes``, takes one lease on a speech_to_text model, and renders one of the
 OpenAI response formats: json, text, verbose_json, srt, vtt. The WebSocket session lives in
-`live_transcription` (protocol in docs/live-transcription.md), which uses the primitives
-here (hotwords, language, model check, one leased engine call).
+`live_transcription` (protocol in docs/live-transcription.md); both use
+`wire.transcription` (hotwords, language) and `inference.transcription` (one leased call).
 """
 from __future__ import annotations
 
-import json
-import re
-import threading
-import time
 from dataclasses import dataclass
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
-from hypnos.engines.base import (AudioDecodeError, EngineError, TranscribeRequest,
+from hypnos.engines.base import (TranscribeRequest,
                                  TranscribeResult)
 from hypnos.service import errors
-from hypnos.service.engine_call import run_engine
+from hypnos.service.inference.transcription import transcribe
+from hypnos.service.live_transcription import LiveSession
+from hypnos.service.wire.transcription import parse_hotwords, parse_language
 from hypnos.service.http import deadline_ms, json_body, origin_allowed, require_ready
-from hypnos.service.telemetry import telemetry, telemetry_headers
 from hypnos.service.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("transcriptions")
 
 LIVE_PATH = "/v1/audio/stream"
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
-MAX_HOTWORDS = 25
-
-# ------------------------------------------------------------------ shared with the live route
-
-
-def parse_hotwords(value) -> list[str]:
-    """Terms from a comma list, a JSON list (as text or as JSON), or a list of either (one
-    multipart part each). More than MAX_HOTWORDS is a 400."""
-    items = value if isinstance(value, list) else [] if value in (None, "") else [value]
-    words: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise errors.InvalidRequest("'hotwords' must be strings", param="hotwords")
-        text = item.strip()
-        if text.startswith("["):
-            try:
-                inner = json.loads(text)
-            except ValueError:
-                raise errors.InvalidRequest("'hotwords' starts with '[' but is not a JSON "
-                                            "list of strings", param="hotwords") from None
-            if not isinstance(inner, list) or not all(isinstance(w, str) for w in inner):
-                raise errors.InvalidRequest("'hotwords' must be a JSON list of strings",
-                                            param="hotwords")
-            words += inner
-        else:
-            words += text.split(",")
-    words = [w.strip() for w in words if w.strip()]
-    if len(words) > MAX_HOTWORDS:
-        raise errors.InvalidRequest(f"{len(words)} hotwords were sent; at most "
-                                    f"{MAX_HOTWORDS} are accepted", param="hotwords")
-    return words
-
-
-def parse_language(value: str | None) -> str | None:
-    """An ISO 639-1 (or 639-3) code, lowercased; "en-US" is read as "en"."""
-    if value is None:
-        return None
-    code = re.split(r"[-_]", value.strip().lower(), maxsplit=1)[0]
-    if not re.fullmatch(r"[a-z]{2,3}", code):
-        raise errors.InvalidRequest(f"language {value!r} is not an ISO 639-1 code such as "
-                                    "'en'", param="language")
-    return code
-
-
-def check_stt_model(sched, model_id: str):
-    """The model's state; 404 when unknown or disabled, 400 when it does not transcribe."""
-    st = sched.get(model_id)
-    if "speech_to_text" not in st.cfg.all_modalities:
-        raise errors.InvalidRequest(f"The model '{model_id}' does not serve speech_to_text "
-                                    f"(its modality is {st.cfg.modality})", param="model")
-    return st
-
-
-@dataclass
-class Transcription:
-    result: TranscribeResult
-    telemetry: dict
-    headers: dict                     # x-hypnos-* telemetry headers + estimated wait
-    wait_headers: dict
-
-
-
-async def transcribe_leased(sched, model_id: str, req: TranscribeRequest, *,
-                            deadline_ms: float | None = None,
-                            audio_param: str = "file") -> Transcription:
-    """One lease, one engine call. Raises HypnosError (400 naming ``audio_param`` for
-    undecodable audio)."""
-    async with sched.lease(model_id, deadline_ms=deadline_ms) as lease:
-        engine = lease.engine
-        if not callable(getattr(engine, "transcribe", None)):
-            raise errors.InvalidRequest(
-                f"The model '{model_id}' (engine {lease.model.cfg.engine}) has no "
-                "transcription engine in this version of Hypnos", param="model")
-        started = time.monotonic()
-        try:
-            result = await run_engine(engine.transcribe, req, cancel=threading.Event())
-        except AudioDecodeError as exc:
-            raise errors.InvalidRequest(f"The '{audio_param}' upload is not audio that can "
-                                        f"be decoded: {exc}", param=audio_param) from None
-        except EngineError as exc:
-            raise errors.ServerError(f"The engine failed: {exc}") from None
-        inference_ms = (time.monotonic() - started) * 1000
-        placement = sched.placement_of(lease.model).to_wire()
-    timings = {"audio_secs": round(result.duration_secs, 3)}
-    if result.duration_secs > 0:
-        timings["rtf"] = round(result.processing_ms / 1000 / result.duration_secs, 4)
-    wait = ({} if lease.estimated_wait_ms is None
-            else {"x-hypnos-estimated-wait-ms": f"{lease.estimated_wait_ms:.0f}"})
-    headers = {**telemetry_headers(lease, placement, inference_ms, result.duration_secs),
-               **wait}
-    return Transcription(result, telemetry(lease, placement, inference_ms, timings),
-                         headers, wait)
-
 
 @dataclass
 class TranscriptionParams:
@@ -282,13 +186,11 @@ TRANSCRIPTION_JSON = {"type": "object", "required": ["audio_bytes"], "properties
 async def transcriptions(request: Request):
     require_ready(request)
     params = parse_request(request)
-    check_stt_model(request.app.ctx.scheduler, params.model)
     req = TranscribeRequest(audio=params.audio, language=params.language,
                             prompt=params.prompt, hotwords=list(params.hotwords),
                             filename=params.filename)
-    done = await transcribe_leased(request.app.ctx.scheduler, params.model, req,
-                                   deadline_ms=deadline_ms(request),
-                                   audio_param=params.audio_param)
+    done = await transcribe(request.app.ctx.scheduler, params.model, req,
+                            deadline_ms=deadline_ms(request), audio_param=params.audio_param)
     request.ctx.result = done.result
     return render(params, done)
 
@@ -312,6 +214,4 @@ async def guard_upgrade(request: Request):
           ok={}, query={"model": {"type": "string"}})
 async def audio_stream(request: Request, ws):
     """GET /v1/audio/stream. Returns when the session ends (done, error, or hang-up)."""
-    # Imported here: live_transcription imports this module's primitives.
-    from hypnos.service.live_transcription import LiveSession
     await LiveSession(request, ws).run()

@@ -99,8 +99,16 @@ class Scheduler(PoolChanges):
 
     @asynccontextmanager
     async def lease(self, model_id: str, *, deadline_ms: float | None = None,
-                    context_len: int | None = None):
+                    context_len: int | None = None, fit=None):
         """Admit a request, make its model resident (paying any promotion), hold a slot.
+
+        ``context_len`` is the per-slot context the request needs. With ``fit`` (an async
+        ``fit(engine) -> int | None``, e.g. counting a chat prompt on the loaded tokenizer),
+        ``context_len`` is only the estimate a cold load is sized for: a model already in
+        tier 1 is not rebuilt for it. ``fit`` runs once on the resident engine and returns
+        the context it really needs when what is loaded will not do (None when it will);
+        the model is then rebuilt for that, still under this one lease. What ``fit`` raises
+        ends the lease.
 
         Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
         or model_not_available, 507 (does not fit beside leased models).
@@ -132,7 +140,15 @@ class Scheduler(PoolChanges):
         holding = False
         started = time.monotonic()
         try:
-            await self._ensure_resident(st, lease, context_len)
+            if fit is None:
+                await self._ensure_resident(st, lease, context_len)
+            else:
+                await self._ensure_resident(
+                    st, lease, None if st.tier is Tier.GPU else context_len)
+                async with st.load_lock:       # no rebuild swaps the engine mid-count
+                    need = await fit(st.engine)
+                if need is not None:
+                    await self._ensure_resident(st, lease, need)
             waited = time.monotonic()
             await st.slots.acquire()
             holding = True

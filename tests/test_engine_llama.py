@@ -340,7 +340,7 @@ def test_a_job_failing_to_start_fails_alone(four_slots):
 
 def _choices(engine, n: int = 3) -> list:
     """One n-choice request as the service sends it: a ChoiceGroup, one thread per choice."""
-    from hypnos.service.generation import choice_requests
+    from hypnos.service.inference.text import choice_requests
     reqs = choice_requests(ChatRequest(messages=STORY, max_tokens=10, temperature=1.0,
                                        seed=41), n)
     out: list = [None] * n

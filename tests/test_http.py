@@ -275,6 +275,10 @@ async def test_every_route_answers_bad_input_with_the_envelope():
 class _FailingEngine:
     """Emits one piece, then fails: the only way to reach the in-stream error path without
     breaking a real model mid-generation."""
+    n_ctx_per_slot = 4096
+
+    def prompt_tokens(self, req) -> int:
+        return 1
 
     def chat(self, req, on_text, cancel):
         from hypnos.engines.base import ChatDelta, EngineError

@@ -30,8 +30,8 @@ from hypnos.service import errors
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 from hypnos.service.live_transcription import EnergyVad, PcmReader, SampleBuffer
-from hypnos.service.route_transcriptions import (LIVE_PATH, parse_hotwords, parse_language,
-                                                 render_srt, render_vtt)
+from hypnos.service.route_transcriptions import LIVE_PATH, render_srt, render_vtt
+from hypnos.service.wire.transcription import parse_hotwords, parse_language
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess, free_port  # noqa: E402

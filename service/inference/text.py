@@ -1,0 +1,174 @@
+"""Text generation under one lease: /v1/chat/completions and /v1/completions.
+
+``text_lease`` is the chat path's one lease: the model is checked before anything loads, the
+lease is sized from an estimate for a cold load, and the prompt is counted once on the
+loaded tokenizer inside it (``Scheduler.lease(fit=...)``): past the model's window it is the
+422, past the loaded slot the model is rebuilt for it, still under the same lease.
+
+A request runs as ``n`` engine calls: choice ``i`` decodes with ``seed + i`` (Pantheon), all
+choices run at once (the engine queues those beyond its slots), the prompt counts once in
+usage. Streaming hands each ``ChatDelta`` to the event loop as it is decoded, sends
+keep-alive comments while nothing comes, and stops every choice at the next token when the
+client goes away.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import secrets
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable
+
+from hypnos.engines.base import (ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup,
+                                 EngineError)
+from hypnos.service import errors
+from hypnos.service.inference.capabilities import CHAT, require
+from hypnos.service.inference.leased import LeasedCall, leased
+from hypnos.service.telemetry import engine_timings
+
+KEEPALIVE_SECS = 10.0
+
+
+def check_text_model(sched, model_id: str, tools_active: bool = False):
+    """The model serves text generation, and a tool format when tools are sent."""
+    st = require(sched, model_id, CHAT)
+    if tools_active and st.cfg.tool_format == "none":
+        raise errors.InvalidRequest(f"The model '{model_id}' has no tool calling format; "
+                                    "send tool_choice \"none\" or no tools", param="tools")
+    return st
+
+
+@asynccontextmanager
+async def text_lease(request, model_id: str, estimate: int,
+                     counted: Callable[[object], int | None] | None = None
+                     ) -> AsyncIterator[LeasedCall]:
+    """One lease of a checked text model. ``estimate`` sizes a cold load; ``counted(engine)``
+    (blocking, run in a thread) counts the prompt on the loaded engine and returns the
+    per-slot context it needs when the loaded slot is too small, else None; it raises the
+    422 past the window."""
+    fit = None
+    if counted is not None:
+        async def fit(engine):
+            try:
+                return await asyncio.to_thread(counted, engine)
+            except EngineError as exc:
+                raise errors.from_engine(exc, param="messages") from None
+    async with leased(request, model_id, CHAT, checked=True, context_len=estimate,
+                      fit=fit) as call:
+        yield call
+
+
+def chat_counter(window: int, params) -> Callable[[object], int | None] | None:
+    """``text_lease``'s count for a chat request (``ChatParams``): the exact prompt size from
+    the loaded tokenizer and template, so a long prompt of short words does not force a
+    context rebuild that drops the prefix cache; the 422 past ``window``; the context to
+    rebuild for when the loaded slot cannot hold the prompt. None with num_ctx (the client
+    sized the context itself)."""
+    if params.num_ctx is not None:
+        return None
+
+    def counted(engine) -> int | None:
+        params.prompt_tokens = engine.prompt_tokens(params.request)
+        if params.prompt_tokens >= window:
+            raise errors.ContextOverBudget(params.prompt_tokens, window)
+        return params.estimated_ctx() if params.prompt_tokens >= engine.n_ctx_per_slot else None
+    return counted
+
+
+def choice_requests(req: ChatRequest, n: int) -> list[ChatRequest]:
+    """One request per choice; with n > 1 choice i uses seed + i (a random base seed when
+    none was sent). The choices form one ``ChoiceGroup``: the engine starts them together and
+    in order, so the same request (same n, same seed) gives the same choices again on the
+    same build. A choice is not always bit-equal to a single request with seed + i: llama.cpp
+    decodes the choices in one batch, and its CPU kernels may round another batch shape
+    differently."""
+    if n == 1:
+        return [req]
+    base = req.seed if req.seed is not None else random.getrandbits(31)
+    key = secrets.token_hex(8)
+    # Only the first choice keeps the session binding (one slot per session).
+    return [dataclasses.replace(req, seed=base + i, session_key=req.session_key if i == 0
+                                else None, group=ChoiceGroup(key, n, i)) for i in range(n)]
+
+
+def choice_seeds(reqs: list[ChatRequest]) -> dict:
+    """The response's record of batched choices (n > 1): each choice's seed, and that the
+    choices were decoded together (reproducible as this same request, see choice_requests)."""
+    if len(reqs) == 1:
+        return {}
+    return {"choices_batched": True, "choice_seeds": [r.seed for r in reqs]}
+
+
+async def run_choices(call: LeasedCall, reqs: list[ChatRequest]) -> list[ChatResult]:
+    """Every choice at once under the lease; an engine error becomes its HTTP error."""
+    window = call.window
+    return list(await asyncio.gather(*(call.run(call.engine.chat, r, None, window=window)
+                                       for r in reqs)))
+
+
+async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
+                         send_delta: Callable[[int, ChatDelta], Awaitable[None]],
+                         send_keepalive: Callable[[], Awaitable[None]]) -> list[ChatResult]:
+    """Run the choices, awaiting ``send_delta(index, delta)`` for each delta in decode
+    order. Raises the HTTP error of what an engine call raised (the others are stopped
+    first)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    window = call.window
+
+    def forward(index: int):
+        return lambda delta: loop.call_soon_threadsafe(queue.put_nowait, (index, delta))
+
+    tasks = [asyncio.ensure_future(call.run(call.engine.chat, r, forward(i), window=window))
+             for i, r in enumerate(reqs)]
+    everything = asyncio.gather(*tasks)
+    everything.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
+            except asyncio.TimeoutError:
+                await send_keepalive()
+                continue
+            if item is None:
+                break
+            await send_delta(*item)
+        return everything.result()
+    except BaseException:
+        call.cancel.set()                      # stop every choice at its next token
+        await asyncio.wait(tasks)
+        raise
+
+
+def usage(results: list[ChatResult], window: int | None = None) -> dict:
+    """The prompt once, completion tokens summed over the choices, the KV use of the first
+    choice (the session's slot) against the model's context ``window`` (Pantheon's kv_cap:
+    the same number /v1/models advertises as context_window)."""
+    first = results[0]
+    completion = sum(r.completion_tokens for r in results)
+    out = {"prompt_tokens": first.prompt_tokens, "completion_tokens": completion,
+           "total_tokens": first.prompt_tokens + completion,
+           "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
+    if first.kv_cap:
+        out["kv_used"], out["kv_cap"] = first.kv_used, window or first.kv_cap
+    return out
+
+
+def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
+    """hypnos_telemetry: the first choice's engine timings plus the lease's queue time (a
+    copy: the result's own timings stay as the engine gave them)."""
+    timings: ChatTimings = dataclasses.replace(results[0].timings)
+    timings.queue_ms += call.lease.queue_ms
+    return call.telemetry(engine_timings(timings))
+
+
+def record(request, call: LeasedCall, results: list[ChatResult]) -> None:
+    """Stats and metrics from the first choice; the request is charged (keys, request log)
+    for the prompt once and every choice's completion."""
+    first = results[0]
+    if first.timings.prefill_tokens_per_s:
+        call.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+    request.app.ctx.metrics.chat(call.model.id, first.timings)
+    request.ctx.result = dataclasses.replace(
+        first, completion_tokens=sum(r.completion_tokens for r in results))

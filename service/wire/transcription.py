@@ -1,0 +1,49 @@
+"""Transcription fields shared by POST /v1/audio/transcriptions and the live socket: pure
+parsing, no app, scheduler or engine."""
+from __future__ import annotations
+
+import json
+import re
+
+from hypnos.service import errors
+
+MAX_HOTWORDS = 25
+
+
+def parse_hotwords(value) -> list[str]:
+    """Terms from a comma list, a JSON list (as text or as JSON), or a list of either (one
+    multipart part each). More than MAX_HOTWORDS is a 400."""
+    items = value if isinstance(value, list) else [] if value in (None, "") else [value]
+    words: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise errors.InvalidRequest("'hotwords' must be strings", param="hotwords")
+        text = item.strip()
+        if text.startswith("["):
+            try:
+                inner = json.loads(text)
+            except ValueError:
+                raise errors.InvalidRequest("'hotwords' starts with '[' but is not a JSON "
+                                            "list of strings", param="hotwords") from None
+            if not isinstance(inner, list) or not all(isinstance(w, str) for w in inner):
+                raise errors.InvalidRequest("'hotwords' must be a JSON list of strings",
+                                            param="hotwords")
+            words += inner
+        else:
+            words += text.split(",")
+    words = [w.strip() for w in words if w.strip()]
+    if len(words) > MAX_HOTWORDS:
+        raise errors.InvalidRequest(f"{len(words)} hotwords were sent; at most "
+                                    f"{MAX_HOTWORDS} are accepted", param="hotwords")
+    return words
+
+
+def parse_language(value: str | None) -> str | None:
+    """An ISO 639-1 (or 639-3) code, lowercased; "en-US" is read as "en"."""
+    if value is None:
+        return None
+    code = re.split(r"[-_]", value.strip().lower(), maxsplit=1)[0]
+    if not re.fullmatch(r"[a-z]{2,3}", code):
+        raise errors.InvalidRequest(f"language {value!r} is not an ISO 639-1 code such as "
+                                    "'en'", param="language")
+    return code
