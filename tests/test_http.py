@@ -377,7 +377,8 @@ async def test_kv_park_route():
 async def test_metrics_families():
     app = app_for()
     await call(app, "get", "/v1/models")
-    await call(app, "post", "/v1/memory/tier", json={"model": "chat", "target_tier": "tier1_gpu_vram"})
+    await call(app, "post", "/v1/memory/tier",
+               json={"model": "chat", "target_tier": "tier1_gpu_vram"})
     resp = await call(app, "get", "/metrics")
     assert resp.status == 200 and resp.headers["content-type"].startswith("text/plain")
     text = resp.text

@@ -43,7 +43,8 @@ def test_cli_help_and_advise_import_no_engine_library():
 from click.testing import CliRunner
 from hypnos.cli.main import cli
 r = CliRunner().invoke(cli, ["--help"]); assert r.exit_code == 0, r.output
-r = CliRunner().invoke(cli, ["advise", "--needs", "chat", "--vram", "24G", "--ram", "64G", "--json"])
+r = CliRunner().invoke(cli, ["advise", "--needs", "chat", "--vram", "24G", "--ram", "64G",
+                            "--json"])
 assert r.exit_code == 0, r.output
 """
     loaded = _modules_after(code)
