@@ -4,6 +4,7 @@
 #   ./run.sh serve                 start the server on the default lineup (pulls missing models)
 #   ./run.sh models <spec>...      = hypnos models pull <spec>...
 #   ./run.sh test [pytest args]    run the test suite
+#   ./run.sh lint                  ruff and mypy with the venv's tools (.ci/lint)
 #   ./run.sh <anything else>       = hypnos <anything else>
 # HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs,ner); "ner" (GLiNER)
 # installs CPU torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
@@ -89,6 +90,9 @@ case "$cmd" in
     hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2
     need_chromium
     exec python -m pytest -q "$@"
+    ;;
+  lint)
+    exec "$root/.ci/lint"
     ;;
   models)
     shift

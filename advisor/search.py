@@ -228,7 +228,7 @@ def release_day(released: str) -> int:
     return datetime.date(year, month, day).toordinal()
 
 
-def lineup_release(lineup: "Lineup") -> float:
+def lineup_release(lineup: Lineup) -> float:
     """The lineup's generation: its models' release days weighted by what each scores."""
     weights = [(release_day(m.cand.entry.released),
                 sum(ROLE_WEIGHT.get(r, 1.0) for r in m.roles) * max(m.cand.params_b, 1e-3))
@@ -282,7 +282,7 @@ def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
     lists = candidate_lists(catalog, needs, roles, machine)
     found: list[tuple[tuple, Lineup]] = []
     for combo in itertools.product(*lists):
-        assign = dict(zip(roles, combo))
+        assign = dict(zip(roles, combo, strict=True))
         best_here = None
         for reduce, moe_auto in _levels(combo, machine):
             lineup = evaluate(assign, machine, reduce, moe_auto)
@@ -298,7 +298,7 @@ def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
     return pick_alike(found)
 
 
-def pick_alike(found: list[tuple[tuple, "Lineup"]]) -> "Lineup":
+def pick_alike(found: list[tuple[tuple, Lineup]]) -> Lineup:
     """Among lineups scoring within ALIKE_FRACTION of the best, the newest generation; then
     the higher (score, weights) key; then the first found."""
     top = max(key[0] for key, _ in found)

@@ -29,7 +29,7 @@ class ManagedProcess:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        self.log = open(log_path, "w+")
+        self.log = open(log_path, "w+")  # noqa: SIM115 (the server writes it until stop())
         self.proc = subprocess.Popen(command(self.port), stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.wait_ready(ready_path, ready_timeout)

@@ -121,7 +121,7 @@ class Entry:
         return (self.modality,) + tuple(m for m in self.additional_modalities
                                         if m != self.modality)
 
-    def unsupported_reason(self, engine: "EngineBuild") -> str | None:
+    def unsupported_reason(self, engine: EngineBuild) -> str | None:
         """Why the pinned engine cannot run this entry, or None."""
         if self.requires_llama_cpp is None:
             return None

@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from hypnos.catalog.catalog import CatalogFile, Entry, PypiSource, Variant
 from hypnos.catalog.state import file_state, local_size

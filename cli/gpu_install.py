@@ -327,8 +327,8 @@ def runtime(venv: Path) -> None:
     pip = str(venv / "bin" / "pip")
     subprocess.run([pip, "uninstall", "-y", "-q", "onnxruntime"], check=False)
     run([pip, "install", "-q", "onnxruntime-gpu", *RUNTIME_LIBS])
-    (venv / ENV_FILE).write_text(
-        "export LD_LIBRARY_PATH=\"" + ":".join(lib_dirs(venv)) + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n")
+    (venv / ENV_FILE).write_text("export LD_LIBRARY_PATH=\"" + ":".join(lib_dirs(venv))
+                                 + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n")
 
 
 def revert(venv: Path) -> None:
@@ -361,7 +361,8 @@ def main(argv=None) -> int:
         return 2
     if args.action == "plan":
         print(plan.line())
-        if plan.mode == "cpu" and plan.reason != "HYPNOS_GPU=cpu" and "no NVIDIA" not in plan.reason:
+        quiet = plan.reason == "HYPNOS_GPU=cpu" or "no NVIDIA" in plan.reason
+        if plan.mode == "cpu" and not quiet:
             print(f"hypnos: installing for the CPU: {plan.reason}", file=sys.stderr)
     elif args.action == "dry-run":
         print(dry_run(plan, args.venv, root, args.extras))

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 import sys
 
 import click
@@ -61,6 +63,7 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
         sys.exit(_check(create_app(cfg, catalog=catalog, stage=False)))
     if watch_config and cfg.source is None:
         raise click.UsageError("--watch-config needs a config file (--config or ./hypnos.toml)")
+    _exit_unless_listenable(cfg.server.host, cfg.server.port)
     app = create_app(cfg, catalog=catalog, before_stage=before_stage)
     install_drain(app)
     if watch_config:
@@ -69,8 +72,68 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
     ssl = None
     if cfg.server.tls is not None:
         ssl = {"cert": cfg.server.tls.cert, "key": cfg.server.tls.key}
-    app.run(host=cfg.server.host, port=cfg.server.port, single_process=True,
-            access_log=False, motd=False, ssl=ssl)
+    _log_through_root()
+    try:
+        app.run(host=cfg.server.host, port=cfg.server.port, single_process=True,
+                access_log=False, motd=False, ssl=ssl)
+    except OSError as exc:
+        # Taken between the check above and Sanic's own bind (or a bind error it alone sees).
+        if not _is_bind_error(exc):
+            raise
+        _cannot_listen(cfg.server.host, cfg.server.port, exc)
+
+
+# Sanic's loggers; constructing a Sanic app gives each its own stream handler
+# (LOGGING_CONFIG_DEFAULTS), and they also propagate to the root logger.
+_SANIC_LOGGERS = ("sanic.root", "sanic.error", "sanic.server", "sanic.websockets",
+                  "sanic.access")
+
+
+def _log_through_root() -> None:
+    """Every Sanic line once, in our format: drop Sanic's own handlers so its records reach
+    only the root logger's (logging.basicConfig above). Without this, "Worker ready" and the
+    like were printed twice, once per format."""
+    for name in _SANIC_LOGGERS:
+        lg = logging.getLogger(name)
+        for handler in list(lg.handlers):
+            lg.removeHandler(handler)
+        lg.propagate = True
+
+
+def _listen_problem(exc: OSError) -> str:
+    """What a failed bind means for someone starting the server, and what to change."""
+    if isinstance(exc, socket.gaierror):
+        return "the host does not resolve (check --host or server.host)"
+    if exc.errno == errno.EADDRINUSE:
+        return "address already in use (another server? pick another with --port)"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges; pick another with --port)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "not an address of this machine (check --host or server.host)"
+    return exc.strerror or str(exc)
+
+
+def _is_bind_error(exc: OSError) -> bool:
+    """A bind's error, worded by _listen_problem; any other OSError from app.run (a startup
+    listener's missing file, say) keeps its traceback."""
+    return isinstance(exc, socket.gaierror) or (
+        exc.filename is None and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL))
+
+
+def _cannot_listen(host: str, port: int, exc: OSError):
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    click.echo(f"hypnos: cannot listen on {where}: {_listen_problem(exc)}", err=True)
+    sys.exit(1)
+
+
+def _exit_unless_listenable(host: str, port: int) -> None:
+    """Bind (and release) the address the way Sanic will, before any model is loaded, so a
+    port in use or a host that does not resolve is one line and exit 1, not a traceback."""
+    from sanic.server.socket import bind_socket
+    try:
+        bind_socket(host, port).close()
+    except OSError as exc:
+        _cannot_listen(host, port, exc)
 
 
 def _check(app) -> int:

@@ -69,6 +69,10 @@ class NotFoundError(HypnosError):
     status, type = 404, "not_found"
 
 
+class MethodNotAllowedError(HypnosError):
+    status, type = 405, "method_not_allowed"
+
+
 class PayloadTooLargeError(HypnosError):
     status, type = 413, "payload_too_large"
 
@@ -221,9 +225,12 @@ def install_error_handlers(app: Sanic) -> None:
             f"Unknown route {request.method} {request.path}; the API lives under /v1"))
 
     @app.exception(MethodNotAllowed)
-    async def _method(request, exc):
-        return error_response(NotFoundError(
-            f"{request.method} is not allowed on {request.path}"))
+    async def _method(request, exc: MethodNotAllowed):
+        # A known path, another method: 405 with the Allow header HTTP asks for (RFC 9110).
+        allowed = ", ".join(sorted(exc.allowed_methods or ()))
+        return error_response(MethodNotAllowedError(
+            f"{request.method} is not allowed on {request.path}; it takes {allowed}",
+            headers={"Allow": allowed}))
 
     @app.exception(PayloadTooLarge)
     async def _too_large(request, exc):

@@ -43,7 +43,7 @@ async def _serve(request: Request, name: str):
 
 
 @bp.get("/")
-@endpoint("The playground web page", ok={"text/html": {"type": "string"}})
+@endpoint("The playground web page", errors=(404,), ok={"text/html": {"type": "string"}})
 async def index(request: Request):
     return await _serve(request, "index.html")
 

@@ -258,7 +258,7 @@ def test_real_catalog_body_and_config(machine):
     assert body["budgets"]["tier1_bytes"] == b.tier1_bytes
     cfg = parse_config(tomllib.loads(body["config"]))
     assert [c.id for c in cfg.models] == [m["id"] for m in body["models"]]
-    for c, m in zip(cfg.models, body["models"]):
+    for c, m in zip(cfg.models, body["models"], strict=True):
         assert str(c.initial_tier) == m["initial_tier"] and str(c.priority) == m["priority"]
         if m["num_layers"]:
             assert (c.slots, c.context_len) == (m["slots"], m["context_len"])

@@ -38,7 +38,7 @@ def test_admin_script_against_a_starting_server(tmp_path, env):
     require_smollm2()
     (tmp_path / "hypnos.toml").write_text(CONFIG)
     port = env["HYPNOS_URL"].rsplit(":", 1)[1]
-    log = open(tmp_path / "server.log", "w")
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (closed after the server, below)
     server = subprocess.Popen([sys.executable, "-m", "hypnos.cli", "serve", "--config",
                                str(tmp_path / "hypnos.toml"), "--port", port],
                               stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)

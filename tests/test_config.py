@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.service.config import (ConfigError, load_config, overlay_path, parse_config,
-                                   parse_model_block, resolve_model_file)
-from hypnos.service.config_schema import Config, LimitsConfig
+from hypnos.service.config import (ConfigError, load_config, overlay_path, parse_model_block,
+                                   resolve_model_file)
+from hypnos.service.config_schema import LimitsConfig
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "service" / "examples"
 

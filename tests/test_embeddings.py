@@ -159,7 +159,7 @@ def test_int8_agrees_with_a_numpy_fp32_reference(minilm):
     tok = Tokenizer.from_file(str(FP32_TOKENIZER))
     tok.no_padding()
     got = embed(minilm, TEXTS)
-    for text, vec in zip(TEXTS, got):
+    for text, vec in zip(TEXTS, got, strict=True):
         ref = reference_embedding(weights, tok.encode(text).ids)
         assert float(ref @ vec) > 0.99, text
 

@@ -9,6 +9,7 @@ merging, thresholds, the wire format), never extraction quality.
 """
 import os
 import shutil
+from itertools import pairwise
 
 import pytest
 from sanic import Sanic
@@ -144,9 +145,9 @@ async def test_threshold_and_flat(app):
     assert all(s[3] >= cut - 1e-4 for s in high)
     flat = spans(await extract(app, input=text, labels=labels, threshold=0.0))
     ordered = sorted(flat)
-    assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:])), "flat spans overlap"
+    assert all(a[1] <= b[0] for a, b in pairwise(ordered)), "flat spans overlap"
     nested = sorted(low)
-    assert any(a[1] > b[0] for a, b in zip(nested, nested[1:])), "nested run found no overlap"
+    assert any(a[1] > b[0] for a, b in pairwise(nested)), "nested run found no overlap"
 
 
 async def test_more_than_eight_labels_run_in_families(app):

@@ -126,17 +126,17 @@ def test_broken_model_files_are_named_and_the_others_keep_serving(server):
 
 
 def test_client_gone_mid_stream_frees_the_slot(server):
-    with httpx.Client(base_url=server.base, timeout=60) as client:
-        with client.stream("POST", "/v1/chat/completions", json={
-                "model": "chat", "messages": HI, "max_tokens": 2000, "stream": True,
-                "logit_bias": NO_EOS}) as resp:
-            assert resp.status_code == 200
-            # Leaving iter_lines() closes the connection, so the check is made inside it.
-            for line in resp.iter_lines():
-                if line.startswith("data: ") and '"content": ""' not in line:
-                    chat_model = server.status()["models"][0]
-                    assert chat_model["active_leases"] == 1    # the stream is under way
-                    break
+    with (httpx.Client(base_url=server.base, timeout=60) as client,
+          client.stream("POST", "/v1/chat/completions", json={
+              "model": "chat", "messages": HI, "max_tokens": 2000, "stream": True,
+              "logit_bias": NO_EOS}) as resp):
+        assert resp.status_code == 200
+        # Leaving iter_lines() closes the connection, so the check is made inside it.
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and '"content": ""' not in line:
+                chat_model = server.status()["models"][0]
+                assert chat_model["active_leases"] == 1    # the stream is under way
+                break
     # The client is gone with ~2000 tokens left to generate (minutes here): the lease goes
     # within a bound far below that.
     freed = wait_idle(server)
@@ -174,16 +174,16 @@ def _long_pdf(pages: int) -> bytes:
 
 def test_client_gone_mid_document_frees_the_lease(server):
     pdf = _long_pdf(60)
-    with httpx.Client(base_url=server.base, timeout=120) as client:
-        with client.stream("POST", "/v1/documents/convert", data={
-                "model": "docling", "stream": "true"},
-                files={"file": ("long.pdf", pdf, "application/pdf")}) as resp:
-            assert resp.status_code == 200, resp.read()
-            for line in resp.iter_lines():      # leaving it closes the connection
-                if line.startswith("data: ") and '"page"' in line:
-                    docs = [m for m in server.status()["models"] if m["id"] == "docling"][0]
-                    assert docs["active_leases"] == 1
-                    break
+    with (httpx.Client(base_url=server.base, timeout=120) as client,
+          client.stream("POST", "/v1/documents/convert",
+                        data={"model": "docling", "stream": "true"},
+                        files={"file": ("long.pdf", pdf, "application/pdf")}) as resp):
+        assert resp.status_code == 200, resp.read()
+        for line in resp.iter_lines():      # leaving it closes the connection
+            if line.startswith("data: ") and '"page"' in line:
+                docs = [m for m in server.status()["models"] if m["id"] == "docling"][0]
+                assert docs["active_leases"] == 1
+                break
     freed = wait_idle(server)
     print(f"\nlease freed {freed * 1000:.0f} ms after the client hung up mid-document")
 

@@ -96,10 +96,33 @@ async def test_models_list_hides_disabled():
     assert set(m["placement"]) >= {"primary_tier", "gpu_layers", "allocated_context_len"}
 
 
-async def test_unknown_route_and_method_are_openai_shaped_404():
+async def test_unknown_route_is_an_openai_shaped_404():
     app = app_for()
     assert_envelope(await call(app, "get", "/v1/nope"), 404, "not_found")
-    assert_envelope(await call(app, "get", "/v1/chat/completions"), 404, "not_found")
+
+
+@pytest.mark.parametrize("method,path,allow", [
+    ("get", "/v1/chat/completions", "POST"),
+    ("put", "/v1/models", "GET, POST"),
+    ("post", "/health", "GET"),
+    ("delete", "/openapi.json", "GET"),
+    ("patch", "/playground/app.js", "GET"),
+])
+async def test_a_known_path_with_another_method_is_405_with_allow(method, path, allow):
+    resp = await call(app_for(), method, path)
+    err = assert_envelope(resp, 405, "method_not_allowed")
+    assert resp.headers["allow"] == allow
+    assert err["message"] == f"{method.upper()} is not allowed on {path}; it takes {allow}"
+
+
+async def test_the_playground_off_is_a_documented_404_at_the_root():
+    cfg = config()
+    cfg.server.playground = False
+    app = app_for(cfg)
+    assert_envelope(await call(app, "get", "/"), 404, "not_found")
+    doc = (await call(app, "get", "/openapi.json")).json
+    assert doc["paths"]["/"]["get"]["responses"]["404"]["content"]["application/json"] == {
+        "schema": doc["components"]["schemas"]["Error"]}
 
 
 @pytest.mark.parametrize("body,fragment", [
@@ -358,7 +381,8 @@ async def test_kv_park_route():
 async def test_metrics_families():
     app = app_for()
     await call(app, "get", "/v1/models")
-    await call(app, "post", "/v1/memory/tier", json={"model": "chat", "target_tier": "tier1_gpu_vram"})
+    await call(app, "post", "/v1/memory/tier",
+               json={"model": "chat", "target_tier": "tier1_gpu_vram"})
     resp = await call(app, "get", "/metrics")
     assert resp.status == 200 and resp.headers["content-type"].startswith("text/plain")
     text = resp.text

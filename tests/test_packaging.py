@@ -19,6 +19,18 @@ def test_every_package_folder_is_listed_in_pyproject():
     assert on_disk == listed, f"folders with __init__.py not in pyproject: {on_disk - listed}"
 
 
+def test_the_data_folders_ship_through_package_data_globs():
+    """include-package-data is off (on, setuptools warns a screen per data folder that it
+    looks like an unlisted package), so package-data's globs alone ship the data files."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert cfg["include-package-data"] is False
+    shipped = {path for pkg, globs in cfg["package-data"].items() for g in globs
+               for path in (ROOT / cfg["package-dir"][pkg]).glob(g) if path.is_file()}
+    data = [p for d in ("service/examples", "service/playground") for p in (ROOT / d).iterdir()]
+    data += list((ROOT / "catalog").glob("*.toml"))
+    assert data and not [str(p.relative_to(ROOT)) for p in data if p not in shipped]
+
+
 def _modules_after(code: str) -> set[str]:
     probe = code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -31,7 +43,8 @@ def test_cli_help_and_advise_import_no_engine_library():
 from click.testing import CliRunner
 from hypnos.cli.main import cli
 r = CliRunner().invoke(cli, ["--help"]); assert r.exit_code == 0, r.output
-r = CliRunner().invoke(cli, ["advise", "--needs", "chat", "--vram", "24G", "--ram", "64G", "--json"])
+r = CliRunner().invoke(cli, ["advise", "--needs", "chat", "--vram", "24G", "--ram", "64G",
+                            "--json"])
 assert r.exit_code == 0, r.output
 """
     loaded = _modules_after(code)

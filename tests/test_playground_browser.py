@@ -186,7 +186,7 @@ def test_embeddings_similarity_matches_the_api(tab, server):
     body = server.post("/v1/embeddings", {"model": "minilm", "input": [
         "A cat sits on the mat.", "A kitten is resting on a rug."]}).json()
     a, b = (d["embedding"] for d in body["data"])
-    expected = sum(x * y for x, y in zip(a, b)) / math.sqrt(
+    expected = sum(x * y for x, y in zip(a, b, strict=True)) / math.sqrt(
         sum(x * x for x in a) * sum(y * y for y in b))
     assert shown == pytest.approx(expected, abs=1e-5)
     assert 0.3 < shown < 1.0

@@ -37,7 +37,7 @@ async def test_alternating_requests_swap_in_groups_not_per_request():
     sched, fx = two_models()
     done = []
     tasks = []
-    for i in range(8):                     # a, b, a, b, ... all arriving together
+    for _ in range(8):                     # a, b, a, b, ... all arriving together
         for mid in ("a", "b"):
             tasks.append(asyncio.create_task(request(sched, fx, mid, 0.02, done)))
         await asyncio.sleep(0.001)

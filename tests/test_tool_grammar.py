@@ -143,7 +143,8 @@ def test_the_forced_splitter_reads_any_chunking_as_the_call(form):
     cuts = sorted(rng.sample(range(1, len(text)), min(6, len(text) - 1)))
     sp = AnswerSplitter(tools=CASES[case], prefix=prefix, known=frozenset(ORDER),
                         offered=TOOLS, forced=True)
-    pieces = [p for a, b in zip([0] + cuts, cuts + [len(text)]) for p in sp.feed(text[a:b])]
+    bounds = zip([0, *cuts], [*cuts, len(text)], strict=True)
+    pieces = [p for a, b in bounds for p in sp.feed(text[a:b])]
     pieces += sp.finish()
     assert [(p.kind, p.call.name) for p in pieces] == [("call", name)]
     assert sp.errors == [] and json.loads(sp.calls[0].arguments) == args
