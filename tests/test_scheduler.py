@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hypnos.engines.base import LoadReport
+from fakes import FakeEffects
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
 from hypnos.service import errors
@@ -16,47 +16,6 @@ from hypnos.service.pool import ModelState
 from hypnos.service.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
-
-
-class FakeEffects:
-    def __init__(self, load_delay=0.0):
-        self.log = []
-        self.load_delay = load_delay
-        self.serving: set[str] = set()
-        self.violations = []
-        self.lock = threading.Lock()
-
-    def load(self, st, placement):
-        import time
-        time.sleep(self.load_delay)
-        with self.lock:
-            self.log.append(("load", st.id))
-        st.engine = object()
-        return LoadReport(total_ms=self.load_delay * 1000)
-
-    def unload(self, st):
-        if st.id in self.serving:
-            self.violations.append(st.id)
-        self.log.append(("unload", st.id))
-        st.engine = None
-
-    def pin(self, st):
-        self.log.append(("pin", st.id))
-        st.pinned = type("P", (), {"bytes": st.weight_bytes, "locked": False,
-                                   "release": lambda self: None})()
-
-    def unpin(self, st):
-        self.log.append(("unpin", st.id))
-        st.pinned = None
-
-    def drop_pages(self, st):
-        self.log.append(("drop", st.id))
-
-    def count_eviction(self, st):
-        pass
-
-    def count_load_failure(self, st):
-        pass
 
 
 # A discrete GPU whose tier 1 budget (VRAM - 512 MiB) is 1000 MiB.
