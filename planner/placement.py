@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 
+from hypnos.planner.context import DEFAULT_CONTEXT_CAP, FALLBACK_CONTEXT, default_per_slot
 from hypnos.planner.types import (MoeOffload, ModelShape, NoFit, Placement, PlacementRequest,
                                   Tier)
 
-# context_len <= 0 (the config's "0") means the trained context, capped at this.
-DEFAULT_CONTEXT_CAP = 8192
-# ... or this when the trained context is unknown too.
-FALLBACK_CONTEXT = 4096
+# Re-exported: context_len <= 0 (the config's "0") means `default_per_slot` (planner.context).
+__all__ = ["DEFAULT_CONTEXT_CAP", "FALLBACK_CONTEXT", "allocated_context",
+           "effective_moe_offload", "place"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -50,8 +50,7 @@ def allocated_context(req: PlacementRequest) -> int:
         return 0
     ctx = req.context_len
     if ctx <= 0:
-        ctx = min(shape.max_context_len, DEFAULT_CONTEXT_CAP) if shape.max_context_len > 0 \
-            else FALLBACK_CONTEXT
+        ctx = default_per_slot(shape.max_context_len)
     if shape.max_context_len > 0:
         ctx = min(ctx, shape.max_context_len * max(1, req.slots))
     return ctx

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from hypnos.planner.context import FALLBACK_CONTEXT
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -117,7 +119,7 @@ class PlacementRequest:
     shape: ModelShape
     tier1_free_bytes: int
     slots: int = 1
-    context_len: int = 4096
+    context_len: int = FALLBACK_CONTEXT
     moe_offload: MoeOffload = MoeOffload.OFF
     min_gpu_layer_ratio: float = 0.0
     unified_memory: bool = False

@@ -23,7 +23,7 @@ from hypnos.service import accel
 from hypnos.service import hardware as hw_probe
 from hypnos.service.config import resolve_model_file
 from hypnos.service.config_schema import Config, ModelConfig
-from hypnos.service.effects import Effects
+from hypnos.service.effects import Effects, MachineEffects
 from hypnos.service.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
 from hypnos.service.http import after_handler, install_http_layers
@@ -116,7 +116,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
     builds = builds if builds is not None else accel.engine_builds(hardware)
     metrics = Metrics()
-    sched = Scheduler(config, hardware, effects or Effects(metrics=metrics),
+    sched = Scheduler(config, hardware, effects or MachineEffects(metrics=metrics),
                       accelerated=accel.accelerated_engines(hardware, builds))
     app.ctx.builds = builds
     app.ctx.gpu_warning = accel.warn_once(hardware, builds, [m.engine for m in config.models])

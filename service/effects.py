@@ -1,20 +1,60 @@
 """What the scheduler's decisions do to the machine: build and free engines, pin weights in
 RAM (tier 2), drop them from the page cache (tier 3).
 
-Every method blocks and runs in a worker thread. Tests replace `Effects` with a fake.
+`Effects` is the Protocol the scheduler calls; `MachineEffects` the real implementation.
+Every method blocks and runs in a worker thread. Tests use the one fake in tests/fakes.py
+(``FakeEffects``, checked against this Protocol by tests/test_effects_protocol.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from hypnos.engines.base import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
+from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement
 from hypnos.service.hardware import process_rss, vram_used
 from hypnos.service.pool import ModelState
 
 
-class Effects:
+@runtime_checkable
+class Effects(Protocol):
+    """The scheduler's only ways of touching the machine. Each blocks; each changes the
+    model record it is given (``st.engine``, ``st.pinned``) as it says."""
+
+    def load(self, st: ModelState, placement: Placement) -> LoadReport:
+        """Build ``st``'s engine for ``placement`` and set ``st.engine``. Raises
+        EngineUnavailable (503: cannot be served here) or EngineError (500)."""
+
+    def unload(self, st: ModelState) -> None:
+        """Free ``st.engine`` and set it to None."""
+
+    def park(self, st: ModelState) -> object | None:
+        """The engine's KV state to keep while it is unloaded (None: nothing to park)."""
+
+    def restore(self, st: ModelState, parked: object) -> tuple[int, float]:
+        """Restore parked state after a load: (tokens restored, ms); (0, 0.0) when refused."""
+
+    def pin(self, st: ModelState) -> None:
+        """Lock ``st``'s weight files in RAM (tier 2) and set ``st.pinned``."""
+
+    def unpin(self, st: ModelState) -> None:
+        """Release ``st.pinned`` and set it to None."""
+
+    def drop_pages(self, st: ModelState) -> None:
+        """Drop ``st``'s weight files from the page cache (tier 3)."""
+
+    def count_eviction(self, st: ModelState) -> None:
+        """Count one eviction of ``st`` (metrics)."""
+
+    def count_load_failure(self, st: ModelState) -> None:
+        """Count one failed load of ``st`` (metrics)."""
+
+
+class MachineEffects:
+    """`Effects` on this machine: the engines of the registry, mlock, the page cache."""
+
     def __init__(self, metrics=None, threads: int | None = None):
         self.metrics = metrics
         self.threads = threads
@@ -23,7 +63,7 @@ class Effects:
         engine = create_engine(st.cfg.engine, st.cfg.modality)
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
-            context_len=placement.allocated_context_len or 4096, slots=st.cfg.slots,
+            context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,
             # A host placement asks the engine for the CPU (a GPU build would offload).
             gpu_layers=0 if placement.on_host else (placement.gpu_layers or -1),
             cpu_expert_layers=placement.cpu_expert_layers,

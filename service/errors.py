@@ -158,8 +158,8 @@ class AtSessionCapacity(HypnosError):
 
 
 class DoesNotFitAlone(InsufficientMemory):
-    """The model does not fit its tier even with every other model evicted: a
-    configuration problem, not contention (the message says what to change)."""
+    """507 that no waiting can cure: the model is larger than tier 1 even when empty (a
+    configuration problem, not contention; the message says what to change)."""
 
 
 # Refusals decided by the scheduler (hypnos_scheduler_admissions_rejected_total).

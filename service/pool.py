@@ -9,10 +9,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hypnos.engines.base import LoadReport
+from hypnos.engines.base import Engine, LoadReport
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config_schema import ModelConfig
+
+if TYPE_CHECKING:
+    from hypnos.engines.residency import PinnedWeights
 
 RATE_TAU_SECS = 600.0     # requests_per_minute decays over about 10 minutes
 DISK_BYTES_PER_S = 3e9    # rough reload speeds used before a load was measured
@@ -49,8 +53,10 @@ class ModelState:
     shape: ModelShape
     tier: Tier = Tier.SSD
     placement: Placement | None = None
-    engine: object | None = None
-    pinned: object | None = None           # residency.PinnedWeights while in tier 2
+    # The built engine while in tier 1: a ChatEngine, Embedder, Transcriber, ... by modality
+    # (routes narrow it with the engine Protocols of hypnos.engines.base).
+    engine: Engine | None = None
+    pinned: PinnedWeights | None = None    # while in tier 2
     enabled: bool = True
     leases: int = 0                        # admitted requests (queued or running)
     # Holds keep the model from eviction without being requests: they never count against

@@ -1,5 +1,10 @@
-"""Changes to the model pool while the server runs (spec section 6), as part of the
-scheduler: `Scheduler` inherits these, so only the scheduler unloads models.
+"""Changes to the model pool while the server runs (spec section 6): replace or remove a
+model (PUT / DELETE /v1/models/{id}), enable / disable it, change its MoE offload.
+
+`PoolChanges` is a collaborator the scheduler holds (``scheduler.pool``); it unloads only
+through the scheduler's `Residency`, and waits for a drain on the scheduler's release
+`Wakeup` (notified each time a lease or hold ends). The scheduler keeps thin delegating
+methods (``changing``, ``swap``, ``set_enabled``, ...) for the routes.
 
 Threading: every method runs on the event loop and blocks (awaits) for as long as the drain
 or the unload takes.
@@ -8,16 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from hypnos.planner.types import MoeOffload, Tier
 from hypnos.service import errors
+from hypnos.service.kv_park import KvParkStore
 from hypnos.service.pool import ModelState
+from hypnos.service.residency import Residency
+from hypnos.service.wakeup import Wakeup
 
 
 class PoolChanges:
-    """Mixed into `Scheduler`; uses its ``models``, ``kv_park``, ``_changes``, ``get`` and
-    ``_unload``."""
+    def __init__(self, *, models: dict[str, ModelState], get: Callable[..., ModelState],
+                 residency: Residency, kv_park: KvParkStore, released: Wakeup):
+        """``models``: the scheduler's pool (shared); ``get``: the scheduler's lookup (404);
+        ``residency`` unloads; ``released`` wakes a drain when a lease or hold ends."""
+        self.models, self.get, self.residency = models, get, residency
+        self.kv_park, self.released = kv_park, released
+        # Models being replaced or removed: new leases wait on the event (spec section 6).
+        self._changes: dict[str, asyncio.Event] = {}
+
+    def gate(self, model_id: str) -> asyncio.Event | None:
+        """The event new leases of ``model_id`` wait on while it changes (None: no change)."""
+        return self._changes.get(model_id)
 
     def is_changing(self, model_id: str) -> bool:
         """A PUT / DELETE of this model is checking or draining (new requests wait)."""
@@ -47,10 +66,8 @@ class PoolChanges:
         `changing(model_id)`."""
         old = self.get(model_id, enabled_only=False)
         deadline = time.monotonic() + drain_secs
-        # Polled: leases are counted in several places (lease, hold, move), none of which
-        # needs to know a drain is waiting.
         while old.in_use and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+            await self.released.wait(timeout=deadline - time.monotonic())
         if old.in_use:
             raise errors.ModelBusy(
                 f"The model '{model_id}' still has {old.leases + old.holds} requests after "
@@ -58,7 +75,7 @@ class PoolChanges:
                 f"({drain_secs:g} s); nothing was changed")
         old.enabled = False          # nothing to park: its conversations end here
         async with old.load_lock:
-            await self._unload(old, Tier.SSD)
+            await self.residency.unload(old, Tier.SSD)
         self.kv_park.take(model_id)
         if new is None:
             del self.models[model_id]
@@ -79,7 +96,7 @@ class PoolChanges:
                 raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when idle")
             st.enabled = False
             async with st.load_lock:
-                await self._unload(st, Tier.SSD)
+                await self.residency.unload(st, Tier.SSD)
             self.kv_park.take(model_id)
         st.enabled = enabled
         return st
@@ -94,5 +111,5 @@ class PoolChanges:
             return "next_load"
         if st.tier is Tier.GPU:
             async with st.load_lock:
-                await self._unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
+                await self.residency.unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
         return "now"

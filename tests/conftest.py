@@ -41,26 +41,11 @@ def minilm_fp32_reference() -> Path:
     return MODELS_DIR / "minilm-l6-v2-fp32"
 
 
-class EngineEffects:
+def EngineEffects(engine):
     """Scheduler effects that install a given test engine: for route tests of engine failures
-    a real model cannot be made to produce on demand."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def load(self, st, placement):
-        from hypnos.engines.base import LoadReport
-        st.engine = self.engine
-        return LoadReport()
-
-    def unload(self, st):
-        st.engine = None
-
-    def count_eviction(self, st):
-        pass
-
-    def count_load_failure(self, st):
-        pass
+    a real model cannot be made to produce on demand (the shared fake of tests/fakes.py)."""
+    from fakes import FakeEffects
+    return FakeEffects(engine=engine)
 
 
 # The real models of the default lineup as [[models]] blocks, by modality, for the tests that

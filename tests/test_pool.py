@@ -21,7 +21,8 @@ from hypnos.service.config import load_config, overlay_path, parse_config
 from hypnos.service.overlay import overlay_text
 from hypnos.service.pool import ModelState
 from hypnos.planner.types import ModelShape
-from test_scheduler import FakeEffects, make, model
+from fakes import FakeEffects
+from test_scheduler import make, model
 
 Sanic.test_mode = True
 GGUF = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"

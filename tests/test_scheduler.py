@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hypnos.engines.base import LoadReport
+from fakes import FakeEffects
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
 from hypnos.service import errors
@@ -18,58 +18,20 @@ from hypnos.service.scheduler import Scheduler
 pytestmark = pytest.mark.anyio
 
 
-class FakeEffects:
-    def __init__(self, load_delay=0.0):
-        self.log = []
-        self.load_delay = load_delay
-        self.serving: set[str] = set()
-        self.violations = []
-        self.lock = threading.Lock()
-
-    def load(self, st, placement):
-        import time
-        time.sleep(self.load_delay)
-        with self.lock:
-            self.log.append(("load", st.id))
-        st.engine = object()
-        return LoadReport(total_ms=self.load_delay * 1000)
-
-    def unload(self, st):
-        if st.id in self.serving:
-            self.violations.append(st.id)
-        self.log.append(("unload", st.id))
-        st.engine = None
-
-    def pin(self, st):
-        self.log.append(("pin", st.id))
-        st.pinned = type("P", (), {"bytes": st.weight_bytes, "locked": False,
-                                   "release": lambda self: None})()
-
-    def unpin(self, st):
-        self.log.append(("unpin", st.id))
-        st.pinned = None
-
-    def drop_pages(self, st):
-        self.log.append(("drop", st.id))
-
-    def count_eviction(self, st):
-        pass
-
-    def count_load_failure(self, st):
-        pass
-
-
 # A discrete GPU whose tier 1 budget (VRAM - 512 MiB) is 1000 MiB.
 GPU = Hardware(Accelerator.NVIDIA, Topology.DISCRETE, (512 + 1000) * MIB, 64 * 1024 * MIB,
                "fake", simulated=True)
 
 
-def make(models, effects=None, max_queue=8, hw=GPU):
+def make(models, effects=None, max_queue=8, hw=GPU, rss=lambda: 0):
+    """A scheduler on ``hw`` with ``models`` as (config, MiB or a ModelShape); ``rss``: the
+    process memory the max_process_memory_bytes check reads."""
     cfg = Config(models=[m for m, _ in models])
     cfg.limits.max_queue_per_model = max_queue
-    sched = Scheduler(cfg, hw, effects or FakeEffects())
-    for m, mib in models:
-        sched.add(ModelState(cfg=m, paths={}, shape=ModelShape(weights_bytes=mib * MIB)))
+    sched = Scheduler(cfg, hw, effects or FakeEffects(), rss=rss)
+    for m, size in models:
+        shape = size if isinstance(size, ModelShape) else ModelShape(weights_bytes=size * MIB)
+        sched.add(ModelState(cfg=m, paths={}, shape=shape))
     return sched
 
 
@@ -365,3 +327,63 @@ async def test_a_hold_does_not_take_a_queue_place():
         await second
     st = sched.models["a"]
     assert st.leases == 0 and st.holds == 0
+
+
+async def test_process_memory_cap_is_the_507_process_memory_cap():
+    """Loading "a" (100 MiB booked) with the process at 950 MiB and a 1000 MiB cap would
+    reach 1050 MiB: refused with the error the HTTP layer answers 507 process_memory_cap,
+    nothing loaded. At 900 MiB it reaches the cap exactly and loads."""
+    fx = FakeEffects()
+    rss = [950 * MIB]
+    sched = make([(model("a"), 100)], fx, rss=lambda: rss[0])
+    sched.config.hardware.max_process_memory_bytes = 1000 * MIB
+    with pytest.raises(errors.ProcessMemoryCap) as exc:
+        async with sched.lease("a"):
+            pass
+    assert (exc.value.status, exc.value.type) == (507, "process_memory_cap")
+    assert "1.03 GiB" in exc.value.message and "(0.98 GiB)" in exc.value.message
+    assert fx.log == [] and sched.models["a"].leases == 0
+    assert sched.models["a"].tier is Tier.SSD
+    rss[0] = 900 * MIB
+    async with sched.lease("a"):
+        pass
+    assert sched.models["a"].tier is Tier.GPU
+
+
+async def test_process_memory_cap_counts_the_evicted_model():
+    """"a" (600) loads at 300 MiB (-> 900). Then "b" (600) evicts "a": at 950 MiB the
+    process stays at 950 - 600 + 600, under the 1000 MiB cap."""
+    rss = [300 * MIB]
+    sched = make([(model("a"), 600), (model("b"), 600)], rss=lambda: rss[0])
+    sched.config.hardware.max_process_memory_bytes = 1000 * MIB
+    async with sched.lease("a"):
+        pass
+    rss[0] = 950 * MIB
+    async with sched.lease("b") as lease:
+        assert lease.evicted == ["a"]
+
+
+def layered(non_layer_mib=100, layers=10, layer_mib=90):
+    """Weights only (no KV, no workspace): a placement books 100 + 90 x gpu_layers MiB."""
+    return ModelShape(weights_bytes=(non_layer_mib + layers * layer_mib) * MIB,
+                      num_layers=layers, layer_bytes=layer_mib * MIB,
+                      non_layer_bytes=non_layer_mib * MIB)
+
+
+async def test_partial_placement_beside_a_leased_model():
+    """Tier 1 is 1000 MiB; "a" (400) is leased and "b" (200) idle. "big" (1000 whole) is
+    placed in the 600 that evicting "b" frees: (600 - 100) // 90 = 5 of its 10 layers."""
+    fx = FakeEffects()
+    sched = make([(model("a"), 400), (model("b"), 200), (model("big"), layered())], fx)
+    async with sched.lease("b"):
+        pass
+    async with sched.lease("a"):
+        fx.serving.add("a")
+        async with sched.lease("big") as lease:
+            p = lease.model.placement
+            assert (p.gpu_layers, p.pinned_ram_layers) == (5, 5)
+            assert p.booked_tier1_bytes == 550 * MIB and p.device == "cuda"
+            assert lease.evicted == ["b"]
+        fx.serving.discard("a")
+    assert not fx.violations
+    assert sched.tier1_booked() == (400 + 550) * MIB

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from hypnos.service import errors
-from test_scheduler import FakeEffects, make, model
+from fakes import FakeEffects
+from test_scheduler import make, model
 
 pytestmark = pytest.mark.anyio
 

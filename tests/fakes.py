@@ -1,0 +1,81 @@
+"""The one fake `Effects` the tests drive the scheduler with (hypnos.service.effects.Effects;
+tests/test_effects_protocol.py checks it implements every member).
+
+It records every effect in ``log`` and proves "a model was never unloaded while it was
+serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it
+meanwhile lands in ``violations``. ``engine``: the engine a load installs (a route test's
+failing engine); else an idle stand-in.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from hypnos.engines.base import LoadReport, LoadSpec
+
+
+class IdleEngine:
+    """An engine that loads and unloads and does nothing else (the scheduler never calls
+    more)."""
+
+    def load(self, spec: LoadSpec) -> LoadReport:
+        return LoadReport()
+
+    def unload(self) -> None:
+        pass
+
+
+class FakePinned:
+    """What `FakeEffects.pin` leaves in ``st.pinned``: the bytes tier 2 books."""
+
+    def __init__(self, nbytes: int):
+        self.bytes, self.locked = nbytes, False
+
+    def release(self) -> None:
+        pass
+
+
+class FakeEffects:
+    def __init__(self, load_delay: float = 0.0, engine=None):
+        self.log: list[tuple[str, str]] = []
+        self.load_delay = load_delay
+        self.engine = engine
+        self.serving: set[str] = set()
+        self.violations: list[str] = []
+        self.lock = threading.Lock()
+
+    def load(self, st, placement) -> LoadReport:
+        time.sleep(self.load_delay)
+        with self.lock:
+            self.log.append(("load", st.id))
+        st.engine = self.engine if self.engine is not None else IdleEngine()
+        return LoadReport(total_ms=self.load_delay * 1000)
+
+    def unload(self, st) -> None:
+        if st.id in self.serving:
+            self.violations.append(st.id)
+        self.log.append(("unload", st.id))
+        st.engine = None
+
+    def park(self, st):
+        return None
+
+    def restore(self, st, parked) -> tuple[int, float]:
+        return 0, 0.0
+
+    def pin(self, st) -> None:
+        self.log.append(("pin", st.id))
+        st.pinned = FakePinned(st.weight_bytes)
+
+    def unpin(self, st) -> None:
+        self.log.append(("unpin", st.id))
+        st.pinned = None
+
+    def drop_pages(self, st) -> None:
+        self.log.append(("drop", st.id))
+
+    def count_eviction(self, st) -> None:
+        pass
+
+    def count_load_failure(self, st) -> None:
+        pass
