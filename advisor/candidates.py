@@ -17,14 +17,14 @@ import re
 from dataclasses import dataclass
 
 from hypnos.catalog.catalog import Entry, Variant
+from hypnos.planner.context import DEFAULT_CONTEXT_CAP
 from hypnos.planner import (Budgets, Hardware, ModelShape, MoeOffload, NoFit, Placement,
                             PlacementRequest, Topology, can_accelerate, place, shape_from_arch)
 
 CHAT_ROLES = frozenset({"chat", "vision"})
 LAYERED_ENGINES = frozenset({"ggml_llama"})
 REDUCED_SLOTS = 1
-REDUCED_CONTEXT = 8192
-DEFAULT_CONTEXT_CAP = 8192
+REDUCED_CONTEXT = DEFAULT_CONTEXT_CAP     # the reduced variant: one slot at the default cap
 
 
 @dataclass(frozen=True)

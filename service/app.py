@@ -12,7 +12,7 @@ import itertools
 import logging
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from sanic import Sanic
 

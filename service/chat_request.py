@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hypnos.engines.base import ChatRequest
+from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
 from hypnos.service.config_schema import LimitsConfig
 from hypnos.service.errors import InvalidRequest
@@ -12,7 +13,6 @@ from hypnos.service.errors import InvalidRequest
 ROLES = ("system", "user", "assistant", "tool", "developer")
 # Context the server budgets per media part when it estimates num_ctx (spec 7.1).
 IMAGE_TOKENS, AUDIO_TOKENS = 576, 1024
-CTX_FLOOR = 2048
 
 
 @dataclass
@@ -38,8 +38,9 @@ class ChatParams:
             return self.num_ctx
         media = (self.media.get("image_url", 0) * IMAGE_TOKENS
                  + self.media.get("input_audio", 0) * AUDIO_TOKENS)
-        prompt = self.prompt_tokens if self.prompt_tokens is not None else self.prompt_chars // 4
-        return max(CTX_FLOOR, prompt + media + self.request.max_tokens)
+        prompt = (self.prompt_tokens if self.prompt_tokens is not None
+                  else tokens_from_chars(self.prompt_chars))
+        return request_context(prompt, self.request.max_tokens, media)
 
 
 def _number(body: dict, name: str, low: float, high: float, integer: bool = False):

@@ -230,7 +230,8 @@ def load_config(path: Path | None, *, env: dict | None = None, port: int | None 
         try:
             cfg.server.port = int(env["HYPNOS_PORT"])
         except ValueError:
-            raise ConfigError([f"HYPNOS_PORT: must be a port number, got {env['HYPNOS_PORT']!r}"])
+            raise ConfigError([f"HYPNOS_PORT: must be a port number, got "
+                               f"{env['HYPNOS_PORT']!r}"]) from None
     if env.get("HYPNOS_API_KEYS"):
         cfg.server.api_keys = [k.strip() for k in env["HYPNOS_API_KEYS"].split(",") if k.strip()]
     if port is not None:

@@ -108,7 +108,8 @@ def nvml_sample() -> GpuSample | None:
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
         name = pynvml.nvmlDeviceGetName(h)
         stats = {"sampled_unix_ms": int(time.time() * 1000)}
-        for key, fn in (("utilization_percent", lambda: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+        for key, fn in (("utilization_percent",
+                         lambda: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
                         ("temperature_celsius", lambda: pynvml.nvmlDeviceGetTemperature(h, 0)),
                         ("power_watts", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                         ("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, 1)),

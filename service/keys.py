@@ -22,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from hypnos.service import errors
 from hypnos.service.atomic import write_atomic
@@ -77,7 +77,7 @@ class KeyRing:
 
 def utc_day(now: float | None = None) -> str:
     return dt.datetime.fromtimestamp(time.time() if now is None else now,
-                                     dt.timezone.utc).date().isoformat()
+                                     dt.UTC).date().isoformat()
 
 
 def secs_to_utc_midnight(now: float | None = None) -> int:

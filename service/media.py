@@ -16,7 +16,7 @@ import base64
 import binascii
 import ipaddress
 import socket
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import urljoin
 
 import httpx
@@ -201,7 +201,8 @@ def _show(url: str) -> str:
     """A URL for an error message: no query string or credentials, bounded length."""
     try:
         parsed = httpx.URL(url)
-        shown = f"{parsed.scheme}://{parsed.host}{':%d' % parsed.port if parsed.port else ''}"
+        port = f":{parsed.port}" if parsed.port else ""
+        shown = f"{parsed.scheme}://{parsed.host}{port}"
         shown += parsed.path
     except (httpx.InvalidURL, TypeError):
         shown = url.split("?", 1)[0]

@@ -12,8 +12,8 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import datetime, UTC
+from collections.abc import Callable
 
 from hypnos.engines.base import DocumentPicture
 
@@ -35,7 +35,7 @@ class StoredDocument:
 
 
 def iso_time(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class PictureStore:

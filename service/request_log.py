@@ -96,7 +96,7 @@ class RequestLog:
             "status": status,
             "key": getattr(getattr(request.ctx, "api_key", None), "label", None),
             "started_at": dt.datetime.fromtimestamp(
-                time.time() - duration_ms / 1000, dt.timezone.utc).isoformat(
+                time.time() - duration_ms / 1000, dt.UTC).isoformat(
                 timespec="milliseconds").replace("+00:00", "Z"),
             "duration_ms": round(duration_ms, 2),
             "model": lease.model.id if lease else (body or {}).get("model"),

@@ -13,6 +13,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult
+from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service import errors
 from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
                                          parse_stream)
@@ -85,7 +86,7 @@ async def completions(request: Request):
                       **parse_sampling(body, limits, default_max_tokens=16))
     st = check_text_model(request.app.ctx.scheduler, model)
     window = request.app.ctx.scheduler.context_window(st)
-    estimate = max(2048, len(prompt) // 4 + req.max_tokens)
+    estimate = request_context(tokens_from_chars(len(prompt)), req.max_tokens)
     async with text_lease(request, model, min(estimate, window)) as call:
         reqs = choice_requests(req, n)
         base = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion",

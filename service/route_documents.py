@@ -196,7 +196,7 @@ async def _next(queue: asyncio.Queue, response):
     while True:
         try:
             return await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await response.send(": keep-alive\n\n")
 
 

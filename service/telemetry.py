@@ -26,7 +26,7 @@ class LatencyBook:
         if not total:
             return None
         rank, seen = q * total, 0
-        for bound, n in zip(BUCKETS_MS, counts):
+        for bound, n in zip(BUCKETS_MS, counts, strict=True):
             seen += n
             if seen >= rank:
                 return bound if bound != float("inf") else BUCKETS_MS[-2]

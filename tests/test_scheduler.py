@@ -387,3 +387,64 @@ async def test_partial_placement_beside_a_leased_model():
         fx.serving.discard("a")
     assert not fx.violations
     assert sched.tier1_booked() == (400 + 550) * MIB
+
+
+# ------------------------------------------------------------------ fit: count once, lease once
+
+def layered(mid: str, context_len: int = 4096):
+    """A layered model (its context is rebuilt for a larger need), 2 KiB of KV a token."""
+    m = ModelConfig(id=mid, modality="text_generation", engine="ggml_llama",
+                    weights_path=f"{mid}.gguf", context_len=context_len)
+    shape = ModelShape(weights_bytes=100 * MIB, num_layers=10, layer_bytes=9 * MIB,
+                       non_layer_bytes=10 * MIB, kv_bytes_per_token=2048,
+                       max_context_len=32768)
+    return m, shape
+
+
+async def test_fit_counts_once_on_the_loaded_engine_and_rebuilds_under_the_same_lease():
+    fx = FakeEffects()
+    sched = make([layered("a")], fx)
+    seen = []
+
+    async def fit(engine):
+        seen.append(engine)
+        return 16384                     # the counted prompt needs more than the 4096 loaded
+
+    async with sched.lease("a", context_len=2048, fit=fit) as lease:
+        st = lease.model
+        assert st.placement.allocated_context_len == 16384
+    assert len(seen) == 1 and seen[0] is not None       # counted once, on a loaded engine
+    assert fx.log.count(("load", "a")) == 2              # cold load, then the one rebuild
+    assert st.leases == 0 and st.running == 0
+
+
+async def test_fit_does_not_rebuild_a_resident_model_for_the_estimate():
+    fx = FakeEffects()
+    sched = make([layered("a")], fx)
+    async with sched.lease("a"):
+        pass
+    calls = []
+
+    async def fit(engine):
+        calls.append(1)
+        return None                      # what is loaded holds the prompt
+
+    # The estimate (chars / 4 + max_tokens) is above the loaded 4096; the count says no.
+    async with sched.lease("a", context_len=12000, fit=fit) as lease:
+        assert lease.model.placement.allocated_context_len == 4096
+    assert calls == [1] and fx.log.count(("load", "a")) == 1
+
+
+async def test_what_fit_raises_ends_the_lease():
+    sched = make([layered("a")])
+
+    async def fit(engine):
+        raise errors.ContextOverBudget(40000, 32768)
+
+    with pytest.raises(errors.ContextOverBudget):
+        async with sched.lease("a", fit=fit):
+            pass
+    st = sched.models["a"]
+    assert st.leases == 0 and st.running == 0 and st.holds == 0
+    async with sched.lease("a"):                          # nothing left held
+        pass

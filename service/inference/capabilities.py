@@ -42,8 +42,8 @@ def require(sched, model_id: str, family: Family, *, param: str = "model"):
     altogether is left to the load, which answers 503 naming the extra to install."""
     st = sched.get(model_id)
     if not any(m in st.cfg.all_modalities for m in family.modalities):
-        what = ("describe_pictures names '%s', which does not" % model_id
-                if param == "describe_pictures" else "The model '%s' does not" % model_id)
+        what = (f"describe_pictures names '{model_id}', which does not"
+                if param == "describe_pictures" else f"The model '{model_id}' does not")
         raise errors.InvalidRequest(f"{what} serve {family.serves} (its modality is "
                                     f"{st.cfg.modality})", param=param)
     kind = st.cfg.engine

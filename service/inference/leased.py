@@ -16,7 +16,8 @@ import asyncio
 import threading
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, TypeVar
+from typing import TypeVar
+from collections.abc import AsyncIterator, Callable
 
 from hypnos.engines.base import EngineError
 from hypnos.service import errors

@@ -18,7 +18,7 @@ import dataclasses
 import random
 import secrets
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from hypnos.engines.base import (ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup,
                                  EngineError)
@@ -128,7 +128,7 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await send_keepalive()
                 continue
             if item is None:
