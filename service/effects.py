@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypnos.engines.base import LoadReport, LoadSpec
+from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.types import Placement
 from hypnos.service.hardware import process_rss, vram_used

@@ -15,7 +15,7 @@ import secrets
 import threading
 from typing import Awaitable, Callable
 
-from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
+from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
 from hypnos.service.engine_call import run_engine
 
 KEEPALIVE_SECS = 10.0

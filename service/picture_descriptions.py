@@ -7,7 +7,8 @@ from __future__ import annotations
 import base64
 import threading
 
-from hypnos.engines.base import ChatRequest, ConvertedPage, EngineError
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import ChatRequest, ConvertedPage
 from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 

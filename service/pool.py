@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypnos.engines.base import LoadReport
+from hypnos.engines.records import LoadReport
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config_schema import ModelConfig
 

@@ -11,14 +11,14 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import (ChatDelta, ChatResult, ContextOverflow, EngineError,
-                                 InvalidGrammar, SessionCapacity)
+from hypnos.engines.errors import (ContextOverflow, EngineError, InvalidGrammar, MediaDecodeError,
+                                   SessionCapacity)
+from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service import errors
 from hypnos.service.chat_request import CHAT_SCHEMA, ChatParams, parse_chat
 from hypnos.service.generation import (choice_requests, choice_seeds, merged_timings, run_choices,
                                        stream_choices, usage)
 from hypnos.engines.chat_format import MEDIA_PARTS
-from hypnos.engines.llama_mtmd import MediaDecodeError
 from hypnos.service.http import deadline_ms, json_body, require_ready
 from hypnos.service.media import part_bytes
 from hypnos.service.route_sessions import AtSessionCapacity, session_key

@@ -12,7 +12,8 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult, EngineError
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.service import errors
 from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
                                          parse_stream)

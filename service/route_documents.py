@@ -19,8 +19,8 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import raw
 
-from hypnos.engines.base import (BadPageRange, ConvertedPage, EngineError, OpenedDocument,
-                                 UnsupportedDocument)
+from hypnos.engines.errors import BadPageRange, EngineError, UnsupportedDocument
+from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service import errors
 from hypnos.service.document_request import ConvertParams, check_document, parse_convert
 from hypnos.service.engine_call import run_engine

@@ -15,7 +15,7 @@ import numpy as np
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ContextOverflow, EngineError
+from hypnos.engines.errors import ContextOverflow, EngineError
 from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready

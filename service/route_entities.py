@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import EngineError, ExtractRequest
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import ExtractRequest
 from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready

@@ -16,7 +16,8 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import EngineError, ImageRequest
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import ImageRequest
 from hypnos.service import errors
 from hypnos.service.config_schema import ImageConfig
 from hypnos.service.engine_call import run_engine

@@ -14,9 +14,8 @@ import binascii
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import (SessionBusy, SessionCapacity, SessionCorrupt,
-                                 SessionMismatch)
-from hypnos.engines.base import SessionNotFound as EngineSessionNotFound
+from hypnos.engines.errors import SessionBusy, SessionCapacity, SessionCorrupt, SessionMismatch
+from hypnos.engines.errors import SessionNotFound as EngineSessionNotFound
 from hypnos.planner.types import Tier
 from hypnos.service import errors
 from hypnos.service.http import json_body, require_ready

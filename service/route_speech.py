@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from sanic import Blueprint, Request
 from sanic.response import raw
 
-from hypnos.engines.base import EngineError, SpeechRequest
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import SpeechRequest
 from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, require_ready

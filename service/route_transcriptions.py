@@ -18,8 +18,8 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
-from hypnos.engines.base import (AudioDecodeError, EngineError, TranscribeRequest,
-                                 TranscribeResult)
+from hypnos.engines.errors import AudioDecodeError, EngineError
+from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service import errors
 from hypnos.service.engine_call import run_engine
 from hypnos.service.http import deadline_ms, json_body, origin_allowed, require_ready

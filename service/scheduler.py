@@ -16,7 +16,8 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
-from hypnos.engines.base import EngineError, EngineUnavailable, LoadReport
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import LoadReport
 from hypnos.planner import (ACCELERATED_ENGINES, derive_budgets, eviction_order, place,
                             placement_device, plan_eviction)
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,

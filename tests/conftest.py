@@ -49,7 +49,7 @@ class EngineEffects:
         self.engine = engine
 
     def load(self, st, placement):
-        from hypnos.engines.base import LoadReport
+        from hypnos.engines.records import LoadReport
         st.engine = self.engine
         return LoadReport()
 

@@ -277,7 +277,8 @@ class _FailingEngine:
     breaking a real model mid-generation."""
 
     def chat(self, req, on_text, cancel):
-        from hypnos.engines.base import ChatDelta, EngineError
+        from hypnos.engines.errors import EngineError
+        from hypnos.engines.records import ChatDelta
         on_text(ChatDelta(content="Hel"))
         raise EngineError("decode failed (injected)")
 

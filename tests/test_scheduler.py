@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hypnos.engines.base import LoadReport
+from hypnos.engines.records import LoadReport
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
 from hypnos.service import errors
