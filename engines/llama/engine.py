@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_N_BATCH = 512
 
 class LlamaChatEngine(SessionsMixin):
-    """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
+    """``KVChatEngine`` (``protocols``) over one GGUF model. Construction is cheap; ``load``
+    builds it.
 
     ``chat`` may be called from up to ``slots`` threads at once (more wait, FIFO, and report
     the wait as ``queue_ms``). ``unload`` must not overlap a ``chat`` call (the scheduler's
