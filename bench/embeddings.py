@@ -65,7 +65,7 @@ def direct_pass(engine, groups: list[list[str]]) -> float:
 
 
 def direct_engine(models_dir: Path):
-    from hypnos.engines.base import LoadSpec
+    from hypnos.engines.records import LoadSpec
     from hypnos.engines.onnx_embed import OnnxEmbedder
     onnx, tok = models_dir / ONNX, models_dir / TOKENIZER
     engine = OnnxEmbedder()

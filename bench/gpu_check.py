@@ -119,15 +119,15 @@ async def check_vram_and_moves(app, table: Table, n_layers: int) -> int:
 
 
 def decode_tps(engine) -> float:
-    from hypnos.engines.base import ChatRequest
+    from hypnos.engines.records import ChatRequest
     result = engine.chat(ChatRequest(messages=PROMPT, max_tokens=128, temperature=0.0), None,
                          threading.Event())
     return result.timings.decode_tokens_per_s
 
 
 def check_speed(app, model: Path, table: Table) -> None:
-    from hypnos.engines.base import LoadSpec
-    from hypnos.engines.llama import LlamaChatEngine
+    from hypnos.engines.records import LoadSpec
+    from hypnos.engines.llama.engine import LlamaChatEngine
     gpu = decode_tps(app.ctx.scheduler.models["smol"].engine)
     cpu_engine = LlamaChatEngine()
     cpu_engine.load(LoadSpec("smol-cpu", model, context_len=2048, slots=1, gpu_layers=0))

@@ -219,7 +219,7 @@ def measure_servers(targets: list[Target], prompts: Prompts, runs: int, tokens: 
 
 def measure_parking(engine, spec, prompts: Prompts, runs: int) -> dict[str, float]:
     """(d): the turn after a swap, restored from a parked state vs re-prefilled."""
-    from hypnos.engines.base import ChatRequest
+    from hypnos.engines.records import ChatRequest
     ask = lambda messages: engine.chat(  # noqa: E731
         ChatRequest(messages=messages, max_tokens=16, temperature=0), None, threading.Event())
     restored_s, cold_s, park_ms, restore_ms, parked_tokens, same = [], [], [], [], 0, 0
@@ -270,8 +270,8 @@ def main() -> None:
     if args.build_only:
         print(binary)
         return
-    from hypnos.engines.base import LoadSpec
-    from hypnos.engines.llama import LlamaChatEngine
+    from hypnos.engines.records import LoadSpec
+    from hypnos.engines.llama.engine import LlamaChatEngine
     weights = args.models_dir / GGUF
     # `hypnos serve` gives its engines every CPU of the process; llama-server gets the same.
     threads = len(os.sched_getaffinity(0))

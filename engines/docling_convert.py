@@ -22,9 +22,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from hypnos.engines.base import (BadPageRange, ConvertedPage, DocumentPicture,
-                                 DocumentRequest, EngineError, EngineUnavailable, LoadReport,
-                                 LoadSpec, OnPage, OpenedDocument, UnsupportedDocument)
+from hypnos.engines.errors import BadPageRange, EngineError, EngineUnavailable, UnsupportedDocument
+from hypnos.engines.records import (
+    ConvertedPage, DocumentPicture, DocumentRequest, LoadReport, LoadSpec, OnPage,
+    OpenedDocument,
+)
 
 PAGED = ("pdf", "image")
 # Formats read by extension when the bytes alone cannot tell (text formats).

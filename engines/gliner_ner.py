@@ -21,8 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hypnos.engines.base import (EngineError, EngineUnavailable, Entity, ExtractRequest,
-                                 ExtractResult, LoadReport, LoadSpec)
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import Entity, ExtractRequest, ExtractResult, LoadReport, LoadSpec
 
 FAMILY_SIZE = 8
 #: Words per window (GLiNER's own max_len caps it) and words shared by neighbours, more

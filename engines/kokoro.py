@@ -30,9 +30,8 @@ import re
 import threading
 import time
 
-from hypnos.engines.base import (
-    EngineError, EngineUnavailable, LoadReport, LoadSpec, OnAudio, SpeechRequest,
-)
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import LoadReport, LoadSpec, OnAudio, SpeechRequest
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def pcm16(audio) -> bytes:
 # ----------------------------------------------------------------------- engine
 
 class KokoroSpeaker:
-    """The ``Speaker`` of engines.base for Kokoro ONNX models. Construction imports nothing.
+    """The ``Speaker`` (engines.protocols) for Kokoro ONNX models. Construction imports nothing.
 
     ``synthesize`` may run from several threads at once (onnxruntime sessions are
     thread-safe; kokoro-onnx serializes espeak itself)."""

@@ -12,7 +12,8 @@ import os
 import threading
 import time
 
-from hypnos.engines.base import EmbedResult, EngineError, EngineUnavailable, LoadReport, LoadSpec
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import EmbedResult, LoadReport, LoadSpec
 
 #: Texts per encoder run.
 BATCH_SIZE = 32

@@ -1,40 +1,86 @@
-"""(engine kind, modality) -> engine class. Modules are imported only when a model of that
-kind loads, so a missing optional library is a 503 naming its extra, not an ImportError at
-start-up."""
+"""(engine kind, modality) -> engine class, and what it can do. Modules are imported only when
+a model of that kind loads, so a missing optional library is a 503 naming its extra, not an
+ImportError at start-up; ``capabilities`` answers from this table without importing anything.
+"""
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import NamedTuple
 
-from hypnos.engines.base import EngineUnavailable
+from hypnos.engines.errors import EngineNotBuilt
 
-# (kind, primary modality) -> (module, class, pip extra); modality None matches any.
-ENGINES = {
-    ("ggml_llama", None): ("hypnos.engines.llama", "LlamaChatEngine", "llama"),
-    ("ggml_llama", "embeddings"): ("hypnos.engines.llama_embed", "LlamaEmbedder", "llama"),
-    ("onnx_runtime", "embeddings"): ("hypnos.engines.onnx_embed", "OnnxEmbedder", "embeddings"),
-    ("onnx_runtime", "text_to_speech"): ("hypnos.engines.kokoro", "KokoroSpeaker", "tts"),
-    ("faster_whisper", None): ("hypnos.engines.whisper", "WhisperTranscriber", "stt"),
-    ("docling", None): ("hypnos.engines.docling_convert", "DoclingConverter", "docs"),
-    ("gliner", None): ("hypnos.engines.gliner_ner", "GlinerExtractor", "ner"),
-    ("ggml_diffusion", None): ("hypnos.engines.sd_diffusion", "DiffusionGenerator", "images"),
+# ------------------------------------------------------------------- capabilities
+# What an engine can be asked, known before it loads. Each names the methods it promises
+# (``METHODS``), on the Protocols of ``protocols``.
+
+CHAT = "chat"                    # /v1/chat/completions: ChatEngine.chat over messages
+COMPLETE = "complete"            # /v1/completions: ChatEngine.chat with a raw prompt
+VISION = "vision"                # chat with image / audio parts (with the model's projector,
+                                 # ``aux_path``): picture descriptions
+EMBED = "embed"                  # /v1/embeddings: Embedder.embed
+TRANSCRIBE = "transcribe"        # /v1/audio/transcriptions: Transcriber.transcribe
+SPEAK = "speak"                  # /v1/audio/speech: Speaker.synthesize
+CONVERT = "convert"              # /v1/documents: Converter.open, convert_pages
+EXTRACT = "extract"              # /v1/entities: Extractor.extract
+IMAGES = "generate_images"       # /v1/images: ImageGenerator.generate
+PARK = "park"                    # KV state parked across a swap: KVChatEngine.park, restore
+SESSIONS = "sessions"            # /v1/sessions: KVChatEngine.export_session, import_session...
+
+CAPABILITIES = frozenset({CHAT, COMPLETE, VISION, EMBED, TRANSCRIBE, SPEAK, CONVERT, EXTRACT,
+                          IMAGES, PARK, SESSIONS})
+
+#: capability -> the methods an engine that has it must have.
+METHODS: dict[str, tuple[str, ...]] = {
+    CHAT: ("chat", "count_tokens", "prompt_tokens"),
+    COMPLETE: ("chat", "count_tokens", "prompt_tokens"),
+    VISION: ("chat", "prompt_tokens"),
+    EMBED: ("embed",),
+    TRANSCRIBE: ("transcribe",),
+    SPEAK: ("synthesize",),
+    CONVERT: ("open", "convert_pages"),
+    EXTRACT: ("extract",),
+    IMAGES: ("generate",),
+    PARK: ("park", "restore"),
+    SESSIONS: ("export_session", "import_session", "release_session", "sessions"),
+}
+
+
+class Entry(NamedTuple):
+    module: str
+    cls: str
+    extra: str                   # the pip extra that installs its library
+    capabilities: frozenset[str]
+
+
+# (kind, primary modality) -> Entry; modality None matches any.
+ENGINES: dict[tuple[str, str | None], Entry] = {
+    ("ggml_llama", None): Entry("hypnos.engines.llama.engine", "LlamaChatEngine", "llama",
+                                frozenset({CHAT, COMPLETE, VISION, PARK, SESSIONS})),
+    ("ggml_llama", "embeddings"): Entry("hypnos.engines.llama.embed", "LlamaEmbedder", "llama",
+                                        frozenset({EMBED})),
+    ("onnx_runtime", "embeddings"): Entry("hypnos.engines.onnx_embed", "OnnxEmbedder",
+                                          "embeddings", frozenset({EMBED})),
+    ("onnx_runtime", "text_to_speech"): Entry("hypnos.engines.kokoro", "KokoroSpeaker", "tts",
+                                              frozenset({SPEAK})),
+    ("faster_whisper", None): Entry("hypnos.engines.whisper", "WhisperTranscriber", "stt",
+                                    frozenset({TRANSCRIBE})),
+    ("docling", None): Entry("hypnos.engines.docling_convert", "DoclingConverter", "docs",
+                             frozenset({CONVERT})),
+    ("gliner", None): Entry("hypnos.engines.gliner_ner", "GlinerExtractor", "ner",
+                            frozenset({EXTRACT})),
+    ("ggml_diffusion", None): Entry("hypnos.engines.sd_diffusion", "DiffusionGenerator",
+                                    "images", frozenset({IMAGES})),
 }
 PLANNED = {
     "ggml_whisper": "stt",
 }
 
-
-class EngineNotBuilt(EngineUnavailable):
-    """The engine kind is valid but this version of Hypnos has no implementation of it."""
-
-    def __init__(self, kind: str, modality: str | None = None):
-        self.engine = kind
-        self.extra = PLANNED.get(kind, "")
-        what = f"engine {kind}" + (f" for {modality}" if modality else "")
-        Exception.__init__(self, f"{what} is not implemented in this version of Hypnos")
+__all__ = ["CAPABILITIES", "ENGINES", "METHODS", "PLANNED", "EngineNotBuilt", "Entry",
+           "capabilities", "create_engine", "is_available"]
 
 
-def _entry(kind: str, modality: str | None):
+def _entry(kind: str, modality: str | None) -> Entry | None:
     return ENGINES.get((kind, modality)) or ENGINES.get((kind, None))
 
 
@@ -42,37 +88,23 @@ def _module_exists(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def capabilities(kind: str, modality: str | None = None) -> frozenset[str]:
+    """What an engine of ``kind`` for a model whose primary modality is ``modality`` can do
+    (names from ``CAPABILITIES``), from the table alone: nothing is imported, and whether its
+    library is installed is ``is_available``'s business. frozenset() for a kind (or kind and
+    modality) with no engine, planned kinds included."""
+    entry = _entry(kind, modality)
+    return entry.capabilities if entry is not None else frozenset()
+
+
 def create_engine(kind: str, modality: str | None = None):
     """A new, unloaded engine for a model of ``kind`` whose primary modality is ``modality``."""
     entry = _entry(kind, modality)
-    if entry is None or not _module_exists(entry[0]):
-        raise EngineNotBuilt(kind, modality)
-    module, cls, _extra = entry
-    return getattr(importlib.import_module(module), cls)()
+    if entry is None or not _module_exists(entry.module):
+        raise EngineNotBuilt(kind, modality, PLANNED.get(kind, ""))
+    return getattr(importlib.import_module(entry.module), entry.cls)()
 
 
 def is_available(kind: str, modality: str | None = None) -> bool:
     entry = _entry(kind, modality)
-    return entry is not None and _module_exists(entry[0])
-
-
-# What each engine class implements, by name, so the service can refuse a request before it
-# loads anything (and without importing the engine's library).
-CHAT, COMPLETE, EMBED, TRANSCRIBE, SPEAK = "chat", "complete", "embed", "transcribe", "speak"
-CONVERT, EXTRACT, IMAGES, PARK, SESSIONS = ("convert", "extract", "generate_images", "park",
-                                            "sessions")
-CAPABILITIES = {
-    "LlamaChatEngine": frozenset({CHAT, COMPLETE, PARK, SESSIONS}),
-    "LlamaEmbedder": frozenset({EMBED}),
-    "OnnxEmbedder": frozenset({EMBED}),
-    "KokoroSpeaker": frozenset({SPEAK}),
-    "WhisperTranscriber": frozenset({TRANSCRIBE}),
-    "DoclingConverter": frozenset({CONVERT}),
-    "GlinerExtractor": frozenset({EXTRACT}),
-    "DiffusionGenerator": frozenset({IMAGES}),
-}
-
-
-def capabilities(kind: str, modality: str | None = None) -> frozenset[str]:
-    entry = _entry(kind, modality)
-    return CAPABILITIES.get(entry[1], frozenset()) if entry else frozenset()
+    return entry is not None and _module_exists(entry.module)

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from hypnos.engines import sd_worker
-from hypnos.engines.base import (EngineError, EngineUnavailable, GeneratedImage, ImageRequest,
-                                 LoadReport, LoadSpec)
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import GeneratedImage, ImageRequest, LoadReport, LoadSpec
 
 MAX_SAFETENSORS_HEADER = 100 * 2**20
 

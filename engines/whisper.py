@@ -17,9 +17,9 @@ import os
 import threading
 import time
 
-from hypnos.engines.base import (
-    AudioDecodeError, EngineError, EngineUnavailable, LoadReport, LoadSpec, Segment,
-    TranscribeRequest, TranscribeResult,
+from hypnos.engines.errors import AudioDecodeError, EngineError, EngineUnavailable
+from hypnos.engines.records import (
+    LoadReport, LoadSpec, Segment, TranscribeRequest, TranscribeResult,
 )
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypnos.engines.base import ChatRequest
+from hypnos.engines.records import ChatRequest
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
 from hypnos.service.config_schema import LimitsConfig

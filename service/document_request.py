@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sanic import Request
 
-from hypnos.engines.base import DocumentRequest
+from hypnos.engines.records import DocumentRequest
 from hypnos.service import errors
 from hypnos.service.http import json_body
 

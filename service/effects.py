@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.base import LoadReport, LoadSpec
+from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement

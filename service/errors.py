@@ -16,8 +16,8 @@ from sanic.exceptions import (BadRequest, HeaderNotFound, MethodNotAllowed, NotF
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
-from hypnos.engines import base as eng
-from hypnos.engines.llama_mtmd import MediaDecodeError
+from hypnos.engines import errors as eng
+
 
 log = logging.getLogger("hypnos.errors")
 
@@ -181,7 +181,7 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
     "<what> failed"."""
     if isinstance(exc, HypnosError):
         return exc
-    if isinstance(exc, MediaDecodeError):
+    if isinstance(exc, eng.MediaDecodeError):
         return InvalidRequest(f"A media part could not be read: {exc}", param="messages")
     if isinstance(exc, eng.ContextOverflow):
         if window is not None:

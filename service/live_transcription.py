@@ -22,7 +22,7 @@ from sanic import Request
 from sanic.exceptions import WebsocketClosed
 from websockets.exceptions import ConnectionClosed
 
-from hypnos.engines.base import TranscribeRequest
+from hypnos.engines.records import TranscribeRequest
 from hypnos.service import errors
 from hypnos.service.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require

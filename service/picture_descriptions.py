@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from hypnos.engines.base import ChatRequest, ConvertedPage
+from hypnos.engines.records import ChatRequest, ConvertedPage
 from hypnos.service.inference.capabilities import PICTURES, require
 from hypnos.service.inference.leased import leased_by
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from collections.abc import Callable
 
-from hypnos.engines.base import DocumentPicture
+from hypnos.engines.records import DocumentPicture
 
 
 class PicturesTooLarge(ValueError):

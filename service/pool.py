@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hypnos.engines.base import Engine, LoadReport
+from hypnos.engines.protocols import Engine
+from hypnos.engines.records import LoadReport
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config_schema import ModelConfig
 
@@ -54,7 +55,7 @@ class ModelState:
     tier: Tier = Tier.SSD
     placement: Placement | None = None
     # The built engine while in tier 1: a ChatEngine, Embedder, Transcriber, ... by modality
-    # (routes narrow it with the engine Protocols of hypnos.engines.base).
+    # (routes narrow it with the engine Protocols of hypnos.engines.protocols).
     engine: Engine | None = None
     pinned: PinnedWeights | None = None    # while in tier 2
     enabled: bool = True

@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hypnos.engines.base import EngineError, EngineUnavailable, LoadReport
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load

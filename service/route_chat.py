@@ -9,7 +9,7 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import (ChatDelta, ChatResult)
+from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service import errors
 from hypnos.service.chat_request import CHAT_SCHEMA, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall

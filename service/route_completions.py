@@ -12,7 +12,7 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ChatDelta, ChatRequest, ChatResult
+from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service import errors
 from hypnos.service.chat_request import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,

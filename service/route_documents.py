@@ -18,7 +18,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import raw
 
-from hypnos.engines.base import (ConvertedPage, OpenedDocument)
+from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service import errors
 from hypnos.service.document_request import ConvertParams, check_document, parse_convert
 from hypnos.service.inference.capabilities import DOCUMENTS, require

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ExtractRequest
+from hypnos.engines.records import ExtractRequest
 from hypnos.service import errors
 from hypnos.service.http import json_body, require_ready
 from hypnos.service.inference.capabilities import ENTITIES

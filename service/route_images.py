@@ -15,7 +15,7 @@ import time
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.base import ImageRequest
+from hypnos.engines.records import ImageRequest
 from hypnos.service import errors
 from hypnos.service.config_schema import ImageConfig
 from hypnos.service.inference.capabilities import IMAGES, require

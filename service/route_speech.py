@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sanic import Blueprint, Request
 from sanic.response import raw
 
-from hypnos.engines.base import SpeechRequest
+from hypnos.engines.records import SpeechRequest
 from hypnos.service import errors
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased

@@ -14,8 +14,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
-from hypnos.engines.base import (TranscribeRequest,
-                                 TranscribeResult)
+from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service import errors
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.live_transcription import LiveSession

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
-from hypnos.engines.base import Engine, LoadReport
+from hypnos.engines.protocols import Engine
+from hypnos.engines.records import LoadReport
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window

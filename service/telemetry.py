@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import asdict
 
-from hypnos.engines.base import ChatTimings
+from hypnos.engines.records import ChatTimings
 from hypnos.service.scheduler import Lease
 
 # Histogram bucket upper bounds in ms (percentiles are reported as bucket upper bounds).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from hypnos.engines.base import LoadReport, LoadSpec
+from hypnos.engines.records import LoadReport, LoadSpec
 
 
 class IdleEngine:

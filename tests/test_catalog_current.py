@@ -53,7 +53,7 @@ def engine_load_log(arch: str, tmp_path: Path) -> list[str]:
     else (vocab_only). An architecture it does not know stops at "unknown model
     architecture"; one it knows gets past it (to the vocabulary, which the file lacks)."""
     from llama_cpp import llama_cpp as ll
-    from hypnos.engines.ggml_log import route_once
+    from hypnos.engines.llama.log import route_once
     route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
     ll.llama_backend_init()
     logger = logging.getLogger("hypnos.engines.llama.cpp")

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from hypnos.engines.chat_format import detect, prepare, think_budget
-from hypnos.engines.tool_dialects import (
+from hypnos.engines.chat_format import (
     GemmaDialect, HermesDialect, JsonDialect, LfmDialect, Llama3Dialect, MistralDialect,
     Qwen3CoderDialect, CallParseError)
-from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
+from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",

@@ -11,7 +11,7 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR
 from hypnos.catalog.catalog import load_catalog
-from hypnos.engines.base import DocumentPicture, DocumentRequest, LoadSpec
+from hypnos.engines.records import DocumentPicture, DocumentRequest, LoadSpec
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 from hypnos.service.markdown_join import join_pages

@@ -18,7 +18,8 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR, ROOT, SMOLLM2, EngineEffects, minilm_fp32_reference
 from hypnos.catalog.catalog import load_catalog
-from hypnos.engines.base import ContextOverflow, EmbedResult, EngineError, LoadSpec
+from hypnos.engines.errors import ContextOverflow, EngineError
+from hypnos.engines.records import EmbedResult, LoadSpec
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
 
@@ -204,7 +205,7 @@ def test_llama_embedder_plumbing_on_smollm2():
     SmolLM2-135M chat GGUF with embedding=True. It declares no pooling, so the engine asks
     llama.cpp for mean pooling: 576-long unit vectors, deterministic, the same batched as
     alone, and a text longer than the context is a ContextOverflow."""
-    from hypnos.engines.llama_embed import LlamaEmbedder
+    from hypnos.engines.llama.embed import LlamaEmbedder
     if not SMOLLM2.exists():
         pytest.fail(f"{SMOLLM2} is missing: run `./run.sh models smollm2:135m` first")
     engine = LlamaEmbedder()

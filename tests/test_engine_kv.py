@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.engines.base import (
-    ChatRequest, LoadSpec, SessionCapacity, SessionCorrupt, SessionMismatch, SessionNotFound,
-)
-from hypnos.engines.llama_state import (
+from hypnos.engines.errors import SessionCapacity, SessionCorrupt, SessionMismatch, SessionNotFound
+from hypnos.engines.records import ChatRequest, LoadSpec
+from hypnos.engines.llama.state import (
     KVLayout, ParkedKV, ParkedSlot, decode_session, encode_session, weights_fingerprint,
 )
 
@@ -48,7 +47,7 @@ def turn2(first_answer: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def engine():
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (hypnos[llama])")
-    from hypnos.engines.llama import LlamaChatEngine
+    from hypnos.engines.llama.engine import LlamaChatEngine
     eng = LlamaChatEngine()
     eng.load(SPEC)
     yield eng

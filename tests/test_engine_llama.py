@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.engines.base import (
-    ChatRequest, ContextOverflow, EngineError, InvalidGrammar, LoadSpec,
-)
-from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
-from hypnos.engines.llama import LlamaChatEngine
-from hypnos.engines.llama_answer import AnswerReader, collect
-from hypnos.engines.llama_batch import Job, Slot, pick_slot
-from hypnos.engines.llama_sampling import Sampling
+from hypnos.engines.errors import ContextOverflow, EngineError, InvalidGrammar
+from hypnos.engines.records import ChatRequest, LoadSpec
+from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
+from hypnos.engines.llama.engine import LlamaChatEngine
+from hypnos.engines.llama.reader import AnswerReader, collect
+from hypnos.engines.llama.slots import Job, Slot, pick_slot
+from hypnos.engines.llama.sampling import Sampling
 
 MODEL = (Path(__file__).resolve().parents[1]
          / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -12,9 +12,9 @@ import threading
 import pytest
 
 from conftest import require_smollm2
-from hypnos.engines.base import ChatRequest, LoadSpec
-from hypnos.engines.tool_dialects import DIALECTS
-from hypnos.engines.llama import LlamaChatEngine
+from hypnos.engines.records import ChatRequest, LoadSpec
+from hypnos.engines.chat_format import DIALECTS
+from hypnos.engines.llama.engine import LlamaChatEngine
 
 pytestmark = pytest.mark.real
 WEATHER = {"type": "function", "function": {

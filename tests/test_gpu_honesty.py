@@ -11,7 +11,8 @@ import pytest
 from sanic import Sanic
 
 from conftest import lineup_config, model_block, require_smollm2
-from hypnos.engines import devices, ggml_log
+from hypnos.engines import devices
+from hypnos.engines.llama import log as ggml_log
 from hypnos.engines.devices import EngineBuild
 from hypnos.planner.types import GIB, Accelerator, Hardware, Topology
 from hypnos.service.app import create_app

@@ -304,7 +304,8 @@ class _FailingEngine:
         return 1
 
     def chat(self, req, on_text, cancel):
-        from hypnos.engines.base import ChatDelta, EngineError
+        from hypnos.engines.errors import EngineError
+        from hypnos.engines.records import ChatDelta
         on_text(ChatDelta(content="Hel"))
         raise EngineError("decode failed (injected)")
 

@@ -17,7 +17,8 @@ from sanic import Sanic
 
 from conftest import ROOT, require_smollm2
 from hypnos.catalog.catalog import load_catalog
-from hypnos.engines.base import EngineError, LoadSpec
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import LoadSpec
 from hypnos.engines.sd_diffusion import DiffusionGenerator, check_model_file
 from hypnos.service.app import create_app
 from hypnos.service.config import parse_config
@@ -274,7 +275,8 @@ def test_a_worker_crash_leaves_the_engine_unloaded(models_root):
     """With the images extra: a library crash on a bad file is an EngineError naming the
     signal and the engine stays unloaded. Without it (CI's default extras; the library
     compiles for 12 minutes) the same load says which extra is missing."""
-    from hypnos.engines.base import EngineUnavailable, ImageRequest
+    from hypnos.engines.errors import EngineUnavailable
+    from hypnos.engines.records import ImageRequest
     engine = DiffusionGenerator()
     if not HAS_LIBRARY:
         with pytest.raises(EngineUnavailable, match=r"hypnos\[images\]"):

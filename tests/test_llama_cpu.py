@@ -4,7 +4,7 @@ Regression: on a Sapphire Rapids host (AMX) every prompt of more than a few toke
 SIGSEGV in ``ggml_backend_amx_mul_mat`` (llama-cpp-python 0.3.36 built with -march=native), so
 ``./run.sh test`` crashed there. The engine now keeps weights out of the extra buffer types on
 a CPU that reports AMX."""
-from hypnos.engines.llama_cpu import extra_buffers_ok
+from hypnos.engines.llama.cpu import extra_buffers_ok
 
 AVX512 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw avx512_vnni\n"
 AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8\n"

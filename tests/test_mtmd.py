@@ -1,4 +1,4 @@
-"""engines/llama_mtmd.py on the real SmolLM2-135M and a tiny generated vision projector.
+"""engines/llama/mtmd.py on the real SmolLM2-135M and a tiny generated vision projector.
 
 The projector (tests/tiny_mmproj.py) has RANDOM weights: these tests prove the plumbing only
 (the mmproj GGUF is read by the bundled llama.cpp, an image is decoded, encoded, projected to
@@ -17,9 +17,9 @@ from PIL import Image
 from conftest import require_smollm2
 from tiny_mmproj import TinyVision, write_tiny_mmproj
 
-from hypnos.engines.llama_cpu import extra_buffers_ok
-from hypnos.engines.base import EngineError
-from hypnos.engines.llama_mtmd import MediaDecodeError, Projector
+from hypnos.engines.llama.cpu import extra_buffers_ok
+from hypnos.engines.errors import EngineError
+from hypnos.engines.llama.mtmd import MediaDecodeError, Projector
 
 N_CTX = 512
 N_BATCH = 128
@@ -155,7 +155,7 @@ def test_marker_count_mismatch_is_a_media_error(projector):
 
 
 def test_huge_canvas_is_refused_before_decoding(projector, monkeypatch):
-    import hypnos.engines.llama_mtmd as mtmd
+    import hypnos.engines.llama.mtmd as mtmd
     monkeypatch.setattr(mtmd, "MAX_IMAGE_PIXELS", 32 * 32 - 1)
     with pytest.raises(MediaDecodeError, match="larger than"):
         projector.tokenize(f"{projector.marker} x", [_png(32, 32)])

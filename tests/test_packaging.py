@@ -10,10 +10,24 @@ HEAVY = ("llama_cpp", "torch", "onnxruntime", "docling", "faster_whisper", "glin
          "ctranslate2", "kokoro_onnx", "stable_diffusion_cpp")
 
 
+def _package_folder(package: str, dirs: dict[str, str]) -> str:
+    """The folder setuptools takes ``package`` from: its own package-dir entry, else its
+    nearest listed parent's folder and the rest of its dotted name (a subpackage)."""
+    parts = package.split(".")
+    for i in range(len(parts), 0, -1):
+        parent = ".".join(parts[:i])
+        if parent in dirs:
+            return "/".join([dirs[parent], *parts[i:]])
+    raise AssertionError(f"{package} has no package-dir entry, nor has any parent")
+
+
 def test_every_package_folder_is_listed_in_pyproject():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = {cfg["package-dir"][p] for p in cfg["packages"]}
-    assert set(cfg["packages"]) == set(cfg["package-dir"])
+    dirs = cfg["package-dir"]
+    listed = {_package_folder(p, dirs) for p in cfg["packages"]}
+    assert set(dirs) <= set(cfg["packages"])
+    # Only subpackages (a listed parent) may go without their own package-dir entry.
+    assert all(p in dirs or p.rsplit(".", 1)[0] in cfg["packages"] for p in cfg["packages"])
     on_disk = {str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/__init__.py")
                if ".venv" not in p.parts and "tests" not in p.parts and "build" not in p.parts}
     assert on_disk == listed, f"folders with __init__.py not in pyproject: {on_disk - listed}"
@@ -81,3 +95,20 @@ assert params.request.response_format["type"] == "json_schema"
 """
     loaded = _modules_after(code)
     assert not [m for m in HEAVY if m in loaded]
+
+
+def test_the_chat_format_package_and_the_registry_import_no_engine_library():
+    """``hypnos.engines.chat_format`` (every module of it) is pure string work, and the
+    registry answers ``capabilities`` without importing any engine library."""
+    code = """
+import hypnos.engines.chat_format
+import hypnos.engines.chat_format.grammar, hypnos.engines.chat_format.stream
+import hypnos.engines.chat_format.detect, hypnos.engines.chat_format.markup_dialects
+import hypnos.engines.protocols, hypnos.engines.records, hypnos.engines.errors
+from hypnos.engines.registry import ENGINES, capabilities
+for kind, modality in ENGINES:
+    assert capabilities(kind, modality)
+"""
+    loaded = _modules_after(code)
+    assert not [m for m in HEAVY if m in loaded]
+    assert "llama_cpp" not in loaded

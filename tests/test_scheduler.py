@@ -391,7 +391,7 @@ async def test_partial_placement_beside_a_leased_model():
 
 # ------------------------------------------------------------------ fit: count once, lease once
 
-def layered(mid: str, context_len: int = 4096):
+def layered_chat(mid: str, context_len: int = 4096):
     """A layered model (its context is rebuilt for a larger need), 2 KiB of KV a token."""
     m = ModelConfig(id=mid, modality="text_generation", engine="ggml_llama",
                     weights_path=f"{mid}.gguf", context_len=context_len)
@@ -403,7 +403,7 @@ def layered(mid: str, context_len: int = 4096):
 
 async def test_fit_counts_once_on_the_loaded_engine_and_rebuilds_under_the_same_lease():
     fx = FakeEffects()
-    sched = make([layered("a")], fx)
+    sched = make([layered_chat("a")], fx)
     seen = []
 
     async def fit(engine):
@@ -420,7 +420,7 @@ async def test_fit_counts_once_on_the_loaded_engine_and_rebuilds_under_the_same_
 
 async def test_fit_does_not_rebuild_a_resident_model_for_the_estimate():
     fx = FakeEffects()
-    sched = make([layered("a")], fx)
+    sched = make([layered_chat("a")], fx)
     async with sched.lease("a"):
         pass
     calls = []
@@ -436,7 +436,7 @@ async def test_fit_does_not_rebuild_a_resident_model_for_the_estimate():
 
 
 async def test_what_fit_raises_ends_the_lease():
-    sched = make([layered("a")])
+    sched = make([layered_chat("a")])
 
     async def fit(engine):
         raise errors.ContextOverBudget(40000, 32768)

@@ -14,7 +14,7 @@ import pytest
 from sanic import Sanic
 
 from conftest import MODELS_DIR, ROOT
-from hypnos.engines.base import LoadSpec, SpeechRequest
+from hypnos.engines.records import LoadSpec, SpeechRequest
 from hypnos.engines.kokoro import (
     PAUSE_SECS, SAMPLE_RATE, KokoroSpeaker, kokoro_lang, kokoro_voice, split_phrases,
 )

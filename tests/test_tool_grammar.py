@@ -14,9 +14,9 @@ import random
 import pytest
 
 from gbnf_check import accepts, parses
-from hypnos.engines.tool_dialects import DIALECTS, GemmaDialect
-from hypnos.engines.chat_stream import AnswerSplitter
-from hypnos.engines.tool_grammar import py_literal, response_grammar
+from hypnos.engines.chat_format import DIALECTS, GemmaDialect
+from hypnos.engines.chat_format.stream import AnswerSplitter
+from hypnos.engines.chat_format.grammar import py_literal, response_grammar
 
 pytest.importorskip("llama_cpp")
 

@@ -23,8 +23,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import MODELS_DIR, ROOT
-from hypnos.engines.base import (AudioDecodeError, EngineError, LoadSpec, Segment,
-                                 TranscribeRequest, TranscribeResult)
+from hypnos.engines.errors import AudioDecodeError, EngineError
+from hypnos.engines.records import LoadSpec, Segment, TranscribeRequest, TranscribeResult
 from hypnos.engines.whisper import WhisperTranscriber, decode_audio
 from hypnos.service import errors
 from hypnos.service.app import create_app

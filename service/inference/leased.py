@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
-from hypnos.engines.base import EngineError
+from hypnos.engines.errors import EngineError
 from hypnos.service import errors
 from hypnos.service.http import deadline_ms
 from hypnos.service.inference.capabilities import Family, require

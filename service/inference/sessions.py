@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from hypnos.engines import registry
-from hypnos.engines.base import EngineError
+from hypnos.engines.errors import EngineError
 from hypnos.planner.types import Tier
 from hypnos.service import errors
 from hypnos.service.inference.capabilities import CHAT

@@ -20,8 +20,8 @@ import secrets
 from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from hypnos.engines.base import (ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup,
-                                 EngineError)
+from hypnos.engines.errors import EngineError
+from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
 from hypnos.service import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypnos.engines.base import TranscribeRequest, TranscribeResult
+from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service.inference.capabilities import TRANSCRIPTION
 from hypnos.service.inference.leased import leased_by
 

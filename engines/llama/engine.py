@@ -7,8 +7,9 @@ into one ``llama_decode`` per step. ``chat`` runs in the caller's thread: it ren
 tokenizes the prompt, queues a job, and turns the token bytes it gets back into text.
 
 KV parking (``park``/``restore``) and sessions (``export_session``/``import_session``/
-``release_session``, ``ChatRequest.session_key``) move per-slot KV state through
-``llama_state`` on the decode thread.
+``release_session``, ``ChatRequest.session_key``; in ``sessions``) move per-slot KV state
+through ``state`` on the decode thread. The prompt is built in ``prompt``, the answer read in
+``reader``; the decode thread and its slots are ``decode_loop`` and ``slots``.
 
 llama-cpp-python is imported in ``load()`` only; without it ``load`` raises
 ``EngineUnavailable("ggml_llama", "llama")``.
@@ -20,30 +21,30 @@ import os
 import threading
 import time
 
-from dataclasses import dataclass
-
-from hypnos.engines.base import (
-    ChatRequest, ChatResult, ContextOverflow, EngineError,
-    EngineUnavailable, InvalidGrammar, LoadReport, LoadSpec, OnToken,
-)
-from hypnos.engines import devices, ggml_log, llama_state
-from hypnos.engines.ggml_log import route_once
-from hypnos.engines.chat_format import MEDIA_PARTS, ChatFormat, detect, prepare
-from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
-from hypnos.engines.llama_answer import AnswerReader, collect, timings
-from hypnos.engines.llama_sessions import KVStateMixin
-from hypnos.engines.llama_batch import DecodeLoop, Job
-from hypnos.engines.llama_sampling import Sampling, ThinkBudget, grammar_sampler
-from hypnos.engines.llama_cpu import extra_buffers_ok
-from hypnos.engines.llama_state import KVLayout
-from hypnos.engines.tool_grammar import response_grammar
+from hypnos.engines import devices
+from hypnos.engines.chat_format.detect import detect
+from hypnos.engines.chat_format.prepare import ChatFormat
+from hypnos.engines.chat_format.stream import StopMatcher
+from hypnos.engines.errors import ContextOverflow, EngineError, EngineUnavailable, InvalidGrammar
+from hypnos.engines.llama import log as ggml_log
+from hypnos.engines.llama import prompt as prompts
+from hypnos.engines.llama import state as llama_state
+from hypnos.engines.llama.cpu import extra_buffers_ok
+from hypnos.engines.llama.decode_loop import DecodeLoop
+from hypnos.engines.llama.reader import AnswerReader, collect, timings
+from hypnos.engines.llama.sampling import Sampling, grammar_sampler
+from hypnos.engines.llama.sessions import SessionsMixin
+from hypnos.engines.llama.slots import Job
+from hypnos.engines.llama.state import KVLayout, ParkedKV
+from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
 log = logging.getLogger(__name__)
 
 DEFAULT_N_BATCH = 512
 
-class LlamaChatEngine(KVStateMixin):
-    """``ChatEngine`` over one GGUF model. Construction is cheap; ``load`` builds it.
+class LlamaChatEngine(SessionsMixin):
+    """``KVChatEngine`` (``protocols``) over one GGUF model. Construction is cheap; ``load``
+    builds it.
 
     ``chat`` may be called from up to ``slots`` threads at once (more wait, FIFO, and report
     the wait as ``queue_ms``). ``unload`` must not overlap a ``chat`` call (the scheduler's
@@ -67,6 +68,7 @@ class LlamaChatEngine(KVStateMixin):
         self._projector = None                 # vision / audio projector (mmproj), if any
         self._bos: int | None = None
         self._bos_text = ""
+        self._n_batch = 0
         self.slots = 0
         self.n_ctx_per_slot = 0
         self.model_id = ""
@@ -94,7 +96,7 @@ class LlamaChatEngine(KVStateMixin):
             raise EngineError(f"{spec.model_id}: slots must be 1..{max_slots}, not {spec.slots}")
         self.unload()
         with self._lifecycle:
-            route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
+            ggml_log.route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
             ll.llama_backend_init()
             self._ll = ll
             t0 = time.perf_counter()
@@ -111,11 +113,11 @@ class LlamaChatEngine(KVStateMixin):
                 self.n_ctx_per_slot = ll.llama_n_ctx_seq(self._ctx)
                 self.model_id = spec.model_id
                 self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
-                n_batch = ll.llama_n_batch(self._ctx)
+                n_batch = self._n_batch = ll.llama_n_batch(self._ctx)
                 t3 = time.perf_counter()
                 mmproj = spec.files.get("aux_path")
                 if mmproj is not None:
-                    from hypnos.engines.llama_mtmd import Projector
+                    from hypnos.engines.llama.mtmd import Projector
                     self._projector = Projector(
                         self._model, mmproj, spec.threads or len(os.sched_getaffinity(0)),
                         use_gpu=spec.gpu_layers != 0)
@@ -211,6 +213,34 @@ class LlamaChatEngine(KVStateMixin):
         self._vocab = self._formatter = None
         self.layout = None
 
+    # ------------------------------------------------------------------ KV parking
+    # (sessions: ``SessionsMixin``)
+
+    def park(self) -> ParkedKV | None:
+        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
+        given to ``restore`` after the next ``load``. Call while no request runs, before
+        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
+        if self._loop is None:
+            return None
+        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
+        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
+        return parked if parked.entries else None
+
+    def restore(self, parked: ParkedKV) -> tuple[int, float]:
+        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
+        restored, ms). Only a state parked from the same weights (fingerprint) and the same
+        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
+        before. ``parked`` is emptied either way (single use). Blocks."""
+        if (self._loop is None or not parked.entries or parked.layout != self.layout
+                or parked.fingerprint != self.fingerprint):
+            parked.drop()
+            return 0, 0.0
+        t0 = time.perf_counter()
+        restored = self._call(
+            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
+        parked.drop()
+        return restored, (time.perf_counter() - t0) * 1e3
+
     # ------------------------------------------------------------------ requests
 
     def count_tokens(self, text: str) -> int:
@@ -279,64 +309,10 @@ class LlamaChatEngine(KVStateMixin):
             built.chunks.free()
         return len(built.prompt)
 
-    def _build(self, req: ChatRequest) -> "_Built":
+    def _build(self, req: ChatRequest) -> prompts.Built:
         """The prompt tokens, the grammar, the thinking budget and the answer's reader."""
-        if req.prompt is not None:              # /v1/completions: the text as it is
-            tokens = self._tokenize(req.prompt, parse_special=True)
-            if self._bos is not None and (not tokens or tokens[0] != self._bos):
-                tokens.insert(0, self._bos)
-            return _Built(tokens, req.grammar, None, AnswerSplitter())
-        fmt = self.format
-        grammar, format_status = req.grammar, None
-        if req.response_format is not None:
-            grammar, format_status = response_grammar(req.response_format)
-        prepared = prepare(fmt, req.messages, req.tools, req.tool_choice, req.think_budget,
-                           grammar)
-        text = self._render(prepared.messages, prepared.tools, prepared.template_vars)
-        text += prepared.prefix
-        think = fmt.think
-        in_think = think is not None and text.rstrip().endswith(think.open.rstrip())
-        budget = prepared.think_budget
-        tracker = None
-        if in_think and budget == 0:            # the template opened it; close it at once
-            text += think.close + "\n\n"
-            in_think = False
-        if think is not None and budget is not None:
-            tracker = ThinkBudget(think.open, think.close,
-                                  self._tokenize(think.close + "\n\n", parse_special=True),
-                                  budget, state="in" if in_think else "maybe")
-        names = frozenset(t["function"]["name"] for t in req.tools or ())
-        splitter = AnswerSplitter(think=think, in_think=in_think,
-                                  tools=fmt.tools if prepared.tools_active else None,
-                                  prefix=prepared.prefix, known=names, offered=req.tools,
-                                  forced=prepared.forced)
-        if req.media:
-            built = self._build_media(text, req.media, prepared.grammar, tracker, splitter)
-        else:
-            tokens = self._tokenize(text, parse_special=True)
-            if not tokens:
-                raise EngineError("the chat template rendered an empty prompt")
-            if self._bos is not None and tokens[0] != self._bos:
-                tokens.insert(0, self._bos)
-            built = _Built(tokens, prepared.grammar, tracker, splitter)
-        built.format_status = format_status
-        return built
-
-    def _build_media(self, text, media, grammar, tracker, splitter) -> "_Built":
-        """Images / audio through the projector: the text and media chunks are evaluated
-        together on the decode thread when the job starts (``Job.prefill``); the prompt
-        is then placeholders (-1, never a prefix match) for the cells they fill."""
-        projector = self._projector
-        if projector is None:
-            raise EngineError("this model has no vision / audio projector (mmproj)")
-        add_bos = self._bos is not None and not text.startswith(self._bos_text)
-        chunks = projector.tokenize(text, media, add_special=add_bos)
-        n_batch = self._ll.llama_n_batch(self._ctx)
-
-        def prefill(ctx, seq_id: int) -> int:
-            return projector.evaluate(ctx, chunks, seq_id, 0, n_batch)
-
-        return _Built([-1] * chunks.n_tokens, grammar, tracker, splitter, chunks, prefill)
+        return prompts.build(req, self.format, self._tokenize, self._render, self._bos,
+                             self._bos_text, self._projector, self._n_batch)
 
     def _check_grammar(self, grammar: str) -> None:
         """Raise InvalidGrammar in the caller's thread, before the job takes a slot."""
@@ -352,62 +328,8 @@ class LlamaChatEngine(KVStateMixin):
         return self._build(ChatRequest(messages=messages, tools=tools)).prompt
 
     def _render(self, messages: list[dict], tools: list[dict] | None, variables: dict) -> str:
-        if self._formatter is None:
-            raise EngineError("model not loaded")
         marker = self._projector.marker if self._projector is not None else None
-        try:
-            return self._formatter(messages=[_text_message(m, marker) for m in messages],
-                                   tools=tools, **variables).prompt
-        except EngineError:
-            raise
-        except Exception as exc:                   # jinja2 errors, raise_exception(...)
-            raise EngineError(f"chat template failed: {exc}") from exc
+        return prompts.render(self._formatter, messages, tools, variables, marker)
 
     def _tokenize(self, text: str, parse_special: bool) -> list[int]:
-        ll, vocab = self._ll, self._vocab
-        if vocab is None:
-            raise EngineError("model not loaded")
-        raw = text.encode("utf-8")
-        cap = len(raw) + 8
-        buf = (ll.llama_token * cap)()
-        n = ll.llama_tokenize(vocab, raw, len(raw), buf, cap, False, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (ll.llama_token * cap)()
-            n = ll.llama_tokenize(vocab, raw, len(raw), buf, cap, False, parse_special)
-        if n < 0:
-            raise EngineError("tokenization failed")
-        return list(buf[:n])
-
-
-@dataclass
-class _Built:
-    prompt: list[int]
-    grammar: str | None
-    think: ThinkBudget | None
-    splitter: AnswerSplitter
-    chunks: object = None                      # llama_mtmd.Chunks when media are sent
-    prefill: object = None                     # (ctx, seq_id) -> n_past, on the decode thread
-    format_status: str | None = None           # how response_format was applied
-
-
-def _text_message(message: dict, marker: str | None = None) -> dict:
-    """A message whose content is plain text: text parts joined, each media part replaced
-    by the projector's ``marker`` where it appears (a marker typed in the text is removed,
-    so it cannot shift the media)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        pieces = []
-        for part in content:
-            kind = part.get("type")
-            if kind in MEDIA_PARTS:
-                if marker is None:
-                    raise EngineError(f"this model takes text only, got a {kind} part")
-                pieces.append(marker)
-            else:
-                text = part.get("text", "")
-                pieces.append(text.replace(marker, "") if marker else text)
-        content = "".join(pieces)
-    elif isinstance(content, str) and marker:
-        content = content.replace(marker, "")
-    return {**message, "content": content if content is not None else ""}
+        return prompts.tokenize(self._ll, self._vocab, text, parse_special)

@@ -25,93 +25,21 @@ import concurrent.futures
 import ctypes
 import logging
 import math
-import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 import numpy as np
 
-from hypnos.engines.base import SessionCapacity
-from hypnos.engines.llama_sampling import Sampling, ThinkBudget, build_sampler, repeating
+from hypnos.engines.llama.sampling import build_sampler, repeating
+from hypnos.engines.llama.slots import Job, Slot, SlotQueue, common_prefix
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-@dataclass(eq=False)
-class Job:
-    """One chat request as the decode thread sees it."""
-    prompt: list[int]
-    max_tokens: int
-    sampling: Sampling
-    stop: threading.Event                       # set: finish "cancelled" at the next step
-    events: queue.Queue = field(default_factory=queue.Queue)
-    t_submit: float = field(default_factory=time.perf_counter)
-    t_assigned: float | None = None
-    t_first: float | None = None
-    t_done: float | None = None
-    cached: int = 0                             # prompt tokens reused from the slot's KV
-    generated: int = 0                          # tokens delivered (EOG not counted)
-    sampled: int = 0                            # tokens sampled (EOG counted)
-    concurrent: int = 0                         # most slots sharing one decode step
-    pending: list[int] = field(default_factory=list)
-    sampler: object = None
-    started: bool = False
-    session_key: str | None = None
-    target: "Slot | None" = None                # the slot its session key is bound to
-    logprobs: int | None = None                 # None: off; else alternatives per token
-    think: "ThinkBudget | None" = None          # closes the thinking block at its budget
-    repetition_bound: int = 0                   # 0: no loop detection
-    history: list[int] = field(default_factory=list)   # generated token ids
-    # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:
-    # (ctx, seq_id) -> positions filled. Set for prompts with images or audio.
-    prefill: Callable | None = None
-    group: object = None                        # base.ChoiceGroup: wait for the others
-    group_ready: bool = False                   # every member of its group was submitted
-
-
-#: How long the members of a choice group already submitted wait for the missing ones
-#: (one that failed before submitting) before they start without them (seconds).
-GROUP_WAIT_S = 0.5
-
-
-@dataclass(eq=False)
-class Slot:
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
-    job: Job | None = None
-    last_used: float = 0.0                           # when its last job ended
-    key: str | None = None                           # the session bound to this slot
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
-    """The free slot whose KV serves ``prompt`` best.
-
-    A slot matches when the common prefix covers at least half of the prompt or half of
-    what the slot holds; the longest matching prefix wins. With no match, the least
-    recently used slot is taken (an empty one first), so a short unrelated prompt does not
-    overwrite a long cached conversation because of a few shared template tokens.
-    """
-    def score(slot: Slot) -> tuple[int, float]:
-        lcp = common_prefix(slot.tokens, prompt)
-        matches = lcp > 0 and (2 * lcp >= len(prompt) or 2 * lcp >= len(slot.tokens))
-        return (lcp if matches else 0, -slot.last_used)
-
-    return max(free, key=score)
-
-
-class DecodeLoop:
+class DecodeLoop(SlotQueue):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
@@ -151,42 +79,6 @@ class DecodeLoop:
             self._assign_locked()
             self.cond.notify_all()
 
-    def _gather_locked(self, key: str, force: bool = False) -> None:
-        """Once every choice of group ``key`` is waiting (or ``force``), mark them ready and
-        put them in index order where the first of them waits, so they are assigned slots
-        together and in order: the same request then runs the same batches."""
-        members = [j for j in self.waiting if j.group is not None and j.group.key == key]
-        if not members or (len(members) < members[0].group.size and not force):
-            return
-        first = next(i for i, j in enumerate(self.waiting) if j in members)
-        rest = [j for j in self.waiting if j not in members]
-        ordered = sorted(members, key=lambda j: j.group.index)
-        for j in ordered:
-            j.group_ready = True
-        self.waiting = collections.deque(rest[:first] + ordered + rest[first:])
-
-    def _release_stale_groups_locked(self) -> float | None:
-        """Start groups whose missing members are overdue; the seconds until the next one
-        is, or None when no group waits."""
-        now, soonest = time.perf_counter(), None
-        for job in list(self.waiting):
-            if job.group is None or job.group_ready:
-                continue
-            due = job.t_submit + GROUP_WAIT_S - now
-            if due <= 0:
-                self._gather_locked(job.group.key, force=True)
-            else:
-                soonest = due if soonest is None else min(soonest, due)
-        return soonest
-
-    def withdraw(self, job: Job) -> bool:
-        """Take a job that never got a slot out of the queue. False if it already has one."""
-        with self.cond:
-            if job in self.waiting:
-                self.waiting.remove(job)
-                return True
-            return False
-
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the decode thread between two steps, holding ``cond``, and return
         its result (or raise its exception). Blocks until it ran (at most one step's time
@@ -198,34 +90,6 @@ class DecodeLoop:
             self.calls.append((fn, future))
             self.cond.notify_all()
         return future.result()
-
-    def bind_locked(self, key: str, prompt: list[int] | None = None,
-                    free_only: bool = False) -> Slot | None:
-        """The slot bound to ``key``, binding one if needed: an unbound slot, a free one
-        first, the one whose KV serves ``prompt`` best; None when ``free_only`` and no
-        unbound slot is free. Call holding ``cond``."""
-        for slot in self.slots:
-            if slot.key == key:
-                return slot
-        unbound = [s for s in self.slots if s.key is None]
-        if not unbound:
-            raise SessionCapacity(f"every slot ({len(self.slots)}) holds a session; "
-                                  "release one first")
-        free = [s for s in unbound if s.job is None]
-        if free_only and not free:
-            return None
-        slot = pick_slot(free or unbound, prompt or [])
-        slot.key = key
-        return slot
-
-    def release(self, key: str) -> bool:
-        """Unbind ``key`` (its KV stays for prefix reuse). False if it was not bound."""
-        with self.cond:
-            for slot in self.slots:
-                if slot.key == key:
-                    slot.key = None
-                    return True
-            return False
 
     def close(self) -> None:
         with self.cond:
@@ -243,27 +107,6 @@ class DecodeLoop:
             if slot.job is not None:
                 self._finish(slot, error="model unloaded")
         self.ll.llama_batch_free(self.batch)
-
-    def _assign_locked(self) -> None:
-        """Give waiting jobs, in order, a free slot: a session's own slot (the job waits
-        while it is busy and later jobs may pass it), else the free slot ``pick_slot``
-        prefers among the unbound ones, a bound one only when no unbound one is free."""
-        free = [s for s in self.slots if s.job is None]
-        for job in list(self.waiting):
-            if not free:
-                break
-            if job.group is not None and not job.group_ready:
-                continue
-            if job.target is not None:
-                if job.target not in free:
-                    continue
-                slot = job.target
-            else:
-                slot = pick_slot([s for s in free if s.key is None] or free, job.prompt)
-            self.waiting.remove(job)
-            free.remove(slot)
-            slot.job = job
-            job.t_assigned = time.perf_counter()
 
     # ------------------------------------------------------------ decode thread
 

@@ -1,40 +1,13 @@
-"""The small Protocols every engine implements, and the plain records they exchange.
+"""The plain records engines and the service exchange: what is asked of an engine (requests,
+``LoadSpec``) and what it answers (results, reports, deltas), plus the callback types.
 
-Threading contract: every method here blocks and is called from a worker thread, never on
-the event loop. ``cancel`` is a ``threading.Event`` checked per token / chunk / step / page;
-when it is set the call returns what it has (finish_reason "cancelled") instead of raising.
-Engines raise ``EngineError`` subclasses, never bare library exceptions.
+Pure dataclasses: importing this module imports no engine library and no engine module.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
-
-from hypnos.engines.tool_dialects import ToolCall, ToolCallError
-
-
-class EngineError(Exception):
-    """The engine failed (weights refused, decode failure): a 500 server_error."""
-
-
-class EngineUnavailable(EngineError):
-    """The engine's library is not installed (a 503 naming the pip extra)."""
-
-    def __init__(self, engine: str, extra: str):
-        self.engine = engine
-        self.extra = extra
-        super().__init__(f"engine {engine} needs its library: pip install 'hypnos[{extra}]'")
-
-
-class ContextOverflow(EngineError):
-    """The prompt does not fit the context of a slot (a 422 context_over_budget)."""
-
-    def __init__(self, message: str, prompt_tokens: int = 0, cap: int = 0):
-        super().__init__(message)
-        self.prompt_tokens = prompt_tokens
-        self.cap = cap
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -68,17 +41,27 @@ class LoadReport:
     kv_restored_tokens: int | None = None
 
 
-class Engine(Protocol):
-    """Lifecycle every engine shares. Construction is cheap and imports nothing heavy."""
-
-    def load(self, spec: LoadSpec) -> LoadReport:
-        """Build the engine (tier 1). Imports the heavy library here. Blocks."""
-
-    def unload(self) -> None:
-        """Free everything load() built. Idempotent. Blocks until freed."""
-
-
 # ------------------------------------------------------------------------- chat
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str                      # a JSON object serialised as a string
+
+
+@dataclass
+class ToolCallError:
+    """A call the model started but that did not parse (Pantheon's ``tool_call_error``)."""
+    code: str                           # unparseable_call | unknown_function
+    message: str
+    function: str | None = None
+
+    def to_wire(self) -> dict:
+        out = {"code": self.code, "message": self.message}
+        if self.function:
+            out["function"] = self.function
+        return out
+
 
 @dataclass(frozen=True)
 class ChoiceGroup:
@@ -173,19 +156,7 @@ class ChatResult:
 OnToken = Callable[[ChatDelta], None]
 
 
-class ChatEngine(Engine, Protocol):
-    def chat(self, req: ChatRequest, on_text: OnToken | None,
-             cancel: threading.Event) -> ChatResult:
-        """Generate one answer. ``on_text`` gets each ``ChatDelta`` (valid UTF-8, never a
-        special token or a delimiter) as it is decoded, from the calling thread. Up to ``slots``
-        calls may run at once from different threads; more block until a slot frees.
-        Raises ContextOverflow when prompt + max_tokens cannot fit the context."""
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens ``text`` takes (no special tokens added)."""
-
-
-# ------------------------------------------------------------------- embeddings
+# ---------------------------------------------------------------------------- embeddings
 
 @dataclass
 class EmbedResult:
@@ -193,13 +164,7 @@ class EmbedResult:
     prompt_tokens: int
 
 
-class Embedder(Engine, Protocol):
-    def embed(self, texts: list[str], cancel: threading.Event) -> EmbedResult:
-        """Embed every text (batched inside). Raises ContextOverflow when one text is longer
-        than the model accepts and cannot be truncated by the model's own rules."""
-
-
-# ---------------------------------------------------------------- transcription
+# ------------------------------------------------------------------------- transcription
 
 @dataclass
 class Segment:
@@ -226,16 +191,7 @@ class TranscribeResult:
     processing_ms: float = 0.0
 
 
-class AudioDecodeError(EngineError):
-    """The audio could not be decoded (a 400)."""
-
-
-class Transcriber(Engine, Protocol):
-    def transcribe(self, req: TranscribeRequest, cancel: threading.Event) -> TranscribeResult:
-        """Transcribe the whole file. Raises AudioDecodeError for undecodable input."""
-
-
-# ----------------------------------------------------------------------- speech
+# -------------------------------------------------------------------------------- speech
 
 @dataclass
 class SpeechRequest:
@@ -248,80 +204,7 @@ class SpeechRequest:
 OnAudio = Callable[[bytes], None]      # 16-bit little-endian mono PCM at sample_rate
 
 
-class Speaker(Engine, Protocol):
-    sample_rate: int
-
-    def synthesize(self, req: SpeechRequest, on_audio: OnAudio,
-                   cancel: threading.Event) -> float:
-        """Synthesize phrase by phrase, calling ``on_audio`` with each phrase's PCM (and the
-        silence between phrases) as soon as it is ready. Returns the audio seconds made."""
-
-
-# ------------------------------------------------------------- chat: sessions
-
-class InvalidGrammar(EngineError):
-    """ChatRequest.grammar is not valid GBNF (a 400)."""
-
-
-class SessionMismatch(EngineError):
-    """A session blob was made for other weights or a KV layout this model cannot take
-    (a 409)."""
-
-
-class SessionCorrupt(EngineError):
-    """A session blob is not one: bad magic, unknown version, bad checksum, truncated
-    (a 400)."""
-
-
-class SessionCapacity(EngineError):
-    """A new session key arrived while every slot is bound to one (a 429
-    model_at_session_capacity)."""
-
-
-class SessionNotFound(EngineError):
-    """No slot is bound to that session key (a 404 session_not_found)."""
-
-
-class SessionBusy(EngineError):
-    """The session's slot is generating (or no unbound slot is free to import into): retry
-    after the turn ends (a 429 session_busy)."""
-
-
-class KVChatEngine(ChatEngine, Protocol):
-    """A chat engine whose per-slot KV state can leave and come back (llama.cpp). All
-    methods block; the KV copies run on the engine's decode thread between two steps."""
-
-    max_sessions: int
-
-    def park(self) -> object | None:
-        """Copy every used slot's KV state and tokens to host memory (an object with
-        ``slots``, ``tokens``, ``bytes``), or None when nothing is cached. Before unload."""
-
-    def restore(self, parked: object) -> tuple[int, float]:
-        """After load: (tokens restored, ms); (0, 0.0) when the layout or weights differ.
-        ``parked`` is single use."""
-
-    def export_session(self, slot_or_key: int | str) -> bytes:
-        """A checksummed blob of one slot's conversation. Raises SessionNotFound,
-        SessionBusy."""
-
-    def import_session(self, blob: bytes, key: str) -> int:
-        """Bind ``key`` to a slot holding the blob's conversation; returns its tokens.
-        Raises SessionCorrupt, SessionMismatch, SessionCapacity, SessionBusy."""
-
-    def release_session(self, key: str) -> bool:
-        """Unbind ``key``; idempotent (False when it was not bound)."""
-
-
-# ------------------------------------------------------------------- documents
-
-class UnsupportedDocument(EngineError):
-    """The document's format is not one the engine reads, or the file is corrupt (a 400)."""
-
-
-class BadPageRange(UnsupportedDocument):
-    """The requested pages are not in the document (a 400 naming ``pages``)."""
-
+# ----------------------------------------------------------------------------- documents
 
 @dataclass
 class DocumentRequest:
@@ -371,19 +254,7 @@ class OpenedDocument:
 OnPage = Callable[[ConvertedPage], None]
 
 
-class Converter(Engine, Protocol):
-    def open(self, req: DocumentRequest) -> OpenedDocument:
-        """Detect the format and count pages. Raises UnsupportedDocument for an unknown
-        format, a corrupt file or a page range outside the document. Blocks."""
-
-    def convert_pages(self, doc: OpenedDocument, on_page: OnPage,
-                      cancel: threading.Event) -> list[ConvertedPage]:
-        """Convert ``doc.pages`` in order, calling ``on_page`` with each as soon as it is
-        ready; ``cancel`` is checked between pages (a cancelled call returns the pages done).
-        Raises EngineError when the conversion fails midway."""
-
-
-# ------------------------------------------------------------- entity extraction
+# --------------------------------------------------------------------- entity extraction
 
 @dataclass
 class Entity:
@@ -409,14 +280,7 @@ class ExtractResult:
     families: int = 0                   # label groups each window was run with
 
 
-class Extractor(Engine, Protocol):
-    def extract(self, req: ExtractRequest, cancel: threading.Event) -> ExtractResult:
-        """Find the spans of every text that score at least ``threshold`` for a label.
-        Long texts run in overlapping windows and many labels in families, transparently.
-        ``cancel`` is checked between passes (a cancelled call returns what it found)."""
-
-
-# ----------------------------------------------------------------------- images
+# -------------------------------------------------------------------------------- images
 
 @dataclass
 class ImageRequest:
@@ -436,10 +300,3 @@ class ImageRequest:
 class GeneratedImage:
     png: bytes
     seed: int
-
-
-class ImageGenerator(Engine, Protocol):
-    def generate(self, req: ImageRequest, cancel: threading.Event) -> list[GeneratedImage]:
-        """Make ``req.n`` PNG images, one at a time (``cancel`` is checked between them;
-        a cancelled call returns the images made). With ``references`` the model edits or
-        composes from them. Raises EngineError when the library fails."""

@@ -1,8 +1,8 @@
-"""How a model family writes tool calls and thinking, read off its GGUF chat template.
+"""How a model family writes tool calls and thinking, and a request prepared for it.
 
-A ``ChatFormat`` pairs a ``ToolDialect`` (``tool_dialects``: how calls are written, parsed and
-forced) with an optional ``ThinkDialect`` (the delimiters of the thinking block). ``detect``
-picks them from markers in the Jinja template; ``prepare`` turns a request into what the engine
+A ``ChatFormat`` pairs a ``ToolDialect`` (``dialects``: how calls are written, parsed and
+forced) with an optional ``ThinkDialect`` (the delimiters of the thinking block); ``detect``
+picks them from the chat template. ``prepare`` turns a request into what the engine
 renders: the messages as the template wants them, template variables, text appended after the
 generation prompt (a forced call's opening), the GBNF grammar, the thinking budget.
 
@@ -11,12 +11,10 @@ Everything here is pure string work (no llama.cpp), unit-tested on sample output
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
-from hypnos.engines.tool_dialects import (DIALECTS, GemmaDialect, HermesDialect, JsonDialect,
-                                          LfmDialect, Llama3Dialect, MistralDialect,
-                                          Qwen3CoderDialect, ToolDialect)
+from hypnos.engines.chat_format.dialects import JsonDialect, ToolDialect
+from hypnos.engines.chat_format.markup_dialects import DIALECTS
 
 #: Content parts that carry media (through the model's projector), not text.
 MEDIA_PARTS = ("image_url", "input_audio")
@@ -38,42 +36,6 @@ class ChatFormat:
     #: The template reads ``tools`` (else the json dialect's instructions are injected).
     template_reads_tools: bool = False
     template_reads_tool_calls: bool = False
-
-
-def detect(template: str, tool_format: str = "auto") -> ChatFormat:
-    """The family's dialects from markers in its chat template. ``tool_format`` (the
-    model's config) forces one by name, or "none" for a model without tool calling."""
-    t = template or ""
-    if "<|tool_call>" in t:
-        tools: ToolDialect = GemmaDialect()
-    elif "<start_function_call>" in t:
-        tools = GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>")
-    elif "<function=" in t and "<tool_call>" in t:
-        tools = Qwen3CoderDialect()
-    elif "<tool_call>" in t:
-        tools = HermesDialect()
-    elif "<|tool_call_start|>" in t:
-        tools = LfmDialect()
-    elif "[TOOL_CALLS]" in t:
-        tools = MistralDialect()
-    elif "<|python_tag|>" in t or ("<|start_header_id|>" in t and "tools" in t):
-        tools = Llama3Dialect()
-    else:
-        tools = JsonDialect()
-    reads_tools = bool(re.search(r"\btools\b", t))
-    if not reads_tools and tools.native:
-        tools = JsonDialect()            # markers without a tools block: describe them
-    if tool_format == "none":
-        tools = None
-    elif tool_format != "auto":
-        tools = DIALECTS[tool_format]()
-    think = None
-    if "<think>" in t:
-        think = ThinkDialect("<think>", "</think>")
-    elif "<|channel>" in t:
-        think = ThinkDialect("<|channel>thought\n", "<channel|>")
-    reads_calls = "tool_calls" in t
-    return ChatFormat(tools, think, reads_tools, reads_calls)
 
 
 # --------------------------------------------------------------------- preparation

@@ -8,9 +8,11 @@ import queue
 import threading
 import time
 
-from hypnos.engines.base import ChatDelta, ChatTimings, EngineError, OnToken, TokenLogprob
-from hypnos.engines.chat_stream import AnswerSplitter, StopMatcher
-from hypnos.engines.llama_batch import DecodeLoop, Job
+from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
+from hypnos.engines.errors import EngineError
+from hypnos.engines.llama.decode_loop import DecodeLoop
+from hypnos.engines.llama.slots import Job
+from hypnos.engines.records import ChatDelta, ChatTimings, OnToken, TokenLogprob
 
 #: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
 CANCEL_POLL_S = 0.05

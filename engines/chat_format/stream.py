@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypnos.engines.chat_format import ThinkDialect
-from hypnos.engines.tool_dialects import CallParseError, ToolCall, ToolCallError, ToolDialect
+from hypnos.engines.chat_format.prepare import ThinkDialect
+from hypnos.engines.chat_format.dialects import CallParseError, ToolDialect
+from hypnos.engines.records import ToolCall, ToolCallError
 
 
 def _partial_tail(text: str, markers) -> int:

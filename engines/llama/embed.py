@@ -17,10 +17,9 @@ import os
 import threading
 import time
 
-from hypnos.engines.llama_cpu import extra_buffers_ok
-from hypnos.engines.base import (
-    ContextOverflow, EmbedResult, EngineError, EngineUnavailable, LoadReport, LoadSpec,
-)
+from hypnos.engines.errors import ContextOverflow, EngineError, EngineUnavailable
+from hypnos.engines.llama.cpu import extra_buffers_ok
+from hypnos.engines.records import EmbedResult, LoadReport, LoadSpec
 
 #: Texts per ``Llama.embed`` call (cancel is checked between calls).
 BATCH_SIZE = 32
@@ -54,7 +53,7 @@ class LlamaEmbedder:
             import numpy as np
         except ImportError as exc:
             raise EngineUnavailable("ggml_llama", "llama") from exc
-        from hypnos.engines.ggml_log import route_once
+        from hypnos.engines.llama.log import route_once
         if spec.weights_path is None or not spec.weights_path.is_file():
             raise EngineError(f"{spec.model_id}: weights file not found: {spec.weights_path}")
         self.unload()

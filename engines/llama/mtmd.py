@@ -22,8 +22,8 @@ import logging
 import threading
 from pathlib import Path
 
-from hypnos.engines.base import EngineError, EngineUnavailable
-from hypnos.engines.ggml_log import route_once
+from hypnos.engines.errors import EngineError, EngineUnavailable, MediaDecodeError
+from hypnos.engines.llama.log import route_once
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,8 @@ log = logging.getLogger(__name__)
 #: small compressed file can claim a huge canvas. Projectors resize to well under this.
 MAX_IMAGE_PIXELS = 32 * 1024 * 1024
 
-class MediaDecodeError(EngineError):
-    """A media item could not be used: undecodable bytes, a modality the projector lacks,
-    or a marker count that differs from the number of items. A client error (400).
-    ``index`` is the failing item's position in ``media`` (None: the request as a whole)."""
-
-    def __init__(self, message: str, index: int | None = None):
-        super().__init__(message)
-        self.index = index
+#: ``MediaDecodeError`` (``errors``) is raised here for media the projector cannot use.
+__all__ = ["Chunks", "MAX_IMAGE_PIXELS", "MediaDecodeError", "Projector"]
 
 
 def _is_audio(data: bytes) -> bool:

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hypnos.engines.base import (
+from hypnos.engines.errors import (
     EngineError, SessionBusy, SessionCorrupt, SessionMismatch, SessionNotFound,
 )
 

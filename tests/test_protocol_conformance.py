@@ -1,0 +1,40 @@
+"""Each engine class is its Protocol, structurally (the engines do not inherit them).
+
+At run time this only builds each engine (cheap: no library is imported before ``load``) and
+checks the members exist; the real check is mypy's on the annotated assignments below
+(``mypy tests/test_protocol_conformance.py``): an engine whose signature drifts from its
+Protocol fails there."""
+from hypnos.engines.docling_convert import DoclingConverter
+from hypnos.engines.gliner_ner import GlinerExtractor
+from hypnos.engines.kokoro import KokoroSpeaker
+from hypnos.engines.llama.embed import LlamaEmbedder
+from hypnos.engines.llama.engine import LlamaChatEngine
+from hypnos.engines.onnx_embed import OnnxEmbedder
+from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
+                                      ImageGenerator, KVChatEngine, OffloadsLayers,
+                                      ReportsDevice, Speaker, Transcriber)
+from hypnos.engines.sd_diffusion import DiffusionGenerator
+from hypnos.engines.whisper import WhisperTranscriber
+
+
+def test_each_engine_is_its_protocol() -> None:
+    chat: ChatEngine = LlamaChatEngine()
+    kv: KVChatEngine = LlamaChatEngine()
+    offload: OffloadsLayers = LlamaChatEngine()
+    embedders: list[Embedder] = [LlamaEmbedder(), OnnxEmbedder()]
+    speaker: Speaker = KokoroSpeaker()
+    transcriber: Transcriber = WhisperTranscriber()
+    converter: Converter = DoclingConverter()
+    extractor: Extractor = GlinerExtractor()
+    generator: ImageGenerator = DiffusionGenerator()
+    reporting: list[ReportsDevice] = [OnnxEmbedder(), KokoroSpeaker(), WhisperTranscriber(),
+                                      DoclingConverter(), GlinerExtractor(), LlamaChatEngine()]
+    engines: list[Engine] = [chat, kv, *embedders, speaker, transcriber, converter,
+                             extractor, generator]
+    for engine in engines:
+        assert callable(engine.load) and callable(engine.unload)
+    assert chat.format is None and chat.n_ctx_per_slot == 0          # before load
+    assert kv.max_sessions == 0 and kv.park() is None and kv.sessions() == {}
+    assert offload.offloaded_layers == 0 and offload.device == "cpu"
+    assert speaker.sample_rate > 0
+    assert all(e.device in (None, "cpu") for e in reporting)
