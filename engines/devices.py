@@ -34,7 +34,7 @@ class EngineBuild:
     """One engine kind's library as installed here."""
     library: str
     installed: bool
-    backend: str            # what it was compiled with (or, failing that, found): cuda | metal | cpu
+    backend: str            # compiled with (or, failing that, found): cuda | metal | cpu
     accelerated: bool       # its forward passes can run on a GPU in this process
     evidence: str           # what the probe saw, for people
     fix: str = ""           # how to get a build that can use the GPU ("" when none is needed)

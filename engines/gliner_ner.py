@@ -158,7 +158,7 @@ class GlinerExtractor:
                                       threshold=req.threshold, batch_size=len(texts))
         except (RuntimeError, ValueError, IndexError) as exc:
             raise EngineError(f"GLiNER failed: {exc}") from exc
-        for w, spans in zip(batch, results):
+        for w, spans in zip(batch, results, strict=True):
             text = req.texts[w.text_index]
             for s in spans:
                 start, end = w.start + int(s["start"]), w.start + int(s["end"])

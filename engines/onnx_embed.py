@@ -28,10 +28,11 @@ class OnnxEmbedder:
 
     ``load`` asks onnxruntime for CUDA first (not when ``spec.gpu_layers`` is 0: a host
     placement), then the CPU, and records the provider the session really got in
-    ``provider`` and its device ("cuda" or "cpu") in ``device``. ``embed`` may be called from several threads at once
-    (an onnxruntime session runs concurrent ``run`` calls); ``unload`` must not overlap one
-    (the scheduler's lease guarantees that). ``spec.threads`` caps the intra-op threads;
-    ``spec.options["max_tokens"]`` overrides the truncation length.
+    ``provider`` and its device ("cuda" or "cpu") in ``device``. ``embed`` may be called from
+    several threads at once (an onnxruntime session runs concurrent ``run`` calls);
+    ``unload`` must not overlap one (the scheduler's lease guarantees that).
+    ``spec.threads`` caps the intra-op threads; ``spec.options["max_tokens"]`` overrides the
+    truncation length.
     """
 
     kind = "onnx_runtime"
@@ -120,7 +121,7 @@ class OnnxEmbedder:
                 break
             batch = order[start:start + BATCH_SIZE]
             pooled = self._run(session, np, [encodings[i] for i in batch])
-            vectors.update(zip(batch, pooled.tolist()))
+            vectors.update(zip(batch, pooled.tolist(), strict=True))
         tokens = sum(len(e.ids) for e in encodings)
         return EmbedResult(vectors=[vectors[i] for i in range(len(texts)) if i in vectors],
                            prompt_tokens=tokens)

@@ -13,7 +13,7 @@ Importing this module imports no engine module and no engine library.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from hypnos.engines.records import (
     ChatRequest, ChatResult, ConvertedPage, DocumentRequest, EmbedResult, ExtractRequest,
@@ -37,6 +37,7 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
 class ReportsDevice(Protocol):
     """An engine that says, once loaded, where it really computes (the scheduler trusts it
     over the placement's plan: an onnxruntime session that fell back to the CPU books no
@@ -49,6 +50,7 @@ class ReportsDevice(Protocol):
         ...
 
 
+@runtime_checkable
 class OffloadsLayers(ReportsDevice, Protocol):
     """An engine that splits its layers between host and GPU (llama.cpp)."""
 
@@ -112,6 +114,7 @@ class ParkedState(Protocol):
 P = TypeVar("P", bound=ParkedState)
 
 
+@runtime_checkable
 class KVChatEngine(ChatEngine, Protocol[P]):
     """A chat engine whose per-slot KV state can leave and come back (llama.cpp). All
     methods block; the KV copies run on the engine's decode thread between two steps.

@@ -19,7 +19,7 @@ import ctypes.util
 import mmap
 import os
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.devices import EngineBuild, probe_builds
 from hypnos.planner import ACCELERATED_ENGINES
 from hypnos.planner.types import Accelerator, Hardware
@@ -82,5 +83,5 @@ def status_fields(sched, builds: dict[str, EngineBuild]) -> dict:
 def model_device(st, placement) -> str:
     """Where a model computes: what its loaded engine reports (llama.cpp's offloaded layers,
     the onnxruntime session's provider, CTranslate2's device), else the placement's plan."""
-    device = getattr(st.engine, "device", None) if st.engine is not None else None
+    device = st.engine.device if isinstance(st.engine, ReportsDevice) else None
     return device or placement.device or "cpu"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from hypnos.engines.protocols import KVChatEngine
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.context import FALLBACK_CONTEXT
@@ -91,13 +92,13 @@ class MachineEffects:
 
     def park(self, st: ModelState):
         """The engine's parked KV state (None when it has nothing to park or cannot)."""
-        park = getattr(st.engine, "park", None)
-        return park() if park is not None else None
+        return st.engine.park() if isinstance(st.engine, KVChatEngine) else None
 
     def restore(self, st: ModelState, parked) -> tuple[int, float]:
         """Restore parked slots after a load: (tokens restored, ms); (0, 0) when refused."""
-        restore = getattr(st.engine, "restore", None)
-        return restore(parked) if restore is not None else (0, 0.0)
+        if isinstance(st.engine, KVChatEngine):
+            return st.engine.restore(parked)
+        return 0, 0.0
 
     def pin(self, st: ModelState) -> None:
         from hypnos.engines.residency import PinnedWeights

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.errors import EngineError, EngineUnavailable
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
@@ -137,7 +138,8 @@ class Residency:
         VRAM; it is re-placed in host memory."""
         hw = self.hardware
         if hw.simulated or hw.topology is not Topology.DISCRETE or \
-                getattr(st.engine, "device", None) != "cpu" or placement.booked_tier1_bytes == 0:
+                not isinstance(st.engine, ReportsDevice) or st.engine.device != "cpu" or \
+                placement.booked_tier1_bytes == 0:
             return placement
         host = place(replace(self.request(st, None), shape=replace(st.shape, gpu_capable=False),
                              context_len=placement.allocated_context_len))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
+from hypnos.engines.protocols import OffloadsLayers
 from hypnos.planner.types import Tier
 from hypnos.service import errors
 from hypnos.service.accel import model_device
@@ -56,9 +57,8 @@ def _model(sched, st: ModelState) -> dict:
         out["problem"] = st.problem
     if st.booked_vs_real is not None:
         out["memory_truth"] = st.booked_vs_real
-    offloaded = getattr(st.engine, "offloaded_layers", None)
-    if offloaded is not None:       # llama.cpp: the layers it says it put on the GPU
-        out["offloaded_layers"] = offloaded
+    if isinstance(st.engine, OffloadsLayers):   # llama.cpp: the layers it put on the GPU
+        out["offloaded_layers"] = st.engine.offloaded_layers
     return out
 
 

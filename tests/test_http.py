@@ -299,6 +299,7 @@ class _FailingEngine:
     """Emits one piece, then fails: the only way to reach the in-stream error path without
     breaking a real model mid-generation."""
     n_ctx_per_slot = 4096
+    format = None                 # no chat template read: no tool calls
 
     def prompt_tokens(self, req) -> int:
         return 1

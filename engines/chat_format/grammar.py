@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 
 def lit(text: str) -> str:
@@ -235,8 +235,9 @@ def schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> s
     try:
         gbnf = json_schema_to_gbnf(json.dumps(schema), prop_order=["name", args_key])
     except Exception:           # a schema feature the converter lacks: plain JSON arguments
-        loose = [{"type": "object", "properties": {"name": {"const": o["properties"]["name"]["const"]},
-                                                   args_key: {"type": "object"}},
+        loose = [{"type": "object",
+                  "properties": {"name": {"const": o["properties"]["name"]["const"]},
+                                 args_key: {"type": "object"}},
                   "required": ["name", args_key]} for o in options]
         gbnf = json_schema_to_gbnf(json.dumps(loose[0] if len(loose) == 1 else {"oneOf": loose}),
                                    prop_order=["name", args_key])

@@ -112,7 +112,7 @@ def _history_message(m: dict, dialect: ToolDialect | None, fmt: ChatFormat) -> d
         if fmt.template_reads_tool_calls and dialect is not None and dialect.native:
             out["tool_calls"] = [{**c, "function": {**c.get("function", {}),
                                                     "arguments": p["arguments"]}}
-                                 for c, p in zip(calls, plain)]
+                                 for c, p in zip(calls, plain, strict=True)]
         else:
             writer = dialect or JsonDialect()
             text = "\n".join(writer.render_call(p) for p in plain)

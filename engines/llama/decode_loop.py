@@ -27,7 +27,8 @@ import logging
 import math
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class DecodeLoop(SlotQueue):
                 self._step(active)
             except Exception as exc:          # keep serving: fail this step's jobs only
                 log.exception("llama decode step failed")
-                for slot, job in zip(active, jobs):
+                for slot, job in zip(active, jobs, strict=True):
                     if slot.job is job:
                         self.forget(slot)
                         self._finish(slot, error=f"decode failed: {exc}")

@@ -185,8 +185,10 @@ class LlamaChatEngine(SessionsMixin):
         eos = ll.llama_vocab_eos(self._vocab)
         self._bos = bos if bos != ll.LLAMA_TOKEN_NULL and ll.llama_vocab_get_add_bos(
             self._vocab) else None
-        text = lambda tok: (ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
-                            if tok != ll.LLAMA_TOKEN_NULL else "")
+        def text(tok: int) -> str:
+            if tok == ll.LLAMA_TOKEN_NULL:
+                return ""
+            return ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
         self._bos_text = text(bos) if self._bos is not None else ""
         self.format = detect(template, spec.options.get("tool_format", "auto"))
         return formatter_cls(template, eos_token=text(eos), bos_token=text(bos))

@@ -7,7 +7,7 @@ vocabulary, BOS token, projector), called in the caller's thread before a job is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from hypnos.engines.chat_format.grammar import response_grammar
 from hypnos.engines.chat_format.prepare import MEDIA_PARTS, ChatFormat, prepare

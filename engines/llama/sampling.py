@@ -87,9 +87,9 @@ def grammar_sampler(ll, vocab, grammar: str):
 
 
 def build_sampler(ll, vocab, sampling: Sampling, history: list[int] = ()):
-    """A sampler chain, in llama.cpp's order: logit bias -> grammar -> penalties -> greedy at temperature
-    0, else -> top-k -> top-p -> min-p -> temperature -> dist. The penalties see the last
-    ``PENALTY_LAST_N`` tokens of ``history`` (the prompt) and then every sampled token.
+    """A sampler chain, in llama.cpp's order: logit bias -> grammar -> penalties -> greedy at
+    temperature 0, else -> top-k -> top-p -> min-p -> temperature -> dist. The penalties see
+    the last ``PENALTY_LAST_N`` tokens of ``history`` (the prompt) and then every sampled token.
     Raises ValueError for a grammar llama.cpp refuses. The caller frees the chain with
     ``llama_sampler_free``."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from hypnos.engines.errors import SessionCapacity
 from hypnos.engines.llama.sampling import Sampling, ThinkBudget
@@ -40,9 +40,9 @@ class Job:
     sampler: object = None
     started: bool = False
     session_key: str | None = None
-    target: "Slot | None" = None                # the slot its session key is bound to
+    target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
-    think: "ThinkBudget | None" = None          # closes the thinking block at its budget
+    think: ThinkBudget | None = None          # closes the thinking block at its budget
     repetition_bound: int = 0                   # 0: no loop detection
     history: list[int] = field(default_factory=list)   # generated token ids
     # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:

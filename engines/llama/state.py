@@ -170,7 +170,7 @@ def export_slot(ll, ctx, loop, slot_or_key: int | str, fingerprint: str,
                           read_seq(ll, ctx, slot.seq_id))
 
 
-def import_slot(ll, ctx, loop, key: str, session: "SessionBlob") -> int:
+def import_slot(ll, ctx, loop, key: str, session: SessionBlob) -> int:
     """Bind ``key`` to a free slot (its own if already bound) and load the session into it;
     returns the tokens cached. A slot is only bound once the state is in."""
     was_bound = any(s.key == key for s in loop.slots)
