@@ -1,4 +1,5 @@
-"""GET /metrics: Prometheus text (spec section 16). One registry per app, no global state.
+"""The Prometheus families behind GET /metrics (spec section 16). One registry per app, no
+global state.
 
 Counters are fed as things happen (`request_done` once a response is complete, `chat` per
 chat result, the scheduler's effects); gauges of the pool, the tiers and the GPU are read at
@@ -8,17 +9,12 @@ dashboards; this version has no image or document route to feed them yet.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from sanic import Blueprint, Request
-from sanic.response import raw
 
 from hypnos.planner.types import Tier
-from hypnos.service.openapi import endpoint
 
-bp = Blueprint("metrics")
 TIER_NUMBER = {Tier.GPU: 1, Tier.RAM: 2, Tier.SSD: 3}
 GPU_FIELDS = (("utilization_percent", "GPU utilisation (percent)"),
               ("temperature_celsius", "GPU temperature (Celsius)"),
@@ -181,15 +177,3 @@ class Metrics:
                 if name in gpu_sample.stats:
                     g.set(gpu_sample.stats[name])
         return generate_latest(self.registry)
-
-
-@bp.get("/metrics")
-@endpoint("Prometheus metrics", ok={"text/plain": {"type": "string"}})
-async def metrics(request: Request):
-    from hypnos.service.hardware import nvml_sample
-    ctx = request.app.ctx
-    hw = ctx.scheduler.hardware
-    sample = (await asyncio.to_thread(nvml_sample)
-              if hw.accelerator == "NvidiaCuda" and not hw.simulated else None)
-    body = ctx.metrics.render(ctx.scheduler, ctx.limiter, ctx.keys.keys, sample)
-    return raw(body, content_type="text/plain; version=0.0.4; charset=utf-8")

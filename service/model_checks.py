@@ -28,7 +28,7 @@ def startup_checks(cfg: Config, m: ModelConfig, tested: tuple[str, ...] | None,
     inside models_dir and present, readable weights, a tested architecture (``tested``: the
     catalog's tested_architectures; None when the server has no catalog). Blocks (reads the
     GGUF header): run it in a worker thread."""
-    from hypnos.service.app import build_state
+    from hypnos.service.build import build_state
     problems: list[str] = []
     check_model_files(cfg, m, key, problems, must_exist=True)
     if problems:

@@ -15,17 +15,17 @@ value of an optional property counts as absent (the routes treat it so).
 """
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 import functools
 import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-from sanic import Blueprint, Request, Sanic
-from sanic.response import json as json_response
+from sanic import Request, Sanic
 
 from hypnos.service import errors
 
-bp = Blueprint("openapi")
 ATTR = "__hypnos_endpoint__"
 ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"], "properties": {
@@ -219,9 +219,15 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
     return op
 
 
+def hypnos_version() -> str:
+    try:
+        return version("hypnos")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
 def document(app: Sanic) -> dict:
     """The OpenAPI 3.1 document of every route ``app`` has that declares an Endpoint."""
-    from hypnos.service.route_status import hypnos_version
     paths: dict = {}
     for route in app.router.routes:
         spec = endpoint_of(route.handler)
@@ -238,12 +244,3 @@ def document(app: Sanic) -> dict:
                                     "model pool and memory-tier control."},
             "paths": dict(sorted(paths.items())),
             "components": {"schemas": {"Error": ENVELOPE}}}
-
-
-@bp.get("/openapi.json")
-@endpoint("This document")
-async def openapi(request: Request):
-    app = request.app
-    if getattr(app.ctx, "openapi", None) is None:
-        app.ctx.openapi = document(app)     # routes are fixed once the server runs
-    return json_response(app.ctx.openapi)

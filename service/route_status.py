@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from importlib.metadata import PackageNotFoundError, version
 
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
@@ -11,16 +10,9 @@ from hypnos.catalog.state import catalog_wire
 from hypnos.service import errors
 from hypnos.service.accel import status_fields
 from hypnos.service.http import json_body
-from hypnos.service.openapi import endpoint, json_object
+from hypnos.service.openapi import endpoint, hypnos_version, json_object
 
 bp = Blueprint("status")
-
-
-def hypnos_version() -> str:
-    try:
-        return version("hypnos")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 @bp.get("/health")
