@@ -66,14 +66,14 @@ def config_text(model: Path, simulate_vram: int | None = None) -> str:
 def make_app(text: str, name: str):
     from sanic import Sanic
     from hypnos.service.app import create_app
-    from hypnos.service.config import parse_config
+    from hypnos.service.config.load import parse_config
     Sanic.test_mode = True
     return create_app(parse_config(tomllib.loads(text)), stage=False, name=name)
 
 
 def vram_now() -> int:
     """This process's VRAM where NVML reports it, else the device's used memory."""
-    from hypnos.service.hardware import vram_used
+    from hypnos.service.scheduling.hardware import vram_used
     used = vram_used()
     if used is None:
         raise SystemExit("NVML reports no GPU")

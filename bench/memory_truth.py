@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--models-dir", type=Path, default=ROOT / "models")
     args = ap.parse_args()
     from hypnos.catalog.catalog import load_catalog
-    from hypnos.service.lineup import default_lineup_text
+    from hypnos.service.config.lineup import default_lineup_text
     tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-"))
     text = default_lineup_text(load_catalog()).replace(
         'models_dir = "models"', f'models_dir = "{args.models_dir}"')

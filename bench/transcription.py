@@ -38,7 +38,7 @@ def synthesize(models_dir: Path) -> bytes:
     folder = models_dir / "kokoro-82m"
     kokoro = Kokoro(str(folder / "kokoro-v1.0.int8.onnx"), str(folder / "voices_ja.npz"))
     samples, rate = kokoro.create(PASSAGE, voice="jf_alpha", speed=1.0, lang="en-us")
-    from hypnos.service.audio_frames import wav_bytes
+    from hypnos.service.media.audio_frames import wav_bytes
     return wav_bytes(samples, rate)
 
 

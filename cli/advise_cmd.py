@@ -17,7 +17,7 @@ from hypnos.cli.params import BYTE_SIZE, CommaList
 def _this_machine() -> tuple[int | None, int, bool]:
     """(VRAM, RAM, unified) of this host: NVML for the GPU, /proc/meminfo and the cgroup
     limit for the RAM (service.hardware)."""
-    from hypnos.service.hardware import probe
+    from hypnos.service.scheduling.hardware import probe
     hw = probe()
     return hw.vram_bytes, hw.ram_bytes, hw.unified
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from hypnos.service.config import ConfigError, load_config
-from hypnos.service.config_schema import Config
+from hypnos.service.config.load import ConfigError, load_config
+from hypnos.service.config.schema import Config
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -1,4 +1,4 @@
-"""Every config key with its type, default and meaning, read off service/config_schema.py:
+"""Every config key with its type, default and meaning, read off service/config/schema.py:
 the dataclass fields give the keys, types and defaults, the comment lines above a field give
 its meaning. ``EXTRA_HELP`` covers the fields the schema leaves uncommented (a test checks that
 every key has a meaning and that no entry here names a key that is gone)."""
@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypnos.service import config_schema as schema
+from hypnos.service.config import schema as schema
 
 EXTRA_HELP = {
     "server.host": "Address to bind (`hypnos serve --host`).",

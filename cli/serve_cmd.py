@@ -13,7 +13,7 @@ from hypnos.cli.common import config_option, resolve_config
 
 
 def _default_lineup(cfg, catalog):
-    from hypnos.service.lineup import default_lineup_config
+    from hypnos.service.config.lineup import default_lineup_config
     lineup = default_lineup_config(catalog, cfg.models_dir)
     lineup.server, lineup.limits, lineup.hardware = cfg.server, cfg.limits, cfg.hardware
     return lineup
@@ -49,7 +49,7 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
     every model and watching the tiers, is at http://HOST:PORT/."""
     from hypnos.catalog.catalog import load_catalog
     from hypnos.service.app import create_app
-    from hypnos.service.shutdown import install_drain
+    from hypnos.service.lifecycle.shutdown import install_drain
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = resolve_config(config_path, host=host, port=port)
     if no_playground:
@@ -67,7 +67,7 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
     app = create_app(cfg, catalog=catalog, before_stage=before_stage)
     install_drain(app)
     if watch_config:
-        from hypnos.service.config_watch import install_config_watch
+        from hypnos.service.lifecycle.config_watch import install_config_watch
         install_config_watch(app, cfg.source)
     ssl = None
     if cfg.server.tls is not None:

@@ -19,21 +19,21 @@ from sanic import Sanic
 from hypnos.catalog.catalog import Catalog
 from hypnos.engines.devices import EngineBuild
 from hypnos.planner.types import Hardware
-from hypnos.service import accel
-from hypnos.service import hardware as hw_probe
-from hypnos.service.config_schema import Config
-from hypnos.service.effects import Effects, MachineEffects
-from hypnos.service.metrics import Metrics
-from hypnos.service.errors import install_error_handlers
-from hypnos.service.http import after_handler, install_http_layers
-from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
-from hypnos.service.request_log import RequestLog
-from hypnos.service.scheduler import Scheduler
-from hypnos.service.telemetry import LatencyBook
-from hypnos.service.workflows import Workflows
-from hypnos.service.build import build_state
+from hypnos.service.scheduling import accel
+from hypnos.service.scheduling import hardware as hw_probe
+from hypnos.service.config.schema import Config
+from hypnos.service.scheduling.effects import Effects, MachineEffects
+from hypnos.service.observe.metrics import Metrics
+from hypnos.service.http.errors import install_error_handlers
+from hypnos.service.http.layers import after_handler, install_http_layers
+from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
+from hypnos.service.observe.request_log import RequestLog
+from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.observe.telemetry import LatencyBook
+from hypnos.service.observe.workflows import Workflows
+from hypnos.service.scheduling.build import build_state
 from hypnos.service.routes import ROUTES
-from hypnos.service.staging import stage_models
+from hypnos.service.lifecycle.staging import stage_models
 
 log = logging.getLogger("hypnos.app")
 _names = itertools.count()

@@ -10,9 +10,9 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
-from hypnos.service import errors
+from hypnos.service.http import errors
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 from test_scheduler import make, model
 
 Sanic.test_mode = True

@@ -11,8 +11,8 @@ from hypnos.cli import advise_cmd
 from hypnos.cli.advise_cmd import advise
 from hypnos.cli.params import parse_size
 from hypnos.planner import GIB, MIB
-from hypnos.service.config import parse_config
-from hypnos.service.hardware import usable_memory
+from hypnos.service.config.load import parse_config
+from hypnos.service.scheduling.hardware import usable_memory
 
 
 def _run(*args):

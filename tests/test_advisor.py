@@ -22,7 +22,7 @@ from hypnos.advisor.candidates import Machine
 from hypnos.advisor.search import search
 from hypnos.catalog.catalog import load_catalog, parse_catalog
 from hypnos.planner import GIB, derive_budgets, hardware_for
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 
 SPEC_MODEL_FIELDS = {
     "id", "name", "quant", "serves", "weights_bytes", "resident_bytes", "runs_on_cpu",

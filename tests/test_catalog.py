@@ -9,8 +9,8 @@ from hypnos.catalog.blocks import ROLE_KEYS, config_block
 from hypnos.catalog.catalog import NEEDS, CatalogError, load_catalog, parse_catalog
 from hypnos.catalog.state import catalog_wire, variant_problem
 from hypnos.cli.main import cli
-from hypnos.service.config import parse_model_block
-from hypnos.service.config_schema import ENGINES, FILE_ROLES, MODALITIES
+from hypnos.service.config.load import parse_model_block
+from hypnos.service.config.schema import ENGINES, FILE_ROLES, MODALITIES
 
 CATALOG = load_catalog()
 ALL_VARIANTS = [(e, v) for e in CATALOG.entries for v in e.variants]

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from hypnos.catalog.blocks import config_block
 from hypnos.catalog.catalog import UnsupportedEntry, load_catalog
 from hypnos.cli.main import cli
-from hypnos.service.config import load_config, parse_config
-from hypnos.service.model_checks import startup_checks
+from hypnos.service.config.load import load_config, parse_config
+from hypnos.service.scheduling.model_checks import startup_checks
 
 CATALOG = load_catalog()
 ROOT = Path(__file__).resolve().parent.parent

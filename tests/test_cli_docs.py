@@ -14,7 +14,7 @@ from hypnos.bench.harness import free_port
 from hypnos.cli.config_doc import EXTRA_HELP, config_keys
 from hypnos.cli.gen_docs import _commands, _page_name, config_page, generated, man_page
 from hypnos.cli.main import cli
-from hypnos.service import config_schema
+from hypnos.service.config import schema as config_schema
 
 
 def test_generated_files_are_up_to_date():

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.service.config import (ConfigError, load_config, overlay_path, parse_model_block,
+from hypnos.service.config.load import (ConfigError, load_config, overlay_path, parse_model_block,
                                    resolve_model_file)
-from hypnos.service.config_schema import LimitsConfig
+from hypnos.service.config.schema import LimitsConfig
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "service" / "examples"
 
@@ -153,6 +153,6 @@ def test_examples_exist():
 
 def test_default_lineup_example_matches_catalog():
     from hypnos.catalog.catalog import load_catalog
-    from hypnos.service.lineup import default_lineup_text
+    from hypnos.service.config.lineup import default_lineup_text
     shipped = tomllib.loads((EXAMPLES / "hypnos.example.toml").read_text())
     assert shipped == tomllib.loads(default_lineup_text(load_catalog()))

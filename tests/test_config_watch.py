@@ -15,8 +15,8 @@ from conftest import MODELS_DIR, ROOT, require_smollm2
 from hypnos.catalog.catalog import load_catalog
 from hypnos.cli.main import cli
 from hypnos.service.app import create_app
-from hypnos.service.config import load_config
-from hypnos.service.config_watch import apply_config_file
+from hypnos.service.config.load import load_config
+from hypnos.service.lifecycle.config_watch import apply_config_file
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ManagedProcess  # noqa: E402

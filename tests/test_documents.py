@@ -13,10 +13,10 @@ from conftest import MODELS_DIR
 from hypnos.catalog.catalog import load_catalog
 from hypnos.engines.records import DocumentPicture, DocumentRequest, LoadSpec
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
-from hypnos.service.markdown_join import join_pages
-from hypnos.service.picture_descriptions import insert_descriptions
-from hypnos.service.picture_store import PictureStore, PicturesTooLarge
+from hypnos.service.config.load import parse_config
+from hypnos.service.media.markdown_join import join_pages
+from hypnos.service.inference.pictures import insert_descriptions
+from hypnos.service.media.picture_store import PictureStore, PicturesTooLarge
 
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fakes import FakeEffects
-from hypnos.service.effects import Effects, MachineEffects
+from hypnos.service.scheduling.effects import Effects, MachineEffects
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = {"load", "unload", "park", "restore", "pin", "unpin", "drop_pages",

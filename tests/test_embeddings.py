@@ -21,7 +21,7 @@ from hypnos.catalog.catalog import load_catalog
 from hypnos.engines.errors import ContextOverflow, EngineError
 from hypnos.engines.records import EmbedResult, LoadSpec
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess  # noqa: E402

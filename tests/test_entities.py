@@ -17,7 +17,7 @@ from sanic import Sanic
 from conftest import minilm_fp32_reference
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio

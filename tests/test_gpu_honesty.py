@@ -16,7 +16,7 @@ from hypnos.engines.llama import log as ggml_log
 from hypnos.engines.devices import EngineBuild
 from hypnos.planner.types import GIB, Accelerator, Hardware, Topology
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 
 Sanic.test_mode = True
 pytestmark = [pytest.mark.anyio, pytest.mark.real]

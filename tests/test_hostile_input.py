@@ -15,7 +15,7 @@ from sanic import Sanic
 from conftest import MODELS_DIR, lineup_config, model_block
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 from test_http import assert_envelope, call
 
 Sanic.test_mode = True
@@ -152,14 +152,14 @@ async def test_a_huge_n_is_capped_and_said_so(app):
     """Pantheon's rule: n above 8 is capped (n_status), not refused; n = 10**9 must not
     allocate 10**9 anything before it is capped (the request fails later, at the model,
     for being on a host without the engine loaded - which is not this test's business)."""
-    from hypnos.service.chat_request import parse_chat
+    from hypnos.service.wire.chat import parse_chat
     params = parse_chat({"model": "chat", "messages": MSG, "n": 10**9},
                         app.ctx.config.limits)
     assert params.n == 8 and params.n_status == "capped_to_8"
 
 
 async def test_a_huge_max_tokens_is_clamped_to_the_cap(app):
-    from hypnos.service.chat_request import parse_chat
+    from hypnos.service.wire.chat import parse_chat
     params = parse_chat({"model": "chat", "messages": MSG, "max_tokens": 1 << 30},
                         app.ctx.config.limits)
     assert params.request.max_tokens == app.ctx.config.limits.max_tokens_cap

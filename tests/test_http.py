@@ -10,7 +10,7 @@ from sanic import Sanic
 from conftest import MODELS_DIR, EngineEffects
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
+from hypnos.service.config.load import parse_config
 
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio
@@ -352,7 +352,7 @@ async def test_next_model_header_loads_it_in_the_background():
 
 
 def test_workflows_close_after_30_idle_seconds():
-    from hypnos.service.workflows import Workflows
+    from hypnos.service.observe.workflows import Workflows
     now = [100.0]
     wf = Workflows(clock=lambda: now[0])
     key = wf.parse("turn/abc")
@@ -406,8 +406,8 @@ async def test_sampling_penalties_are_range_checked(field, value):
 
 
 def test_penalties_reach_the_engine_request():
-    from hypnos.service.chat_request import parse_chat
-    from hypnos.service.config_schema import LimitsConfig
+    from hypnos.service.wire.chat import parse_chat
+    from hypnos.service.config.schema import LimitsConfig
     p = parse_chat({"model": "m", "messages": [{"role": "user", "content": "x"}],
                     "presence_penalty": 0.5, "frequency_penalty": 0.25,
                     "repetition_penalty": 1.1, "min_p": 0.05}, LimitsConfig())

@@ -21,10 +21,10 @@ from hypnos.engines.errors import EngineError
 from hypnos.engines.records import LoadSpec
 from hypnos.engines.sd_diffusion import DiffusionGenerator, check_model_file
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
-from hypnos.service.config_schema import ImageConfig
-from hypnos.service.errors import InvalidRequest
-from hypnos.service.route_images import clamp_side, parse_image_request, parse_size
+from hypnos.service.config.load import parse_config
+from hypnos.service.config.schema import ImageConfig
+from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.routes.images import clamp_side, parse_image_request, parse_size
 
 Sanic.test_mode = True
 HAS_LIBRARY = importlib.util.find_spec("stable_diffusion_cpp") is not None

@@ -1,4 +1,4 @@
-"""service/media.py: content parts to bytes, against real local HTTP servers.
+"""service/media/fetch.py: content parts to bytes, against real local HTTP servers.
 
 Two servers run for the module: "inner" on 127.0.0.1 (a private address, as the rule sees
 it) and "outer" on 127.0.0.2, which the redirect tests treat as the public internet (an
@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hypnos.service.config_schema import LimitsConfig
-from hypnos.service.errors import InvalidRequest
-from hypnos.service.media import (MAX_REDIRECTS, fetch_url, is_public_address, part_bytes,
+from hypnos.service.config.schema import LimitsConfig
+from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.media.fetch import (MAX_REDIRECTS, fetch_url, is_public_address, part_bytes,
                                   system_resolver)
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""GET /openapi.json: built from the routes' own declarations (service/openapi.py), it covers
+"""GET /openapi.json: built from the routes' own declarations (service/http/openapi.py), it covers
 every registered route, is a valid OpenAPI 3.1 document, and the schemas it publishes are the
 ones the routes enforce."""
 import re
@@ -26,7 +26,7 @@ async def test_every_registered_route_is_in_the_document():
     doc = (await call(app, "get", "/openapi.json")).json
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     missing = sanic_routes(app) - documented
-    assert not missing, f"routes without @endpoint (service/openapi.py): {sorted(missing)}"
+    assert not missing, f"routes without @endpoint (service/http/openapi.py): {sorted(missing)}"
     assert documented == sanic_routes(app)
     assert ("/openapi.json", "get") in documented and len(documented) >= 20
 

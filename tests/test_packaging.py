@@ -83,9 +83,9 @@ def test_the_http_parsers_import_no_engine_library():
     tools) from its parsers; only the engine builds grammars (regression: a 500,
     ModuleNotFoundError llama_cpp, while the parser built the GBNF)."""
     code = """
-from hypnos.service.chat_request import parse_chat
-from hypnos.service.config_schema import LimitsConfig
-import hypnos.service.route_chat, hypnos.service.route_completions
+from hypnos.service.wire.chat import parse_chat
+from hypnos.service.config.schema import LimitsConfig
+import hypnos.service.routes.chat, hypnos.service.routes.completions
 body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
         "response_format": {"type": "json_schema", "json_schema": {"name": "x",
                             "schema": {"type": "object"}}},

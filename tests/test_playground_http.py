@@ -13,7 +13,7 @@ from sanic import Sanic
 
 from conftest import ROOT
 from test_http import app_for, assert_envelope, call, config
-from hypnos.service.route_playground import PLAYGROUND_DIR
+from hypnos.service.routes.playground import PLAYGROUND_DIR
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ManagedProcess  # noqa: E402
@@ -101,7 +101,7 @@ async def test_playground_off_in_config_is_404_and_api_unaffected():
 
 
 def test_playground_off_in_the_config_file(tmp_path):
-    from hypnos.service.config import load_config
+    from hypnos.service.config.load import load_config
     path = tmp_path / "hypnos.toml"
     path.write_text("[server]\nplayground = false\n")
     assert load_config(path).server.playground is False

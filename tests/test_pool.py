@@ -15,11 +15,11 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
-from hypnos.service import errors
+from hypnos.service.http import errors
 from hypnos.service.app import create_app
-from hypnos.service.config import load_config, overlay_path, parse_config
-from hypnos.service.overlay import overlay_text
-from hypnos.service.pool import ModelState
+from hypnos.service.config.load import load_config, overlay_path, parse_config
+from hypnos.service.config.overlay import overlay_text
+from hypnos.service.scheduling.pool import ModelState
 from hypnos.planner.types import ModelShape
 from fakes import FakeEffects
 from test_scheduler import make, model
@@ -366,8 +366,8 @@ def test_overlay_text_keeps_comments_and_replaces_by_id():
 WRITER = """
 import sys
 from pathlib import Path
-from hypnos.service.atomic import write_atomic
-from hypnos.service.overlay import persist
+from hypnos.service.config.atomic import write_atomic
+from hypnos.service.config.overlay import persist
 mode, config = sys.argv[1], Path(sys.argv[2])
 blocks = [Path(a).read_text() for a in sys.argv[3:]]
 write = ((lambda text: persist(config, "big", text)) if mode == "overlay"

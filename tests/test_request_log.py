@@ -8,7 +8,7 @@ from sanic import Sanic
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.config import ConfigError, parse_config
+from hypnos.service.config.load import ConfigError, parse_config
 
 Sanic.test_mode = True
 pytestmark = pytest.mark.anyio

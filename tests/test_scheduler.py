@@ -10,10 +10,10 @@ import pytest
 from fakes import FakeEffects
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
-from hypnos.service import errors
-from hypnos.service.config_schema import Config, ModelConfig
-from hypnos.service.pool import ModelState
-from hypnos.service.scheduler import Scheduler
+from hypnos.service.http import errors
+from hypnos.service.config.schema import Config, ModelConfig
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
 
@@ -230,7 +230,7 @@ async def test_kv_parking_round_trip_through_an_eviction():
 
 
 def test_kv_park_store_cap_drops_the_oldest_and_off_drops_all():
-    from hypnos.service.kv_park import KvParkStore
+    from hypnos.service.scheduling.kv_park import KvParkStore
     store = KvParkStore(True, 25)
     assert store.put("a", _Parked(10)) and store.put("b", _Parked(10))
     assert store.put("c", _Parked(10))                 # 30 > 25: a (oldest) goes

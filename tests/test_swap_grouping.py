@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hypnos.service import errors
+from hypnos.service.http import errors
 from fakes import FakeEffects
 from test_scheduler import make, model
 

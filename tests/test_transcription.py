@@ -26,11 +26,11 @@ from conftest import MODELS_DIR, ROOT
 from hypnos.engines.errors import AudioDecodeError, EngineError
 from hypnos.engines.records import LoadSpec, Segment, TranscribeRequest, TranscribeResult
 from hypnos.engines.whisper import WhisperTranscriber, decode_audio
-from hypnos.service import errors
+from hypnos.service.http import errors
 from hypnos.service.app import create_app
-from hypnos.service.config import parse_config
-from hypnos.service.live_transcription import EnergyVad, PcmReader, SampleBuffer
-from hypnos.service.route_transcriptions import LIVE_PATH, render_srt, render_vtt
+from hypnos.service.config.load import parse_config
+from hypnos.service.inference.live import EnergyVad, PcmReader, SampleBuffer
+from hypnos.service.routes.transcriptions import LIVE_PATH, render_srt, render_vtt
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
 
 sys.path.insert(0, str(ROOT / "bench"))

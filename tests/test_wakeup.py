@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from hypnos.service.wakeup import Wakeup
+from hypnos.service.scheduling.wakeup import Wakeup
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +34,7 @@ async def test_a_drain_ends_when_the_lease_ends_not_at_its_bound():
             await release.wait()
     task = asyncio.create_task(one())
     await asyncio.sleep(0.01)
-    from hypnos.service.pool import ModelState
+    from hypnos.service.scheduling.pool import ModelState
     old = sched.models["a"]
     new = ModelState(cfg=old.cfg, paths={}, shape=old.shape)
     swap = asyncio.create_task(sched.swap("a", new, drain_secs=30))

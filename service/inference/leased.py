@@ -20,10 +20,10 @@ from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
 from hypnos.engines.errors import EngineError
-from hypnos.service import errors
-from hypnos.service.http import deadline_ms
+from hypnos.service.http import errors
+from hypnos.service.http.layers import deadline_ms
 from hypnos.service.inference.capabilities import Family, require
-from hypnos.service.telemetry import telemetry, telemetry_headers, wait_headers
+from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers
 
 T = TypeVar("T")
 

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from hypnos.engines.errors import EngineError
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
-from hypnos.service import errors
+from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
-from hypnos.service.telemetry import engine_timings
+from hypnos.service.observe.telemetry import engine_timings
 
 KEEPALIVE_SECS = 10.0
 

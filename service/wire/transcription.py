@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from hypnos.service import errors
+from hypnos.service.http import errors
 
 MAX_HOTWORDS = 25
 

@@ -1,0 +1,198 @@
+"""Cross-cutting HTTP layers: request id, CORS, API keys, readiness gate, latency, and the
+JSON body reader every route uses."""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from urllib.parse import urlparse
+
+from sanic import Request, Sanic
+from sanic.exceptions import PayloadTooLarge
+from sanic.response import empty
+
+from hypnos.service.http import errors
+from hypnos.service.http.keys import result_tokens
+from hypnos.service.observe.request_log import request_leases
+from hypnos.service.http.openapi import check_body
+
+EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
+           "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
+           "x-hypnos-estimated-wait-ms")
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+OPEN_PATHS = ("/health", "/ready")
+
+
+def new_request_id() -> str:
+    return "req-" + secrets.token_hex(16)
+
+
+def origin_allowed(origin: str, allowed: list[str]) -> bool:
+    try:
+        parsed = urlparse(origin)
+    except ValueError:
+        return False
+    if parsed.scheme in ("http", "https") and (parsed.hostname or "") in LOOPBACK | {"::1"}:
+        return True
+    for pattern in allowed:
+        if pattern == origin or pattern == "*":
+            return True
+        if pattern.endswith(":*") and re.fullmatch(re.escape(pattern[:-2]) + r"(:\d+)?", origin):
+            return True
+    return False
+
+
+def _cors_headers(request: Request) -> dict:
+    origin = request.headers.get("origin")
+    if not origin or not origin_allowed(origin, request.app.ctx.config.server.allowed_origins):
+        return {}
+    return {"access-control-allow-origin": origin, "vary": "Origin",
+            "access-control-allow-methods": "GET, POST, OPTIONS",
+            "access-control-allow-headers": request.headers.get(
+                "access-control-request-headers",
+                "authorization, content-type, x-hypnos-deadline-ms, x-hypnos-next-model, "
+                "x-hypnos-workflow, x-hypnos-workflow-end"),
+            "access-control-expose-headers": EXPOSED,
+            "access-control-max-age": "600"}
+
+
+def _check_key(request: Request) -> None:
+    """Match the bearer key (401) and admit it against its limits (429); the permit is
+    released by `after_handler` once the response's last byte went out."""
+    ring = request.app.ctx.keys
+    cfg = request.app.ctx.config.server
+    path = request.path
+    if not ring.enabled or path in OPEN_PATHS or not (path.startswith("/v1") or (
+            path == "/metrics" and cfg.metrics_require_auth)):
+        return
+    header = request.headers.get("authorization", "").strip()
+    scheme, _, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="hypnos"'}
+    if not header:
+        raise errors.Unauthorized("Missing API key. Send it as `Authorization: Bearer <key>` "
+                                  "(server.api_keys).", headers=challenge)
+    key = ring.match(token.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
+        raise errors.Unauthorized("Invalid API key.", headers=challenge)
+    request.ctx.api_key = key
+    request.ctx.permit = request.app.ctx.limiter.admit(key)
+
+
+def require_admin(request: Request) -> None:
+    """Changing the model pool needs an admin key when keys are configured (403)."""
+    key = getattr(request.ctx, "api_key", None)
+    if request.app.ctx.keys.enabled and (key is None or not key.admin):
+        raise errors.PermissionDenied(
+            "Changing the model pool needs an admin key (a server.api_keys entry, or a "
+            "[[server.keys]] entry with admin = true)")
+
+
+def install_http_layers(app: Sanic) -> None:
+    @app.on_request(priority=100)
+    async def _start(request: Request):
+        request.ctx.request_id = new_request_id()
+        request.ctx.started = time.monotonic()
+        request.ctx.leases = []
+        request_leases.set(request.ctx.leases)
+        if request.method == "OPTIONS":
+            return empty(204, headers=_cors_headers(request))
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > request.app.config.REQUEST_MAX_SIZE:
+            raise PayloadTooLarge("Payload Too Large")
+        _check_key(request)
+        await before_handler(request)
+
+    @app.on_response(priority=100)
+    async def _finish(request: Request, response):
+        response.headers["x-request-id"] = getattr(request.ctx, "request_id", None) \
+            or new_request_id()
+        for k, v in _cors_headers(request).items():
+            response.headers.setdefault(k, v)
+        request.ctx.status = response.status
+        # None for a stream (request.respond()): its body was never held in one piece.
+        request.ctx.response_body = getattr(response, "body", None)
+
+
+async def before_handler(request: Request) -> None:
+    """Per request, before the handler: workflow bookkeeping and next-stage prefetch."""
+    app = request.app
+    key = app.ctx.workflows.parse(request.headers.get("x-hypnos-workflow"))
+    request.ctx.workflow = key
+    if key is not None:
+        app.ctx.workflows.begin(key, request.ctx.started)
+    nxt = request.headers.get("x-hypnos-next-model")
+    if nxt and app.ctx.ready:
+        app.ctx.scheduler.prefetch(nxt)
+
+
+def after_handler(request: Request) -> None:
+    """Once the handler finished (streams: after the last byte): the key's permit and tokens,
+    latency per route and the workflow's last byte."""
+    started = getattr(request.ctx, "started", None)
+    if started is None:
+        return
+    now = time.monotonic()
+    permit = getattr(request.ctx, "permit", None)
+    if permit is not None:
+        tokens = result_tokens(getattr(request.ctx, "result", None))
+        request.app.ctx.limiter.release(permit, tokens)
+    if request.route is not None:
+        route = "/" + request.route.path.lstrip("/")
+        ms = (now - started) * 1000
+        request.app.ctx.latency.record(route, ms)
+        status = getattr(request.ctx, "status", 500)
+        request.app.ctx.metrics.request_done(request, route, status, ms)
+        if _logged(request):
+            request.app.ctx.request_log.observe(request, route, status, ms,
+                                                getattr(request.ctx, "response_body", None))
+    key = getattr(request.ctx, "workflow", None)
+    if key is not None:
+        close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
+        request.app.ctx.workflows.end(key, now, close)
+
+
+def _logged(request: Request) -> bool:
+    """Inference and pool calls go to the request log; polling (GET, the log routes) not."""
+    path = request.path
+    return (path.startswith("/v1/") and not path.startswith("/v1/logs")
+            and request.method not in ("GET", "HEAD", "OPTIONS"))
+
+
+def require_ready(request: Request) -> None:
+    """Inference and placement routes answer 503 + Retry-After while startup staging runs
+    and once a SIGTERM started the drain (service/lifecycle/shutdown.py)."""
+    if request.app.ctx.draining:
+        raise errors.ModelNotAvailable("Hypnos is shutting down and admits no new requests; "
+                                       "retry against its replacement",
+                                       headers={"Retry-After": "5"})
+    if not request.app.ctx.ready:
+        raise errors.staging_error()
+
+
+def json_body(request: Request) -> dict:
+    """The request's JSON object, or a 400 naming what is wrong."""
+    if not request.body:
+        raise errors.InvalidRequest("The request body is empty; send a JSON object")
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise errors.InvalidRequest("The request body is nested too deeply to parse") from None
+    if not isinstance(body, dict):
+        raise errors.InvalidRequest("The request body must be a JSON object")
+    check_body(request, body)
+    return body
+
+
+def deadline_ms(request: Request) -> float | None:
+    """x-hypnos-deadline-ms, or None; a 400 when it is not a number."""
+    raw = request.headers.get("x-hypnos-deadline-ms")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds") \
+            from None

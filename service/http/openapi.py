@@ -1,0 +1,246 @@
+"""GET /openapi.json: an OpenAPI 3.1 document built from the routes themselves.
+
+Every handler carries an `Endpoint`, declared next to it with ``@endpoint(...)``: a summary,
+the JSON Schema of its body (JSON or multipart), its query parameters, what it answers on
+success and the error statuses it can answer. The same schema is enforced: `json_body`
+(service/http/layers.py) checks a body against its route's schema before the route's own parser
+runs, so a body the document calls invalid is refused with a 400 naming the field (the fuzz
+test's negative examples check it), and the parser then says what a schema cannot.
+`document(app)` walks the app's router, so a route without an Endpoint is missing from the
+document and tests/test_openapi.py says which.
+
+The schemas are a JSON Schema subset that `check` understands: type (one or a list), enum,
+minimum / maximum, minLength, minItems, maxItems, required, properties, items, anyOf. A null
+value of an optional property counts as absent (the routes treat it so).
+"""
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import functools
+import re
+from dataclasses import dataclass, field
+from collections.abc import Callable
+
+from sanic import Request, Sanic
+
+from hypnos.service.http import errors
+
+ATTR = "__hypnos_endpoint__"
+ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type"], "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+PLAIN = {"text/plain": {"schema": {"type": "string"}}}
+# Statuses every route can answer without saying so: keys and their quotas (401, 429) on
+# /v1, and on a body the body-limit layer (413) and request_timeout_secs (408), both plain
+# text (spec section 4).
+TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
+DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
+                403: "not an admin key", 404: "unknown model or resource",
+                422: "prompt past the context window", 429: "queue full or rate limited",
+                499: "cancelled", 500: "engine failure", 503: "not available or staging",
+                504: "engine timeout", 507: "does not fit in memory"}
+ANY_OBJECT = {"type": "object"}
+
+
+def json_object(*required: str, **properties) -> dict:
+    """A success body's schema: an object with these keys (more may come)."""
+    return {"application/json": {"type": "object", "required": list(required),
+                                 "properties": properties}}
+
+
+# What a route that leases a model can answer besides a 400 (spec section 4).
+INFERENCE_ERRORS = (404, 429, 500, 503, 504, 507)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    summary: str
+    body: dict | None = None             # JSON Schema of a JSON body
+    form: dict | None = None             # JSON Schema of a multipart/form-data body
+    query: dict = field(default_factory=dict)   # name -> schema
+    required_query: tuple[str, ...] = ()
+    ok: dict = field(default_factory=lambda: {"application/json": ANY_OBJECT})
+    errors: tuple[int, ...] = ()
+    websocket: bool = False
+    # Statuses whose body is not the error envelope: status -> JSON Schema.
+    other: dict = field(default_factory=dict)
+
+
+def endpoint(summary: str, **kw) -> Callable:
+    """Declare a handler's contract; put it under the ``@bp.<method>(path)`` line."""
+    spec = Endpoint(summary, **kw)
+
+    def mark(handler):
+        setattr(handler, ATTR, spec)
+        return handler
+    return mark
+
+
+def endpoint_of(handler) -> Endpoint | None:
+    """The handler's Endpoint; Sanic registers a WebSocket handler inside a partial."""
+    if isinstance(handler, functools.partial):
+        return next(filter(None, (getattr(a, ATTR, None) for a in handler.args)), None)
+    return getattr(handler, ATTR, None)
+
+
+# ------------------------------------------------------------------ validation
+
+TYPES = {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}
+KINDS = {"string": "a string", "boolean": "a boolean", "object": "an object",
+         "array": "an array", "null": "null", "integer": "an integer", "number": "a number"}
+
+
+def _is(value, kind: str) -> bool:
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, TYPES[kind])
+
+
+def check(value, schema: dict, where: str) -> None:
+    """Raise a 400 naming ``where`` when ``value`` breaks ``schema``."""
+    def fail(what: str, at: str = where):
+        raise errors.InvalidRequest(f"'{at}' {what}", param=at.split("[")[0].split(".")[0])
+    if "anyOf" in schema:
+        for option in schema["anyOf"]:
+            try:
+                check(value, option, where)
+                return
+            except errors.InvalidRequest:
+                if _is(value, option.get("type", "null")):
+                    raise     # the option of the value's own type says what is wrong inside
+        shapes = (KINDS.get(o.get("type"), "another shape") for o in schema["anyOf"])
+        fail(f"must be {' or '.join(shapes)}")
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if kinds and not any(_is(value, k) for k in kinds):
+        fail(f"must be {' or '.join(KINDS[k] for k in kinds)}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        fail(f"must be one of {', '.join(map(str, schema['enum']))}; got {value!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = (f"between {low} and {high}" if low is not None and high is not None
+                      else f"at least {low}" if low is not None else f"at most {high}")
+            fail(f"must be {bounds}, got {value}")
+    if isinstance(value, str) and len(value) < schema.get("minLength", 0):
+        fail("must be a non-empty string")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            fail("must be a non-empty array")
+        if len(value) > schema.get("maxItems", len(value)):
+            fail(f"holds more than {schema['maxItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                check(item, schema["items"], f"{where}[{i}]")
+    if isinstance(value, dict):
+        for name in schema.get("required", ()):
+            if name not in value:
+                fail("is required", f"{where}.{name}" if where else name)
+        for name, sub in schema.get("properties", {}).items():
+            if name in value and (value[name] is not None or name in schema.get("required", ())):
+                check(value[name], sub, f"{where}.{name}" if where else name)
+
+
+def check_body(request: Request, body: dict) -> None:
+    """The route's declared body schema, when it has one (service/http/layers.py json_body)."""
+    route = request.route
+    spec = endpoint_of(route.handler) if route is not None else None
+    if spec is None or spec.body is None:
+        return
+    check(body, spec.body, "")
+
+
+# ------------------------------------------------------------------ the document
+
+def _nullable(schema: dict) -> dict:
+    """Optional properties also take null (check() reads it as absent)."""
+    out = dict(schema)
+    if isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    elif isinstance(out.get("type"), list) and "null" not in out["type"]:
+        out["type"] = [*out["type"], "null"]
+    if "enum" in out:
+        out["enum"] = [*out["enum"], None]
+    if "anyOf" in out:
+        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
+    return out
+
+
+def _wire_schema(schema: dict) -> dict:
+    out = dict(schema)
+    if "properties" in out:
+        required = set(out.get("required", ()))
+        out["properties"] = {k: _wire_schema(v) if k in required else _nullable(_wire_schema(v))
+                             for k, v in out["properties"].items()}
+    if "items" in out:
+        out["items"] = _wire_schema(out["items"])
+    if "anyOf" in out:
+        out["anyOf"] = [_wire_schema(o) for o in out["anyOf"]]
+    return out
+
+
+def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dict:
+    op: dict = {"summary": spec.summary,
+                "operationId": method + re.sub(r"\W+", "_", path).rstrip("_")}
+    parameters = [{"name": name, "in": "path", "required": True,
+                   "schema": {"type": "integer" if kind == "int" else "string"}}
+                  for name, kind in params]
+    parameters += [{"name": name, "in": "query", "required": name in spec.required_query,
+                    "schema": schema} for name, schema in spec.query.items()]
+    if parameters:
+        op["parameters"] = parameters
+    content = {}
+    if spec.body is not None:
+        content["application/json"] = {"schema": _wire_schema(spec.body)}
+    if spec.form is not None:
+        content["multipart/form-data"] = {"schema": spec.form}
+    if content:
+        op["requestBody"] = {"required": True, "content": content}
+    responses: dict = {"101" if spec.websocket else "200": {
+        "description": "WebSocket session" if spec.websocket else "success",
+        **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
+    checked = content or spec.query or spec.websocket     # anything parsed can be a 400
+    statuses = set(spec.errors) | ({400} if checked else set()) | \
+        ({401, 429} if path.startswith("/v1") else set())
+    for status in sorted(statuses | set(spec.other)):
+        responses[str(status)] = {"description": DESCRIPTIONS.get(status, "error"),
+                                  "content": {"application/json": {
+                                      "schema": spec.other.get(status, ENVELOPE)}}}
+    if content:
+        for status, text in TEXT_STATUSES.items():
+            responses[str(status)] = {"description": text, "content": PLAIN}
+        if spec.form is not None:   # multipart uploads get the JSON 413 (spec section 4)
+            responses["413"]["content"] = {**PLAIN, "application/json": {"schema": ENVELOPE}}
+    op["responses"] = responses
+    return op
+
+
+def hypnos_version() -> str:
+    try:
+        return version("hypnos")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def document(app: Sanic) -> dict:
+    """The OpenAPI 3.1 document of every route ``app`` has that declares an Endpoint."""
+    paths: dict = {}
+    for route in app.router.routes:
+        spec = endpoint_of(route.handler)
+        if spec is None:
+            continue
+        params = re.findall(r"<(\w+)(?::([^>]*))?>", route.path)   # (name, type) each
+        path = "/" + re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", route.path).lstrip("/")
+        for method in sorted(route.methods - {"HEAD", "OPTIONS"}):
+            paths.setdefault(path, {})[method.lower()] = _operation(path, method.lower(),
+                                                                     spec, params)
+    return {"openapi": "3.1.0",
+            "info": {"title": "Hypnos", "version": hypnos_version(),
+                     "description": "Local inference server: OpenAI-compatible routes plus "
+                                    "model pool and memory-tier control."},
+            "paths": dict(sorted(paths.items())),
+            "components": {"schemas": {"Error": ENVELOPE}}}

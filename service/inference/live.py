@@ -1,0 +1,299 @@
+"""Live transcription over a WebSocket: the session behind GET /v1/audio/stream (protocol in
+docs/live-transcription.md; the route is registered by `route_transcriptions`).
+
+A session reads a JSON opening frame, then binary PCM frames. An energy VAD (`EnergyVad`,
+pure) cuts the stream into utterances at pauses; each utterance is transcribed under its own
+scheduler lease, so the model can be evicted between utterances, never during one. One worker
+task per session runs the transcriptions in order, so frames arrive in order; a partial is
+only started when the worker is idle, and dropped when newer work is waiting.
+
+Threading: everything here runs on the event loop; the engine call runs in a worker thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from sanic import Request
+from sanic.exceptions import WebsocketClosed
+from websockets.exceptions import ConnectionClosed
+
+from hypnos.engines.records import TranscribeRequest
+from hypnos.service.http import errors
+from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
+from hypnos.service.inference.capabilities import TRANSCRIPTION, require
+from hypnos.service.inference.transcription import transcribe
+from hypnos.service.wire.transcription import parse_hotwords, parse_language
+
+log = logging.getLogger("hypnos.live")
+
+# [limits] keys read when the config has them (these defaults otherwise).
+LIVE_LIMITS = {"live_max_session_secs": 600.0, "live_idle_timeout_secs": 30.0,
+               "live_max_utterance_secs": 30.0}
+PARTIAL_EVERY_SECS = 1.0
+FORMATS = ("pcm16", "f32")
+GONE = (ConnectionClosed, WebsocketClosed)
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """The opening frame."""
+    model: str
+    language: str | None = None
+    sample_rate: int = 16000
+    format: str = "pcm16"
+    prompt: str | None = None
+    hotwords: tuple[str, ...] = ()
+    partials: bool = True
+    silence_ms: int = 500
+
+
+def _int_field(body: dict, name: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise errors.InvalidRequest(f"'{name}' must be an integer from {lo} to {hi}",
+                                    param=name)
+    return value
+
+
+def _str_field(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
+    return value or None
+
+
+def parse_opening(frame) -> LiveOptions:
+    """The opening frame as options; a 400-style error naming the field otherwise."""
+    try:
+        body = json.loads(frame) if isinstance(frame, str) else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise errors.InvalidRequest('The first frame must be a JSON text frame such as '
+                                    '{"model": "whisper", "sample_rate": 16000}')
+    model = _str_field(body, "model")
+    if not model:
+        raise errors.InvalidRequest("'model' is required: a model serving speech_to_text",
+                                    param="model")
+    fmt = body.get("format", "pcm16")
+    if fmt not in FORMATS:
+        raise errors.InvalidRequest(f"'format' must be one of {', '.join(FORMATS)}",
+                                    param="format")
+    partials = body.get("partials", True)
+    if not isinstance(partials, bool):
+        raise errors.InvalidRequest("'partials' must be true or false", param="partials")
+    return LiveOptions(
+        model=model, language=parse_language(_str_field(body, "language")),
+        sample_rate=_int_field(body, "sample_rate", 16000, 8000, 48000), format=fmt,
+        prompt=_str_field(body, "prompt"), hotwords=tuple(parse_hotwords(body.get("hotwords"))),
+        partials=partials, silence_ms=_int_field(body, "silence_ms", 500, 200, 5000))
+
+
+class SessionEnd(Exception):
+    """Ends a session: an error frame, then a close with ``close_code``."""
+
+    def __init__(self, code: str, message: str, *, param: str | None = None,
+                 close_code: int = 1008):
+        super().__init__(message)
+        self.code, self.message, self.param, self.close_code = code, message, param, close_code
+
+
+@dataclass
+class Job:
+    kind: str              # partial | final
+    id: int                # the utterance
+    start: int             # sample indices in the session's stream
+    end: int
+    samples: np.ndarray
+
+
+class LiveSession:
+    """One WebSocket session. ``run()`` returns when it is over."""
+
+    def __init__(self, request: Request, ws):
+        self.ws = ws
+        self.sched = request.app.ctx.scheduler
+        limits = request.app.ctx.config.limits
+        self.max_session, self.idle, self.max_utterance = (
+            float(getattr(limits, key, default)) for key, default in LIVE_LIMITS.items())
+        self.opened = time.monotonic()
+        self.send_lock = asyncio.Lock()
+        self.jobs: asyncio.Queue[Job] = asyncio.Queue()
+        self.running = False
+        self.worker: asyncio.Task | None = None
+        self.opts: LiveOptions | None = None
+        self.vad: EnergyVad | None = None
+        self.reader: PcmReader | None = None
+        self.buffer = SampleBuffer()
+        self.received = 0             # samples
+        self.utterance = 0            # id of the utterance in progress
+        self.partial_at = 0           # sample index the last partial ran to
+
+    async def run(self) -> None:
+        try:
+            if await self._open():
+                await self._pump()
+        except SessionEnd as end:
+            await self._fail(end)
+        except GONE:
+            pass
+        finally:
+            if self.worker is not None:
+                self.worker.cancel()            # a running engine call stops at its next
+                await asyncio.wait({self.worker})   # segment; its lease ends after that
+            log.info("live session ended: %.1f s of audio, %d utterances",
+                     self.received / (self.opts.sample_rate if self.opts else 1), self.utterance)
+
+    # ---------------------------------------------------------------- receiving
+
+    async def _recv(self):
+        """The next frame; None when the client hung up. Raises SessionEnd on a limit."""
+        left = self.opened + self.max_session - time.monotonic()
+        try:
+            return await asyncio.wait_for(self.ws.recv(), max(0.0, min(self.idle, left)))
+        except TimeoutError:
+            if left <= self.idle:
+                await self._limit("session_limit", "The session reached "
+                                  f"live_max_session_secs ({self.max_session:g} s)")
+            raise SessionEnd("idle_timeout", f"No frame for {self.idle:g} s "
+                             "(live_idle_timeout_secs)") from None
+
+    async def _open(self) -> bool:
+        frame = await self._recv()
+        if frame is None:
+            return False
+        try:
+            o = self.opts = parse_opening(frame)
+            require(self.sched, o.model, TRANSCRIPTION)
+        except errors.HypnosError as exc:
+            raise SessionEnd(exc.type, exc.message, param=exc.param) from None
+        self.reader = PcmReader(o.format)
+        self.vad = EnergyVad(o.sample_rate, silence_ms=o.silence_ms,
+                             max_utterance_secs=self.max_utterance)
+        self.worker = asyncio.create_task(self._work())
+        await self._send({"type": "ready", "model": o.model, "sample_rate": o.sample_rate,
+                          "format": o.format, "silence_ms": o.silence_ms,
+                          "max_session_secs": self.max_session,
+                          "idle_timeout_secs": self.idle})
+        return True
+
+    async def _pump(self) -> None:
+        while True:
+            frame = await self._recv()
+            if frame is None:
+                return
+            if isinstance(frame, (bytes, bytearray, memoryview)):
+                self._on_audio(bytes(frame))
+                if self.received > self.max_session * self.opts.sample_rate:
+                    await self._limit("session_limit", "The session sent more than "
+                                      f"live_max_session_secs ({self.max_session:g} s) of audio")
+                continue
+            if _control_type(frame) != "end":
+                raise SessionEnd("invalid_request_error", "Unknown control frame; send "
+                                 'binary audio frames or {"type": "end"}')
+            self._flush()
+            await self.jobs.join()
+            await self._send({"type": "done"})
+            await self.ws.close(1000, "done")
+            return
+
+    def _on_audio(self, data: bytes) -> None:
+        samples = self.reader.push(data)
+        self.received += len(samples)
+        self.buffer.append(samples)
+        for start, end in self.vad.push(samples):
+            self._submit("final", start, end)
+        self._maybe_partial()
+        self.buffer.trim(self.vad.keep_from())
+
+    def _maybe_partial(self) -> None:
+        if not (self.opts.partials and self.vad.speaking) or self.running \
+                or not self.jobs.empty():
+            return
+        start, now = self.vad.start, self.vad.position
+        if now - max(start, self.partial_at) >= PARTIAL_EVERY_SECS * self.opts.sample_rate:
+            self.partial_at = now
+            self._submit("partial", start, now)
+
+    def _submit(self, kind: str, start: int, end: int) -> None:
+        self.jobs.put_nowait(Job(kind, self.utterance, start, end,
+                                 self.buffer.slice(start, end)))
+        if kind == "final":
+            self.utterance += 1
+            self.partial_at = 0
+
+    def _flush(self) -> None:
+        cut = self.vad.flush() if self.vad is not None else None
+        if cut is not None:
+            self._submit("final", *cut)
+
+    async def _limit(self, code: str, message: str) -> None:
+        """Transcribe what was said, then end the session with ``code``."""
+        if self.vad is not None:
+            self._flush()
+            await self.jobs.join()
+        raise SessionEnd(code, message)
+
+    # ---------------------------------------------------------------- transcribing
+
+    async def _work(self) -> None:
+        while True:
+            job = await self.jobs.get()
+            self.running = True
+            try:
+                if job.kind == "final" or self.jobs.empty():   # stale partials are dropped
+                    await self._transcribe(job)
+            except GONE:
+                pass                      # the receive loop notices the hang-up
+            except Exception:  # noqa: BLE001 - one failed utterance must not end the session
+                log.exception("live transcription of utterance %d failed", job.id)
+            finally:
+                self.running = False
+                self.jobs.task_done()
+
+    async def _transcribe(self, job: Job) -> None:
+        o = self.opts
+        req = TranscribeRequest(audio=wav_bytes(job.samples, o.sample_rate),
+                                language=o.language, prompt=o.prompt, hotwords=list(o.hotwords))
+        span = {"id": job.id, "start": round(job.start / o.sample_rate, 3),
+                "end": round(job.end / o.sample_rate, 3)}
+        try:
+            done = await transcribe(self.sched, o.model, req)
+        except errors.HypnosError as exc:
+            # The utterance is lost (model busy, cannot load...); the session goes on.
+            await self._send({"type": "error", "code": exc.type, "message": exc.message,
+                              **span})
+            return
+        frame = {"type": job.kind, "text": done.result.text, **span}
+        if job.kind == "final":
+            frame["hypnos_telemetry"] = done.telemetry
+        await self._send(frame)
+
+    # ---------------------------------------------------------------- sending
+
+    async def _send(self, frame: dict) -> None:
+        async with self.send_lock:
+            await self.ws.send(json.dumps(frame, ensure_ascii=False))
+
+    async def _fail(self, end: SessionEnd) -> None:
+        frame = {"type": "error", "code": end.code, "message": end.message}
+        if end.param:
+            frame["param"] = end.param
+        try:
+            await self._send(frame)
+            await self.ws.close(end.close_code, end.code)
+        except GONE:
+            pass
+
+
+def _control_type(frame) -> str | None:
+    try:
+        body = json.loads(frame)
+    except (TypeError, ValueError):
+        return None
+    return body.get("type") if isinstance(body, dict) else None

@@ -1,0 +1,192 @@
+"""POST /v1/chat/completions (spec 7, plus the Pantheon / Fermion request features the
+chat issue names): non-streaming and SSE streaming, n choices, tools, thinking, logprobs."""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.engines.records import ChatDelta, ChatResult
+from hypnos.service.http import errors
+from hypnos.service.wire.chat import CHAT_SCHEMA, ChatParams, parse_chat
+from hypnos.service.inference.leased import LeasedCall
+from hypnos.service.inference.text import (chat_counter, check_text_model, choice_requests,
+                                           choice_seeds, record, run_choices, stream_choices,
+                                           text_lease, text_telemetry, usage)
+from hypnos.engines.chat_format import MEDIA_PARTS
+from hypnos.service.http.sse import send_stream_error, sse
+from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.media.fetch import part_bytes
+from hypnos.service.wire.sessions import session_key
+from hypnos.service.http.openapi import endpoint, json_object
+
+bp = Blueprint("chat")
+
+
+def _check_model(request: Request, params: ChatParams):
+    req = params.request
+    st = check_text_model(request.app.ctx.scheduler, params.model,
+                          bool(req.tools) and req.tool_choice != "none")
+    mods = st.cfg.all_modalities
+    for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
+        if params.media.get(part) and needed not in mods:
+            raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
+                                        f"(it does not serve {needed})", param="messages")
+    images = params.media.get("image_url", 0)
+    limit = request.app.ctx.config.limits.max_images_per_request
+    if images > limit:
+        raise errors.InvalidRequest(f"The messages hold {images} images, above "
+                                    f"max_images_per_request ({limit})", param="messages")
+    return st
+
+
+async def media_bytes(params: ChatParams, limits) -> list[bytes]:
+    """Every image / audio part's bytes, in prompt order (downloads awaited)."""
+    out = []
+    for i, m in enumerate(params.request.messages):
+        if isinstance(m.get("content"), list):
+            for j, part in enumerate(m["content"]):
+                if part.get("type") in MEDIA_PARTS:
+                    out.append(await part_bytes(part, f"messages[{i}].content[{j}]", limits))
+    return out
+
+
+def _message(r: ChatResult) -> dict:
+    msg: dict = {"role": "assistant", "content": r.text}
+    if r.reasoning:
+        msg["reasoning_content"] = r.reasoning
+    if r.tool_calls:
+        msg["tool_calls"] = [_call_wire(c, i) for i, c in enumerate(r.tool_calls)]
+    return msg
+
+
+def _call_wire(call, index: int, with_index: bool = False) -> dict:
+    out = {"id": f"call_{secrets.token_hex(6)}_{index}", "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments}}
+    return {"index": index, **out} if with_index else out
+
+
+def _choice_extras(r: ChatResult) -> dict:
+    out = {}
+    if r.tool_call_errors:
+        out["tool_call_error"] = r.tool_call_errors[0].to_wire()
+    return out
+
+
+def _format_status(params: ChatParams, results: list[ChatResult]) -> str | None:
+    """Pantheon's response_format_status; "not_enforced" when a constrained answer did not
+    close a complete JSON value (cut by max_tokens or a stop string)."""
+    status = params.response_format_status or results[0].response_format_status
+    wanted = (params.request.response_format or {}).get("type")
+    if status in ("applied", "schema_downgraded") and wanted in ("json_object", "json_schema"):
+        for r in results:
+            try:
+                json.loads(r.text)
+            except ValueError:
+                return "not_enforced"
+    return status
+
+
+def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
+    out = {}
+    status = _format_status(params, results)
+    if status:
+        out["response_format_status"] = status
+    if params.n_status:
+        out["n_status"] = params.n_status
+    return out
+
+
+@bp.post("/v1/chat/completions")
+@endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=CHAT_SCHEMA,
+          ok={**json_object("id", "object", "model", "choices", "usage",
+                            object={"const": "chat.completion"}, choices={"type": "array"}),
+              "text/event-stream": {"type": "string"}},
+          errors=(404, 422, 429, 500, 503, 504, 507))
+async def chat_completions(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    params = parse_chat(body, request.app.ctx.config.limits)
+    params.request.session_key = session_key(request, body)
+    sched = request.app.ctx.scheduler
+    st = _check_model(request, params)
+    if params.media:
+        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
+    async with text_lease(request, params.model, params.estimated_ctx(),
+                          chat_counter(sched.context_window(st), params)) as call:
+        fmt = call.engine.format
+        if params.request.tools and params.request.tool_choice != "none" and \
+                fmt is not None and fmt.tools is None:
+            raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
+                                        "format", param="tools")
+        reqs = choice_requests(params.request, params.n)
+        if params.stream:
+            return await _stream(request, params, call, reqs)
+        results = await run_choices(call, reqs)
+        record(request, call, results)
+        out = {
+            "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
+            "created": int(time.time()), "model": params.model,
+            "choices": [{"index": i, "message": _message(r), "finish_reason": r.finish_reason,
+                         **({"logprobs": {"content": [lp.to_wire() for lp in r.logprobs]}}
+                            if r.logprobs is not None else {}),
+                         **_choice_extras(r)}
+                        for i, r in enumerate(results)],
+            "usage": usage(results, call.window),
+            **_top_level(params, results), **choice_seeds(reqs),
+            "hypnos_telemetry": text_telemetry(call, results),
+        }
+        return json_response(out, headers=call.wait_headers())
+
+
+async def _stream(request: Request, params: ChatParams, call: LeasedCall, reqs):
+    base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": params.model, **choice_seeds(reqs)}
+    chunk = lambda index, delta, finish=None, **extra: sse(  # noqa: E731
+        {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
+                              **extra}]})
+    response = await request.respond(content_type="text/event-stream",
+                                     headers={"cache-control": "no-cache",
+                                              **call.wait_headers()})
+    for i in range(len(reqs)):
+        await response.send(chunk(i, {"role": "assistant", "content": ""}))
+    calls = [0] * len(reqs)
+
+    async def send_delta(index: int, d: ChatDelta) -> None:
+        extra = ({"logprobs": {"content": [lp.to_wire() for lp in d.logprobs]}}
+                 if d.logprobs else {})
+        if d.reasoning:
+            await response.send(chunk(index, {"reasoning_content": d.reasoning}, **extra))
+        elif d.content:
+            await response.send(chunk(index, {"content": d.content}, **extra))
+        elif d.tool_call is not None:
+            wire = _call_wire(d.tool_call, calls[index], with_index=True)
+            calls[index] += 1
+            await response.send(chunk(index, {"tool_calls": [wire]}, **extra))
+        elif extra:
+            await response.send(chunk(index, {}, **extra))
+
+    try:
+        results = await stream_choices(call, reqs, send_delta,
+                                       lambda: response.send(": keep-alive\n\n"))
+    except errors.HypnosError as exc:
+        await send_stream_error(response, base, {"delta": {}}, exc)
+        return None     # the response went out through request.respond()
+    record(request, call, results)
+    tele = text_telemetry(call, results)
+    top = _top_level(params, results)
+    used = usage(results, call.window)
+    for i, r in enumerate(results):
+        last = i == len(results) - 1
+        extra = dict(usage=used, **top, hypnos_telemetry=tele) if last else {}
+        await response.send(sse({**base, "choices": [{
+            "index": i, "delta": {}, "finish_reason": r.finish_reason, **_choice_extras(r)}],
+            **extra}))
+    if params.include_usage:
+        await response.send(sse({**base, "choices": [], "usage": used}))
+    await response.send("data: [DONE]\n\n")
+    await response.eof()
+    return None

@@ -1,0 +1,67 @@
+"""The request log's routes (spec section 15). Open during startup staging; never logged."""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.service.http import errors
+from hypnos.service.http.layers import json_body
+from hypnos.service.observe.request_log import LEVELS
+from hypnos.service.http.openapi import endpoint
+
+bp = Blueprint("logs")
+STATUS_FILTERS = ("ok", "error", "4xx", "5xx")
+
+
+def _limit(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise errors.InvalidRequest(f"'limit' must be a positive integer, got {raw!r}",
+                                    param="limit")
+    return int(raw)
+
+
+@bp.get("/v1/logs")
+@endpoint("The request log, newest first", query={
+    name: {"type": "string"} for name in ("model", "route", "status", "key", "limit")})
+async def list_logs(request: Request):
+    log = request.app.ctx.request_log
+    status = request.args.get("status")
+    if status is not None and status not in STATUS_FILTERS:
+        raise errors.InvalidRequest(f"'status' must be one of {', '.join(STATUS_FILTERS)}, "
+                                    f"got {status!r}", param="status")
+    records = log.query(model=request.args.get("model"), route=request.args.get("route"),
+                        status=status, key=request.args.get("key"),
+                        limit=_limit(request.args.get("limit")))
+    return json_response({"level": log.level, "capacity": log.capacity,
+                          "stored": len(log.records), "records": records})
+
+
+@bp.get("/v1/logs/<request_id>")
+@endpoint("One request log record", errors=(404,))
+async def one_log(request: Request, request_id: str):
+    record = request.app.ctx.request_log.find(request_id)
+    if record is None:
+        raise errors.NotFoundError(f"No request log record {request_id!r} (the log keeps the "
+                                   f"last {request.app.ctx.request_log.capacity})")
+    return json_response(record)
+
+
+@bp.delete("/v1/logs")
+@endpoint("Clear the request log")
+async def clear_logs(request: Request):
+    request.app.ctx.request_log.records.clear()
+    return json_response({"cleared": True})
+
+
+@bp.post("/v1/logs/level")
+@endpoint("Change the request log's capture level", body={"type": "object", "properties": {
+    "level": {"type": "string"}}})
+async def set_level(request: Request):
+    level = json_body(request).get("level")
+    if level not in LEVELS:
+        raise errors.InvalidRequest(f"'level' must be one of {', '.join(LEVELS)}, got "
+                                    f"{level!r}", param="level")
+    request.app.ctx.request_log.level = level
+    return json_response({"level": level})

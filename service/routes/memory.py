@@ -1,0 +1,166 @@
+"""GET /v1/memory/status and POST /v1/memory/tier (spec section 14)."""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.engines.protocols import OffloadsLayers
+from hypnos.planner.types import Tier
+from hypnos.service.http import errors
+from hypnos.service.scheduling.accel import model_device
+from hypnos.service.config.schema import PROFILES
+from hypnos.service.scheduling.hardware import (available_memory, nvml_sample, physical_memory,
+                                               process_rss)
+from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.http.openapi import endpoint
+
+bp = Blueprint("memory")
+
+
+def _capabilities(sched) -> dict:
+    hw, b = sched.hardware, sched.budgets
+    return {"accelerator": str(hw.accelerator), "topology": str(hw.topology),
+            "device_name": hw.device_name,
+            "total_vram_bytes": hw.vram_bytes if not hw.unified else hw.ram_bytes,
+            "usable_vram_budget_bytes": b.tier1_bytes,
+            "pinned_ram_budget_bytes": b.tier2_bytes,
+            "physical_memory_bytes": hw.ram_bytes, "simulated": hw.simulated,
+            "installed_memory_bytes": physical_memory()}
+
+
+def _model(sched, st: ModelState) -> dict:
+    placement = sched.placement_of(st)
+    out = {
+        "id": st.id, "enabled": st.enabled, "modality": st.cfg.modality,
+        "modalities": st.cfg.all_modalities, "engine": st.cfg.engine,
+        "total_weight_bytes": st.weight_bytes, "priority": str(st.cfg.priority),
+        "current_tier": str(st.tier), "placement": placement.to_wire(),
+        # Where its forward passes run: the loaded engine's own report, else the plan.
+        "device": model_device(st, placement),
+        "moe_offload": str(st.cfg.moe_offload), "expert_bytes": st.shape.expert_bytes,
+        # Requests admitted plus holds (a session watch, a prompt being counted).
+        "active_leases": st.leases + st.holds, "idle_seconds": round(st.idle_seconds(), 1),
+        # Queue depth for the playground: admitted requests still waiting for a slot.
+        "slots": st.cfg.slots, "queued": st.waiting, "running": st.running,
+        "total_requests_served": st.stats.served,
+        "requests_per_minute": round(st.stats.requests_per_minute(), 3),
+        "reload_estimate_ms": round(st.reload_estimate_ms(), 1),
+        "estimated_wait_ms": st.estimated_wait_ms(),
+        "pinned_in_ram": st.pinned is not None,
+        "ram_locked": bool(getattr(st.pinned, "locked", False)),
+    }
+    if st.stats.service_ms is not None:
+        out["service_ms"] = round(st.stats.service_ms, 1)
+    if sched.is_changing(st.id):
+        out["changing"] = True     # a PUT / DELETE drains it; new requests wait
+    if st.problem:
+        out["problem"] = st.problem
+    if st.booked_vs_real is not None:
+        out["memory_truth"] = st.booked_vs_real
+    if isinstance(st.engine, OffloadsLayers):   # llama.cpp: the layers it put on the GPU
+        out["offloaded_layers"] = st.engine.offloaded_layers
+    return out
+
+
+@bp.get("/v1/memory/status")
+@endpoint("Tiers, budgets, models, evictions and latency")
+async def status(request: Request):
+    app = request.app
+    sched = app.ctx.scheduler
+    booked1, booked2 = sched.tier1_booked(), sched.tier2_booked()
+    gpu = nvml_sample() if sched.hardware.accelerator == "NvidiaCuda" and \
+        not sched.hardware.simulated else None
+    if gpu is not None:
+        real_total, real_free = gpu.total, gpu.free
+    else:   # tier 1 is process memory on a CPU-only or simulated host
+        real_total, real_free = physical_memory(), available_memory()
+    unaccounted = max(0, (real_total - real_free) - booked1) if gpu is not None else 0
+    free1 = sched.budgets.tier1_bytes - booked1
+    rss = process_rss()
+    body = {
+        "capabilities": _capabilities(sched),
+        "tier1_vram_used_bytes": booked1, "tier1_vram_free_bytes": free1,
+        "tier1_vram_real_free_bytes": real_free, "tier1_vram_real_total_bytes": real_total,
+        "tier1_vram_unaccounted_bytes": unaccounted,
+        "tier1_vram_effective_free_bytes": max(0, min(free1, real_free)),
+        "tier2_pinned_ram_used_bytes": booked2,
+        "tier2_pinned_ram_free_bytes": sched.budgets.tier2_bytes - booked2,
+        "physical_pool_free_bytes": available_memory() if sched.hardware.unified else None,
+        "process_footprint_bytes": rss, "process_memory_bytes": rss,
+        "process_memory_cap_bytes": app.ctx.config.hardware.max_process_memory_bytes,
+        "models": [_model(sched, st) for st in sched.models.values()],
+        "recent_evictions": list(sched.recent_evictions)[::-1],
+        "latency": {"routes": app.ctx.latency.snapshot(),
+                    "workflows": app.ctx.workflows.snapshot()},
+        "kv_park": sched.kv_park.snapshot(),
+    }
+    if gpu is not None:
+        body["gpu"] = gpu.stats
+    profile = app.ctx.config.server.profile
+    if profile is not None:
+        metric, target = PROFILES[profile]
+        objective = {"metric": metric} if target is None else {"metric": metric,
+                                                               "target_ms": target}
+        body["profile"] = {"name": profile, "objective": objective}
+    return json_response(body)
+
+
+TIER_SCHEMA = {"type": "object", "required": ["model", "target_tier"], "properties": {
+    "model": {"type": "string"}, "target_tier": {"enum": [str(t) for t in Tier]},
+    "context_len": {"type": "integer", "minimum": 1}}}
+
+
+@bp.post("/v1/memory/tier")
+@endpoint("Move a model to a tier", body=TIER_SCHEMA, errors=(404, 429, 500, 503, 507))
+async def move_tier(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    model_id = body.get("model")
+    if not isinstance(model_id, str):
+        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
+    try:
+        target = Tier(body.get("target_tier"))
+    except ValueError:
+        raise errors.InvalidRequest("'target_tier' must be tier1_gpu_vram, tier2_pinned_ram "
+                                    "or tier3_nvme_ssd", param="target_tier") from None
+    ctx = body.get("context_len")
+    if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
+        raise errors.InvalidRequest("'context_len' must be a positive integer",
+                                    param="context_len")
+    sched = request.app.ctx.scheduler
+    st = sched.get(model_id)
+    if st.problem:
+        raise errors.ModelNotAvailable(st.problem)
+    per_slot = ctx // st.cfg.slots if ctx else None
+    st = await sched.move(model_id, target, per_slot)
+    return json_response({"model": st.id, "current_tier": str(st.tier),
+                          "placement": sched.placement_of(st).to_wire()})
+
+
+@bp.get("/v1/memory/kv-park")
+@endpoint("KV parking: state and parked conversations")
+async def kv_park_status(request: Request):
+    return json_response(request.app.ctx.scheduler.kv_park.snapshot())
+
+
+KV_PARK_SCHEMA = {"type": "object", "properties": {
+    "enabled": {"type": "boolean"}, "max_bytes": {"type": "integer", "minimum": 0}}}
+
+
+@bp.post("/v1/memory/kv-park")
+@endpoint("Turn KV parking on or off, or change its cap", body=KV_PARK_SCHEMA)
+async def kv_park_configure(request: Request):
+    body = json_body(request)
+    enabled, max_bytes = body.get("enabled"), body.get("max_bytes")
+    if enabled is None and max_bytes is None:
+        raise errors.InvalidRequest("Send 'enabled' and/or 'max_bytes'")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise errors.InvalidRequest("'enabled' must be a boolean", param="enabled")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 0):
+        raise errors.InvalidRequest("'max_bytes' must be a non-negative integer",
+                                    param="max_bytes")
+    store = request.app.ctx.scheduler.kv_park
+    store.configure(enabled, max_bytes)
+    return json_response(store.snapshot())

@@ -1,0 +1,193 @@
+"""The model pool at run time (spec section 6): POST /v1/models, PUT and DELETE
+/v1/models/{id}, POST /v1/models/{id}/enable|disable|moe-offload.
+
+A model added or replacing another goes through the startup checks (`checked_model`); the
+change is made by the scheduler (`Scheduler.swap`, which drains) and kept in the overlay
+beside the config (`overlay.persist`).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.planner.types import MoeOffload
+from hypnos.service.http import errors
+from hypnos.service.config.load import ConfigError, parse_model_block
+from hypnos.service.config.schema import ModelConfig
+from hypnos.service.http.layers import json_body, require_admin, require_ready
+from hypnos.service.scheduling.model_checks import startup_checks
+from hypnos.service.config.overlay import persist
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.http.openapi import endpoint
+
+bp = Blueprint("pool")
+DEFAULT_DRAIN_SECS = 120.0
+
+
+def _block_text(request: Request, body: dict) -> str:
+    """The ``[[models]]`` TOML of a POST/PUT body: ``{"catalog": spec}`` or
+    ``{"config": text}``."""
+    spec, text = body.get("catalog"), body.get("config")
+    if (spec is None) == (text is None):
+        raise errors.InvalidRequest("Send exactly one of 'catalog' (an entry of GET "
+                                    "/v1/models/catalog) or 'config' (one [[models]] block)")
+    if text is not None:
+        if not isinstance(text, str):
+            raise errors.InvalidRequest("'config' must be a string", param="config")
+        return text
+    if not isinstance(spec, str):
+        raise errors.InvalidRequest("'catalog' must be a string", param="catalog")
+    from hypnos.catalog.blocks import config_block
+    from hypnos.catalog.catalog import CatalogError
+    catalog = request.app.ctx.catalog
+    if catalog is None:
+        raise errors.InvalidRequest("This server has no model catalog", param="catalog")
+    try:
+        entry, variant = catalog.resolve(spec)
+        catalog.check_supported(entry)
+    except CatalogError as exc:
+        raise errors.InvalidRequest(str(exc), param="catalog") from None
+    return config_block(entry, variant)
+
+
+async def checked_model(request: Request, body: dict, model_id: str | None) -> tuple[
+        ModelState, str]:
+    """The startup checks (spec section 6): a valid block, its files inside models_dir and
+    present, readable weights, a tested architecture. 400 naming every problem found."""
+    text = _block_text(request, body)
+    try:
+        m = parse_model_block(text)
+    except ConfigError as exc:
+        raise errors.InvalidRequest("The model block is invalid: " + "; ".join(exc.problems),
+                                    param="config") from None
+    if model_id is not None:
+        m = dataclasses.replace(m, id=model_id)
+    catalog = request.app.ctx.catalog
+    tested = catalog.tested_architectures if catalog is not None else None
+    st, problems = await asyncio.to_thread(startup_checks, request.app.ctx.config, m, tested)
+    if problems:
+        raise errors.InvalidRequest("; ".join(problems), param="config")
+    return st, text
+
+
+def _replace_config(request: Request, model_id: str, m: ModelConfig | None) -> None:
+    """Keep ``app.ctx.config.models`` (staging, the catalog's "configured") in step."""
+    cfg = request.app.ctx.config
+    models = [x for x in cfg.models if x.id != model_id]
+    cfg.models = models + ([m] if m is not None else [])
+
+
+def _answer(request: Request, st: ModelState | None, model_id: str, action: str,
+            persisted: bool, status: int = 200):
+    body = {"model": model_id, "action": action, "persisted": persisted}
+    if st is not None:
+        body["placement"] = request.app.ctx.scheduler.placement_of(st).to_wire()
+    return json_response(body, status=status)
+
+
+def _drain_secs(value) -> float:
+    if value is None:
+        return DEFAULT_DRAIN_SECS
+    try:
+        secs = float(value)
+    except (TypeError, ValueError):
+        secs = -1.0
+    if isinstance(value, bool) or not 0 <= secs <= 86400:
+        raise errors.InvalidRequest("'drain_secs' must be a number of seconds from 0 to 86400",
+                                    param="drain_secs")
+    return secs
+
+
+POOL_ERRORS = (403, 404, 422, 429, 500, 503, 507)
+POOL_SCHEMA = {"type": "object", "properties": {
+    "catalog": {"type": "string"}, "config": {"type": "string"}, "drain_secs": {}}}
+
+
+@bp.post("/v1/models")
+@endpoint("Add a model to the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
+async def add_model(request: Request):
+    require_admin(request)
+    require_ready(request)
+    body = json_body(request)
+    st, text = await checked_model(request, body, None)
+    sched = request.app.ctx.scheduler
+    if st.id in sched.models:
+        raise errors.InvalidRequest(f"The id '{st.id}' is taken; PUT /v1/models/{st.id} "
+                                    "replaces that model", param="config")
+    sched.add(st)
+    _replace_config(request, st.id, st.cfg)
+    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, st.id, text)
+    return _answer(request, st, st.id, "added", persisted, status=201)
+
+
+@bp.put("/v1/models/<model_id>")
+@endpoint("Replace a model in the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
+async def replace_model(request: Request, model_id: str):
+    require_admin(request)
+    require_ready(request)
+    sched = request.app.ctx.scheduler
+    sched.get(model_id, enabled_only=False)
+    body = json_body(request)
+    drain = _drain_secs(body.get("drain_secs"))
+    async with sched.changing(model_id):       # requests arriving from now on wait
+        st, text = await checked_model(request, body, model_id)
+        await sched.drain_and_install(model_id, st, drain)
+    _replace_config(request, model_id, st.cfg)
+    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, text)
+    return _answer(request, st, model_id, "replaced", persisted)
+
+
+@bp.delete("/v1/models/<model_id>")
+@endpoint("Remove a model from the pool (admin)", errors=POOL_ERRORS,
+          query={"drain_secs": {"type": "string"}})
+async def remove_model(request: Request, model_id: str):
+    require_admin(request)
+    require_ready(request)
+    sched = request.app.ctx.scheduler
+    sched.get(model_id, enabled_only=False)
+    await sched.swap(model_id, None, _drain_secs(request.args.get("drain_secs")))
+    _replace_config(request, model_id, None)
+    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, None)
+    return _answer(request, None, model_id, "removed", persisted)
+
+
+async def _switch(request: Request, model_id: str, enabled: bool):
+    require_ready(request)
+    sched = request.app.ctx.scheduler
+    st = await sched.set_enabled(model_id, enabled)
+    return json_response({"model": model_id, "enabled": st.enabled,
+                          "placement": sched.placement_of(st).to_wire()})
+
+
+@bp.post("/v1/models/<model_id>/enable")
+@endpoint("Enable a model", errors=(403, 404, 429))
+async def enable(request: Request, model_id: str):
+    return await _switch(request, model_id, True)
+
+
+@bp.post("/v1/models/<model_id>/disable")
+@endpoint("Disable a model", errors=(403, 404, 429))
+async def disable(request: Request, model_id: str):
+    return await _switch(request, model_id, False)
+
+
+@bp.post("/v1/models/<model_id>/moe-offload")
+@endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
+          body={"type": "object", "properties": {"mode": {}}})
+async def moe_offload(request: Request, model_id: str):
+    require_ready(request)
+    sched = request.app.ctx.scheduler
+    st = sched.get(model_id, enabled_only=False)
+    mode = json_body(request).get("mode")
+    try:
+        mode = MoeOffload(mode)
+    except ValueError:
+        raise errors.UnprocessableEntity(
+            f"'mode' must be one of {', '.join(m.value for m in MoeOffload)}, got {mode!r}",
+            param="mode") from None
+    applies = await sched.set_moe_offload(model_id, mode)
+    return json_response({"model": model_id, "moe_offload": str(mode), "applies": applies,
+                          "placement": sched.placement_of(st).to_wire()})

@@ -1,0 +1,142 @@
+"""Sessions (Pantheon's session routes, under /v1/sessions): a conversation bound to a chat
+slot by ``session_id`` can be exported as a blob, restored, released, estimated and watched.
+
+Paths: POST /v1/sessions/export, POST /v1/sessions/restore, POST /v1/sessions/release,
+GET /v1/sessions/estimate, GET /v1/sessions/watch (Pantheon's /admin/session/export and
+/session/* moved under /v1 so they share the API's auth, CORS and error envelope).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.service.http import errors
+from hypnos.service.inference import sessions
+from hypnos.service.wire.sessions import session_key
+from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.openapi import endpoint
+
+bp = Blueprint("sessions")
+DEFAULT_PREFILL_TPS = 500.0          # before a prefill was measured
+DEFAULT_UPLOAD_BPS = 12.5e6
+BLOB_BYTES_PER_TOKEN = 16 * 1024
+WATCH_KEEPALIVE_SECS = 15.0
+
+
+def _chat_model(request: Request, model_id):
+    return sessions.session_model(request.app.ctx.scheduler, model_id)
+
+
+def _require_key(request: Request, body: dict | None) -> str:
+    key = session_key(request, body)
+    if key is None:
+        raise errors.InvalidRequest("'session_id' is required", param="session_id")
+    return key
+
+
+SESSION_SCHEMA = {"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string"}, "session_id": {"type": "string"},
+    "prompt_cache_key": {"type": "string"}}}
+
+
+@bp.post("/v1/sessions/export")
+@endpoint("Export a chat session's KV state", body=SESSION_SCHEMA, errors=(404, 429, 503))
+async def export(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    st = _chat_model(request, body.get("model"))
+    key = _require_key(request, body)
+    blob, n_tok = await sessions.export(request.app.ctx.scheduler, st, key)
+    return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
+                          "blob_bytes": len(blob),
+                          "blob_b64": base64.b64encode(blob).decode("ascii")})
+
+
+@bp.post("/v1/sessions/restore")
+@endpoint("Restore an exported session", body=SESSION_SCHEMA, errors=(404, 429, 503))
+async def restore(request: Request):
+    require_ready(request)
+    body = json_body(request)
+    st = _chat_model(request, body.get("model"))
+    key = _require_key(request, body)
+    raw = body.get("blob") or body.get("blob_b64")
+    if not isinstance(raw, str) or not raw:
+        raise errors.InvalidRequest("'blob' (base64) is required", param="blob")
+    try:
+        blob = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.BadSessionBlob("'blob' is not valid base64") from None
+    n_tok = await sessions.restore(request.app.ctx.scheduler, st, key, blob)
+    return json_response({"restored": True, "session_id": key, "model": st.id,
+                          "n_tok": n_tok})
+
+
+@bp.post("/v1/sessions/release")
+@endpoint("Release a session's slot", body=SESSION_SCHEMA, errors=(404, 503))
+async def release(request: Request):
+    body = json_body(request)
+    st = _chat_model(request, body.get("model"))
+    key = _require_key(request, body)
+    await sessions.release(request.app.ctx.scheduler, st, key)
+    return json_response({"released": True, "session_id": key, "model": st.id})
+
+
+def _positive(request: Request, name: str, default: float | None) -> float | None:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise errors.InvalidRequest(f"'{name}' must be a positive number", param=name)
+    return value
+
+
+@bp.get("/v1/sessions/estimate")
+@endpoint("Estimate the cost of moving a session", errors=(404,), query={
+    name: {"type": "string"} for name in ("model", "tokens", "blob_bytes", "upload_bps")},
+    required_query=("tokens",))
+async def estimate(request: Request):
+    tokens = _positive(request, "tokens", None)
+    if tokens is None:
+        raise errors.InvalidRequest("'tokens' is required", param="tokens")
+    model_id = request.args.get("model") or request.args.get("name") or ""
+    st = request.app.ctx.scheduler.models.get(model_id)
+    rate = (st.stats.prefill_tps if st is not None and st.stats.prefill_tps else
+            DEFAULT_PREFILL_TPS)
+    blob = _positive(request, "blob_bytes", tokens * BLOB_BYTES_PER_TOKEN)
+    upload = _positive(request, "upload_bps", DEFAULT_UPLOAD_BPS)
+    restore_ms = 1000 * blob / upload
+    reprefill_ms = 1000 * tokens / rate
+    return json_response({
+        "model": model_id if st is not None else "", "tokens": int(tokens),
+        "blob_bytes": int(blob), "upload_bps": upload, "prefill_tok_per_s": round(rate, 1),
+        "restore_ms": round(restore_ms, 1), "reprefill_ms": round(reprefill_ms, 1),
+        "recommend": "restore" if restore_ms < reprefill_ms else "reprefill"})
+
+
+@bp.get("/v1/sessions/watch")
+@endpoint("Server-sent events about a session", errors=(404, 503),
+          ok={"text/event-stream": {"type": "string"}},
+          query={"model": {"type": "string"}, "session_id": {"type": "string"}},
+          required_query=("session_id",))
+async def watch(request: Request):
+    """Holds the model resident (it is not evicted, so the session's KV stays) for as long as
+    the connection is open."""
+    key = session_key(request, {k: request.args.get(k) for k in request.args})
+    if key is None:
+        raise errors.InvalidRequest("'session_id' is required", param="session_id")
+    st = _chat_model(request, request.args.get("model") or request.args.get("name"))
+    async with request.app.ctx.scheduler.hold(st.id):
+        response = await request.respond(content_type="text/event-stream",
+                                         headers={"cache-control": "no-cache"})
+        await response.send(": watch established\n\n")
+        while True:
+            await asyncio.sleep(WATCH_KEEPALIVE_SECS)
+            await response.send(": keep-alive\n\n")

@@ -1,0 +1,224 @@
+"""POST /v1/audio/speech (spec section 10): audio bytes, or a chunked audio stream.
+
+The body is the audio itself; telemetry travels as x-hypnos-* headers (spec section 5).
+Formats: wav (16-bit mono PCM at the engine's rate) and pcm (the same samples, no header)
+always; flac, mp3, opus (Ogg) and aac (ADTS) are encoded with PyAV's bundled FFmpeg when it
+has the encoder, and fall back to WAV (Content-Type audio/wav) when it has not. A stream
+sends wav or pcm only: the other formats stream as WAV.
+
+After the handler, ``request.ctx.ttfa_ms`` (engine start to first audio) and
+``request.ctx.audio_secs`` are set for the request log and metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import struct
+import time
+from dataclasses import dataclass
+
+from sanic import Blueprint, Request
+from sanic.response import raw
+
+from hypnos.engines.records import SpeechRequest
+from hypnos.service.http import errors
+from hypnos.service.inference.capabilities import SPEECH
+from hypnos.service.inference.leased import leased
+from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.observe.telemetry import telemetry_headers
+from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
+
+log = logging.getLogger(__name__)
+bp = Blueprint("speech")
+
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac",
+                 "mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac"}
+# format -> (PyAV container, FFmpeg encoder)
+ENCODERS = {"flac": ("flac", "flac"), "mp3": ("mp3", "libmp3lame"),
+            "opus": ("ogg", "libopus"), "aac": ("adts", "aac")}
+OPEN_ENDED = 0xFFFFFFFF      # WAV length fields of a stream whose length is not known
+
+
+# ------------------------------------------------------------------ request
+
+@dataclass
+class SpeechParams:
+    model: str
+    request: SpeechRequest
+    response_format: str = "wav"
+    stream: bool = False
+
+
+def _string(body: dict, name: str, default: str | None = None) -> str:
+    value = body.get(name, default)
+    if value is None:
+        raise errors.InvalidRequest(f"'{name}' is required", param=name)
+    if not isinstance(value, str):
+        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
+    return value
+
+
+def _speed(body: dict) -> float:
+    speed = body.get("speed", 1.0)
+    if speed is None:
+        return 1.0
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
+            or not MIN_SPEED <= speed <= MAX_SPEED:
+        raise errors.InvalidRequest(f"'speed' must be a number from {MIN_SPEED} to "
+                                    f"{MAX_SPEED}, got {speed!r}", param="speed")
+    return float(speed)
+
+
+def parse_speech(body: dict, max_prompt_chars: int) -> SpeechParams:
+    """The typed request, or a 400 naming the field. Unknown fields are ignored."""
+    model = _string(body, "model")
+    text = _string(body, "input")
+    if not text.strip():
+        raise errors.InvalidRequest("'input' is empty; send the text to speak", param="input")
+    if len(text) > max_prompt_chars:
+        raise errors.InvalidRequest(f"'input' holds {len(text)} characters, above "
+                                    f"max_prompt_chars ({max_prompt_chars})", param="input")
+    fmt = _string(body, "response_format", "wav").lower()
+    if fmt not in CONTENT_TYPES:
+        raise errors.InvalidRequest(f"'response_format' must be one of "
+                                    f"{', '.join(CONTENT_TYPES)}, got {fmt!r}",
+                                    param="response_format")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise errors.InvalidRequest("'stream' must be true or false", param="stream")
+    req = SpeechRequest(text=text, voice=_string(body, "voice", "alloy"), speed=_speed(body),
+                        language=_string(body, "language", "en"))
+    return SpeechParams(model=model, request=req, response_format=fmt, stream=stream)
+
+
+# -------------------------------------------------------------------- audio
+
+def wav_header(rate: int, data_bytes: int | None) -> bytes:
+    """A 44-byte header for 16-bit mono PCM; ``data_bytes=None`` declares an open-ended
+    stream (both length fields 0xFFFFFFFF)."""
+    riff = OPEN_ENDED if data_bytes is None else 36 + data_bytes
+    data = OPEN_ENDED if data_bytes is None else data_bytes
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", riff, b"WAVE", b"fmt ", 16, 1, 1,
+                       rate, rate * 2, 2, 16, b"data", data)
+
+
+def _encode_av(pcm: bytes, rate: int, fmt: str) -> bytes:
+    import av
+    import numpy as np
+    container, codec = ENCODERS[fmt]
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate, layout="mono")
+        if pcm:
+            frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, "<i2").reshape(1, -1),
+                                               format="s16", layout="mono")
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def encode(pcm: bytes, rate: int, fmt: str) -> tuple[bytes, str]:
+    """(body, content type) for 16-bit mono PCM in ``fmt``. Blocks (run it in a thread for
+    the compressed formats). Falls back to WAV when PyAV or its encoder is missing."""
+    if fmt == "pcm":
+        return pcm, CONTENT_TYPES["pcm"]
+    if fmt in ENCODERS:
+        try:
+            return _encode_av(pcm, rate, fmt), CONTENT_TYPES[fmt]
+        except Exception as exc:  # noqa: BLE001 - ImportError or any FFmpeg error
+            log.warning("cannot encode %s (%s); answering WAV", fmt, exc)
+    return wav_header(rate, len(pcm)) + pcm, CONTENT_TYPES["wav"]
+
+
+class _Audio:
+    """The engine's ``on_audio``: called from the engine thread; keeps the chunks (or hands
+    them to ``sink``) and when the first one came."""
+
+    def __init__(self, sink=None):
+        self.sink = sink
+        self.chunks: list[bytes] = []
+        self.started = time.monotonic()
+        self.first: float | None = None
+
+    def __call__(self, chunk: bytes) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+        if self.sink is not None:
+            self.sink(chunk)
+        else:
+            self.chunks.append(chunk)
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        return None if self.first is None else (self.first - self.started) * 1000
+
+
+
+# ------------------------------------------------------------------- routes
+
+SPEECH_SCHEMA = {"type": "object", "required": ["model", "input"], "properties": {
+    "model": {"type": "string"}, "input": {"type": "string", "minLength": 1},
+    "voice": {"type": "string"}, "language": {"type": "string"},
+    "response_format": {"enum": list(CONTENT_TYPES)}, "stream": {"type": "boolean"},
+    "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED}}}
+
+
+@bp.post("/v1/audio/speech")
+@endpoint("Speech synthesis (OpenAI-compatible): audio bytes, chunked when stream is true",
+          body=SPEECH_SCHEMA, errors=INFERENCE_ERRORS,
+          ok={ctype: {"type": "string", "contentMediaType": ctype}
+              for ctype in sorted(set(CONTENT_TYPES.values()))})
+async def speech(request: Request):
+    require_ready(request)
+    params = parse_speech(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
+    async with leased(request, params.model, SPEECH, param="input") as call:
+        if params.stream:
+            return await _stream(request, params, call)
+        audio = _Audio()
+        secs = await call.run(call.engine.synthesize, params.request, audio)
+        inference_ms = (time.monotonic() - audio.started) * 1000
+        rate = call.engine.sample_rate
+        body, content_type = await asyncio.to_thread(encode, b"".join(audio.chunks), rate,
+                                                     params.response_format)
+        request.ctx.ttfa_ms, request.ctx.audio_secs = audio.ttfa_ms, secs
+        call.inference_ms = inference_ms
+        headers = {**call.telemetry_headers(secs), **call.wait_headers()}
+        return raw(body, content_type=content_type, headers=headers)
+
+
+async def _stream(request: Request, params: SpeechParams, call):
+    """Chunked audio as each phrase is made. Only the first three telemetry headers go out;
+    a failure after the headers ends the body early (spec section 10)."""
+    fmt = "pcm" if params.response_format == "pcm" else "wav"
+    headers = telemetry_headers(call.lease, call.placement())
+    response = await request.respond(
+        content_type=CONTENT_TYPES[fmt],
+        headers={**headers, **call.wait_headers(), "cache-control": "no-cache"})
+    if fmt == "wav":
+        await response.send(wav_header(call.engine.sample_rate, None))
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    audio = _Audio(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
+    task = asyncio.ensure_future(call.run(call.engine.synthesize, params.request, audio))
+    task.add_done_callback(lambda _t: queue.put_nowait(None))
+    try:
+        while (chunk := await queue.get()) is not None:
+            await response.send(chunk)
+        request.ctx.audio_secs = task.result()
+    except asyncio.CancelledError:
+        call.cancel.set()
+        await asyncio.wait({task})
+        raise
+    except Exception as exc:  # noqa: BLE001 - headers are out: the body just ends early
+        log.warning("speech stream for %s ended early: %s", params.model, exc)
+        call.cancel.set()
+        await asyncio.wait({task})
+    finally:
+        request.ctx.ttfa_ms = audio.ttfa_ms
+    await response.eof()
+    return None     # the response went out through request.respond()

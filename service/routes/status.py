@@ -1,0 +1,112 @@
+"""GET /health, /ready, /v1/models, /v1/models/catalog, POST /v1/advisor."""
+from __future__ import annotations
+
+import time
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.catalog.state import catalog_wire
+from hypnos.service.http import errors
+from hypnos.service.scheduling.accel import status_fields
+from hypnos.service.http.layers import json_body
+from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
+
+bp = Blueprint("status")
+
+
+@bp.get("/health")
+@endpoint("Liveness: always 200 while the process serves; backend and accelerator say what "
+          "the engine builds compute on",
+          ok=json_object("status", "service", "version", "backend", "accelerator",
+                         status={"const": "ok"}, backend={"enum": ["cuda", "metal", "cpu"]},
+                         accelerator={"type": "boolean"}))
+async def health(request: Request):
+    return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
+                          "uptime_secs": int(time.monotonic() - request.app.ctx.started),
+                          **status_fields(request.app.ctx.scheduler, request.app.ctx.builds)})
+
+
+@bp.get("/ready")
+@endpoint("Readiness: 503 while startup staging runs or the server shuts down",
+          ok=json_object("ready", ready={"const": True}),
+          other={503: {"type": "object", "required": ["ready", "reason"],
+                       "properties": {"ready": {"const": False}, "reason": {"type": "string"}}}})
+async def ready(request: Request):
+    if request.app.ctx.ready:
+        return json_response({"ready": True})
+    return json_response({"ready": False, "reason": request.app.ctx.ready_reason}, status=503)
+
+
+@bp.get("/v1/models")
+@endpoint("The models in service (disabled ones hidden)", ok=json_object(
+    "object", "backend", "accelerator", "data", object={"const": "list"},
+    backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
+    data={"type": "array", "items": {
+        "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
+async def list_models(request: Request):
+    sched = request.app.ctx.scheduler
+    created = int(request.app.ctx.created)
+    data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
+             "modality": st.cfg.modality, "current_tier": str(st.tier),
+             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases + st.holds,
+             **({"context_window": sched.context_window(st)}
+                if "text_generation" in st.cfg.all_modalities else {})}
+            for st in sched.models.values() if st.enabled]
+    fields = status_fields(sched, request.app.ctx.builds)
+    return json_response({"object": "list", "backend": fields["backend"],
+                          "accelerator": fields["accelerator"], "data": data})
+
+
+@bp.get("/v1/models/catalog")
+@endpoint("The model catalog, with what is installed and configured", errors=(404,),
+          query={"modality": {"type": "string"}})
+async def catalog(request: Request):
+    cat = request.app.ctx.catalog
+    if cat is None:
+        raise errors.NotFoundError("This server has no model catalog")
+    cfg = request.app.ctx.config
+    configured = {st.id: (st.enabled, st.cfg.weights_path)
+                  for st in request.app.ctx.scheduler.models.values()}
+    body = catalog_wire(cat, cfg.models_dir, modality=request.args.get("modality"),
+                        configured=configured)
+    return json_response(body)
+
+
+ADVISOR_SCHEMA = {"type": "object", "required": ["needs"], "properties": {
+    "needs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    "vram_bytes": {"type": "integer", "minimum": 1}, "ram_bytes": {"type": "integer", "minimum": 1},
+    "unified_memory": {"type": "boolean"}}}
+
+
+@bp.post("/v1/advisor")
+@endpoint("Recommend a lineup for needs and a machine", body=ADVISOR_SCHEMA, errors=(404,))
+async def advisor(request: Request):
+    from hypnos.advisor import AdvisorError, NoLineupFits, advise
+    cat = request.app.ctx.catalog
+    if cat is None:
+        raise errors.NotFoundError("This server has no model catalog")
+    body = json_body(request)
+    needs = body.get("needs")
+    if not isinstance(needs, list) or not needs or not all(isinstance(n, str) for n in needs):
+        raise errors.InvalidRequest("'needs' must be a non-empty array of strings",
+                                    param="needs")
+    hw = request.app.ctx.scheduler.hardware
+    for key in ("vram_bytes", "ram_bytes"):
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise errors.InvalidRequest(f"'{key}' must be a positive integer", param=key)
+    unified = body.get("unified_memory")
+    if unified is not None and not isinstance(unified, bool):
+        raise errors.InvalidRequest("'unified_memory' must be a boolean", param="unified_memory")
+    if unified is None:
+        unified = hw.unified if body.get("vram_bytes") is None else False
+    vram = body.get("vram_bytes", hw.vram_bytes or None)
+    try:
+        result = advise(cat, needs, vram_bytes=vram, ram_bytes=body.get("ram_bytes", hw.ram_bytes),
+                        unified_memory=unified)
+    except NoLineupFits as exc:
+        raise errors.InvalidRequest(str(exc)) from None
+    except AdvisorError as exc:
+        raise errors.InvalidRequest(str(exc), param="needs") from None
+    return json_response(result)

@@ -1,0 +1,216 @@
+"""POST /v1/audio/transcriptions (spec 9) and the live route GET /v1/audio/stream.
+
+The HTTP route reads a multipart upload (what the OpenAI SDKs send) or a JSON body with the
+audio as ``audio_bytes``, takes one lease on a speech_to_text model, and renders one of the
+OpenAI response formats: json, text, verbose_json, srt, vtt. The WebSocket session lives in
+`live_transcription` (protocol in docs/live-transcription.md); both use
+`wire.transcription` (hotwords, language) and `inference.transcription` (one leased call).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+from sanic.response import text as text_response
+
+from hypnos.engines.records import TranscribeRequest, TranscribeResult
+from hypnos.service.http import errors
+from hypnos.service.inference.transcription import transcribe
+from hypnos.service.inference.live import LiveSession
+from hypnos.service.wire.transcription import parse_hotwords, parse_language
+from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed, require_ready
+from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
+
+bp = Blueprint("transcriptions")
+
+LIVE_PATH = "/v1/audio/stream"
+FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
+
+@dataclass
+class TranscriptionParams:
+    model: str
+    audio: bytes
+    filename: str | None = None
+    language: str | None = None
+    prompt: str | None = None
+    hotwords: tuple[str, ...] = ()
+    response_format: str = "json"
+    audio_param: str = "file"           # the field the audio came in (errors name it)
+
+
+# ------------------------------------------------------------------ parsing
+
+def _text_field(value, name: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
+    return value
+
+
+def _common(fields: dict, audio: bytes, filename: str | None) -> TranscriptionParams:
+    model = _text_field(fields.get("model"), "model")
+    if not model:
+        raise errors.InvalidRequest("'model' is required: a model serving speech_to_text",
+                                    param="model")
+    fmt = _text_field(fields.get("response_format"), "response_format") or "json"
+    if fmt not in FORMATS:
+        raise errors.InvalidRequest(f"response_format {fmt!r} is not one of "
+                                    f"{', '.join(FORMATS)}", param="response_format")
+    return TranscriptionParams(
+        model=model, audio=audio, filename=filename, response_format=fmt,
+        language=parse_language(_text_field(fields.get("language"), "language")),
+        prompt=_text_field(fields.get("prompt"), "prompt"),
+        hotwords=tuple(parse_hotwords(fields.get("hotwords"))))
+
+
+def _check_size(size: int, limits, param: str) -> None:
+    if size > limits.max_audio_bytes:
+        raise errors.InvalidRequest(
+            f"The audio is {size} bytes; max_audio_bytes is {limits.max_audio_bytes}",
+            param=param)
+
+
+SINGLE_FIELDS = ("model", "response_format", "language", "prompt")
+
+
+def parse_multipart(request: Request, limits) -> TranscriptionParams:
+    upload = request.files.get("file") if request.files else None
+    if upload is None:
+        raise errors.InvalidRequest("The multipart body has no 'file' part", param="file")
+    form = request.form or {}
+    for name, parts in (("file", request.files), *((f, form) for f in SINGLE_FIELDS)):
+        if parts and len(parts.getlist(name) or ()) > 1:
+            raise errors.InvalidRequest(f"The multipart body has more than one '{name}' part",
+                                        param=name)
+    _check_size(len(upload.body), limits, "file")
+    fields = {k: form.get(k) for k in SINGLE_FIELDS}
+    fields["hotwords"] = form.getlist("hotwords") + form.getlist("hotwords[]") if form else None
+    return _common(fields, upload.body, upload.name or None)
+
+
+def parse_json(body: dict, limits) -> TranscriptionParams:
+    raw = body.get("audio_bytes")
+    if not isinstance(raw, list) or not raw:
+        raise errors.InvalidRequest("'audio_bytes' must be a non-empty array of byte values "
+                                    "(or send multipart/form-data with a 'file' part)",
+                                    param="audio_bytes")
+    _check_size(len(raw), limits, "audio_bytes")
+    try:
+        audio = bytes(raw)
+    except (TypeError, ValueError):
+        raise errors.InvalidRequest("'audio_bytes' must hold integers from 0 to 255",
+                                    param="audio_bytes") from None
+    params = _common(body, audio, _text_field(body.get("filename"), "filename"))
+    params.audio_param = "audio_bytes"
+    return params
+
+
+def parse_request(request: Request) -> TranscriptionParams:
+    limits = request.app.ctx.config.limits
+    ctype = request.headers.get("content-type", "")
+    if ctype.startswith("multipart/form-data"):
+        return parse_multipart(request, limits)
+    return parse_json(json_body(request), limits)
+
+
+
+# ------------------------------------------------------------------ rendering
+
+def _clock(secs: float, sep: str) -> str:
+    ms = max(0, round(secs * 1000))
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def render_srt(result: TranscribeResult) -> str:
+    blocks = [f"{i}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text}\n"
+              for i, s in enumerate(result.segments, 1)]
+    return "\n".join(blocks)
+
+
+def render_vtt(result: TranscribeResult) -> str:
+    blocks = [f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text}\n"
+              for s in result.segments]
+    return "WEBVTT\n\n" + "\n".join(blocks)
+
+
+def render(params: TranscriptionParams, done) -> object:
+    """The response for ``params.response_format``; non-JSON formats carry the telemetry as
+    x-hypnos-* headers (as speech does)."""
+    r: TranscribeResult = done.result
+    fmt = params.response_format
+    if fmt == "text":
+        return text_response(r.text + "\n", headers=done.headers)
+    if fmt == "srt":
+        return text_response(render_srt(r), headers=done.headers)
+    if fmt == "vtt":
+        return text_response(render_vtt(r), content_type="text/vtt; charset=utf-8",
+                             headers=done.headers)
+    if fmt == "verbose_json":
+        body = {"task": "transcribe", "language": r.language,
+                "duration": round(r.duration_secs, 3), "text": r.text,
+                "segments": [{"id": i, "start": s.start, "end": s.end, "text": s.text}
+                             for i, s in enumerate(r.segments)],
+                "hypnos_telemetry": done.telemetry}
+        return json_response(body, headers=done.wait_headers)
+    body = {"text": r.text, "duration_secs": round(r.duration_secs, 3)}
+    if params.language:
+        body["language"] = params.language
+    body["hypnos_telemetry"] = done.telemetry
+    return json_response(body, headers=done.wait_headers)
+
+
+# ------------------------------------------------------------------ routes
+
+_FIELDS = {"model": {"type": "string"}, "response_format": {"enum": list(FORMATS)},
+           "language": {"type": "string"}, "prompt": {"type": "string"}}
+TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properties": {
+    "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "hotwords": {"type": "string"}, **_FIELDS}}
+TRANSCRIPTION_JSON = {"type": "object", "required": ["audio_bytes"], "properties": {
+    "audio_bytes": {"type": "array", "minItems": 1,
+                    "items": {"type": "integer", "minimum": 0, "maximum": 255}},
+    "filename": {"type": "string"}, **_FIELDS}}
+
+
+@bp.post("/v1/audio/transcriptions")
+@endpoint("Transcription (OpenAI-compatible): a multipart upload, or JSON with audio_bytes",
+          body=TRANSCRIPTION_JSON, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
+          ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
+              "text/vtt": {"type": "string"}})
+async def transcriptions(request: Request):
+    require_ready(request)
+    params = parse_request(request)
+    req = TranscribeRequest(audio=params.audio, language=params.language,
+                            prompt=params.prompt, hotwords=list(params.hotwords),
+                            filename=params.filename)
+    done = await transcribe(request.app.ctx.scheduler, params.model, req,
+                            deadline_ms=deadline_ms(request), audio_param=params.audio_param)
+    request.ctx.result = done.result
+    return render(params, done)
+
+
+@bp.on_request
+async def guard_upgrade(request: Request):
+    """Refuse a live upgrade from a foreign browser origin (403) or while staging (503)
+    before the WebSocket handshake, as a plain HTTP answer. (API keys were checked by the
+    HTTP layer already: /v1 paths, upgrades included.)"""
+    if request.path != LIVE_PATH:
+        return
+    origin = request.headers.get("origin")
+    if origin and not origin_allowed(origin, request.app.ctx.config.server.allowed_origins):
+        raise errors.PermissionDenied(f"Origin {origin} may not open {LIVE_PATH} "
+                                      "(server.allowed_origins)")
+    require_ready(request)
+
+
+@bp.websocket(LIVE_PATH, name="audio_stream")
+@endpoint("Live transcription over a WebSocket (docs/live-transcription.md)", websocket=True,
+          ok={}, query={"model": {"type": "string"}})
+async def audio_stream(request: Request, ws):
+    """GET /v1/audio/stream. Returns when the session ends (done, error, or hang-up)."""
+    await LiveSession(request, ws).run()

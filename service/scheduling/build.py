@@ -1,0 +1,58 @@
+"""A pool entry for a configured model: its files resolved, its shape read (GGUF metadata for
+llama.cpp models, file sizes otherwise) and any problem that keeps it from serving (a 503
+naming it, while the others keep serving)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypnos.engines.registry import is_available
+from hypnos.planner.footprint import WHOLE_MODEL_WORKSPACE_BYTES
+from hypnos.planner.types import ModelShape
+from hypnos.service.config.load import resolve_model_file
+from hypnos.service.config.schema import Config, ModelConfig
+from hypnos.service.scheduling.pool import ModelState
+
+
+
+
+def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
+    """What the planner needs: GGUF metadata for llama.cpp models, file sizes otherwise."""
+    weights = paths.get("weights_path")
+    if m.engine == "ggml_llama" and weights is not None and weights.is_file():
+        from hypnos.engines.gguf_meta import read_gguf_meta
+        aux = paths.get("aux_path")
+        projector = aux.stat().st_size if aux is not None and aux.is_file() else 0
+        return read_gguf_meta(weights).to_shape(projector_bytes=projector)
+    size = 0
+    for p in paths.values():
+        if p.is_dir():
+            size += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        elif p.is_file():
+            size += p.stat().st_size
+    # Whether it may use the GPU is the scheduler's call (engine kind and build).
+    return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE_BYTES)
+
+
+def build_state(cfg: Config, m: ModelConfig) -> ModelState:
+    """A pool entry; a model whose files are missing or unreadable is kept with a problem
+    (503 naming it) so the others keep serving."""
+    paths, problem = {}, None
+    for key, rel in m.file_paths().items():
+        try:
+            paths[key] = resolve_model_file(cfg.models_dir, rel)
+        except ValueError as exc:
+            problem = f"{m.id}: {key} {exc}"
+            continue
+        if not paths[key].exists():
+            problem = (f"The model '{m.id}' is configured but {key} {rel!r} is not in "
+                       f"models_dir ({cfg.models_dir}); fetch it with ./run.sh models {m.id}")
+    try:
+        shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
+    except (ValueError, OSError) as exc:
+        shape, problem = ModelShape(weights_bytes=0), f"The model '{m.id}' cannot be read: {exc}"
+    if not is_available(m.engine, m.modality):
+        problem = (f"The model '{m.id}' needs engine {m.engine}, which this version of "
+                   "Hypnos does not implement yet")
+    st = ModelState(cfg=m, paths=paths, shape=shape)
+    st.problem = problem
+    return st

@@ -1,0 +1,127 @@
+"""What the scheduler's decisions do to the machine: build and free engines, pin weights in
+RAM (tier 2), drop them from the page cache (tier 3).
+
+`Effects` is the Protocol the scheduler calls; `MachineEffects` the real implementation.
+Every method blocks and runs in a worker thread. Tests use the one fake in tests/fakes.py
+(``FakeEffects``, checked against this Protocol by tests/test_effects_protocol.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from hypnos.engines.protocols import KVChatEngine
+from hypnos.engines.records import LoadReport, LoadSpec
+from hypnos.engines.registry import create_engine
+from hypnos.planner.context import FALLBACK_CONTEXT
+from hypnos.planner.types import Placement
+from hypnos.service.scheduling.hardware import process_rss, vram_used
+from hypnos.service.scheduling.pool import ModelState
+
+
+@runtime_checkable
+class Effects(Protocol):
+    """The scheduler's only ways of touching the machine. Each blocks; each changes the
+    model record it is given (``st.engine``, ``st.pinned``) as it says."""
+
+    def load(self, st: ModelState, placement: Placement) -> LoadReport:
+        """Build ``st``'s engine for ``placement`` and set ``st.engine``. Raises
+        EngineUnavailable (503: cannot be served here) or EngineError (500)."""
+
+    def unload(self, st: ModelState) -> None:
+        """Free ``st.engine`` and set it to None."""
+
+    def park(self, st: ModelState) -> object | None:
+        """The engine's KV state to keep while it is unloaded (None: nothing to park)."""
+
+    def restore(self, st: ModelState, parked: object) -> tuple[int, float]:
+        """Restore parked state after a load: (tokens restored, ms); (0, 0.0) when refused."""
+
+    def pin(self, st: ModelState) -> None:
+        """Lock ``st``'s weight files in RAM (tier 2) and set ``st.pinned``."""
+
+    def unpin(self, st: ModelState) -> None:
+        """Release ``st.pinned`` and set it to None."""
+
+    def drop_pages(self, st: ModelState) -> None:
+        """Drop ``st``'s weight files from the page cache (tier 3)."""
+
+    def count_eviction(self, st: ModelState) -> None:
+        """Count one eviction of ``st`` (metrics)."""
+
+    def count_load_failure(self, st: ModelState) -> None:
+        """Count one failed load of ``st`` (metrics)."""
+
+
+class MachineEffects:
+    """`Effects` on this machine: the engines of the registry, mlock, the page cache."""
+
+    def __init__(self, metrics=None, threads: int | None = None):
+        self.metrics = metrics
+        self.threads = threads
+
+    def load(self, st: ModelState, placement: Placement) -> LoadReport:
+        engine = create_engine(st.cfg.engine, st.cfg.modality)
+        spec = LoadSpec(
+            model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
+            context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,
+            # A host placement asks the engine for the CPU (a GPU build would offload).
+            gpu_layers=0 if placement.on_host else (placement.gpu_layers or -1),
+            cpu_expert_layers=placement.cpu_expert_layers,
+            chat_template=st.cfg.chat_template, threads=self.threads,
+            options={"tool_format": st.cfg.tool_format})
+        before, vram_before = process_rss(), vram_used()
+        report = engine.load(spec)
+        grown = process_rss() - before
+        st.engine = engine
+        st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
+                             "rss_growth_bytes": grown}
+        vram_after = vram_used() if vram_before is not None else None
+        if vram_after is not None:     # NVML: the device's growth, and this process's when told
+            st.booked_vs_real["vram_growth_bytes"] = vram_after[0] - vram_before[0]
+            if vram_after[1] is not None:
+                st.booked_vs_real["process_vram_bytes"] = vram_after[1]
+        if self.metrics is not None:
+            self.metrics.promotions.inc()
+        return report
+
+    def unload(self, st: ModelState) -> None:
+        engine, st.engine = st.engine, None
+        if engine is not None:
+            engine.unload()
+
+    def park(self, st: ModelState):
+        """The engine's parked KV state (None when it has nothing to park or cannot)."""
+        return st.engine.park() if isinstance(st.engine, KVChatEngine) else None
+
+    def restore(self, st: ModelState, parked) -> tuple[int, float]:
+        """Restore parked slots after a load: (tokens restored, ms); (0, 0) when refused."""
+        if isinstance(st.engine, KVChatEngine):
+            return st.engine.restore(parked)
+        return 0, 0.0
+
+    def pin(self, st: ModelState) -> None:
+        from hypnos.engines.residency import PinnedWeights
+        st.pinned = PinnedWeights(self._files(st))
+
+    def unpin(self, st: ModelState) -> None:
+        pinned, st.pinned = st.pinned, None
+        if pinned is not None:
+            pinned.release()
+
+    def drop_pages(self, st: ModelState) -> None:
+        from hypnos.engines.residency import drop_page_cache
+        drop_page_cache(self._files(st))
+
+    def count_eviction(self, st: ModelState) -> None:
+        if self.metrics is not None:
+            self.metrics.evictions.inc()
+
+    def count_load_failure(self, st: ModelState) -> None:
+        if self.metrics is not None:
+            self.metrics.load_failures.inc()
+            self.metrics.model_load_failures.labels(st.id).inc()
+
+    @staticmethod
+    def _files(st: ModelState) -> list[Path]:
+        return [p for p in st.paths.values() if p.exists()]

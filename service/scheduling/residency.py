@@ -1,0 +1,288 @@
+"""Residency: moving models between the tiers (load into tier 1, demote to 2 or 3).
+
+`Residency.ensure` is what a lease calls to make its model resident. Reading top-down:
+
+- ``ensure``: under the model's ``load_lock``, nothing to do when it is in tier 1 with a
+  large enough context; a larger context drains the model's slots and rebuilds it; else
+  ``_promote``.
+- ``_promote``: the load runs as a shielded task (a client hanging up mid-load must not
+  leave an engine built but unbooked) under ``place_lock``: one placement decision at a
+  time, so two loads never book the same free bytes.
+- ``_plan_or_wait``: asks the planner (`plan_load`). When the model does not fit beside
+  busy models it groups the swap: new requests of those models are held (they queue
+  behind this load) and it waits, up to limits.swap_wait_ms, on the scheduler's release
+  `Wakeup` (a lease, hold or load ended) before planning again.
+- ``_load_planned``: evicts the victims (``_evict`` -> ``_unload``), loads through
+  `Effects`, restores parked KV state.
+
+Threading: every method runs on the event loop; blocking effects run in worker threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from hypnos.engines.protocols import ReportsDevice
+from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.records import LoadReport
+from hypnos.planner import place, placement_device
+from hypnos.planner.context import funded_context
+from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
+from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest, Tier,
+                                  Topology)
+from hypnos.service.http import errors
+from hypnos.service.config.schema import Config
+from hypnos.service.scheduling.effects import Effects
+from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from hypnos.service.scheduling.scheduler import Lease
+
+
+class HeldRequests:
+    """New requests of some models held while another model's swap is planned and loaded
+    (``hold``); `Residency.holding` releases them all when the load is done or failed."""
+
+    def __init__(self, gates: dict[str, asyncio.Event]):
+        self._gates = gates
+        self._mine: list[str] = []
+
+    def hold(self, model_ids) -> None:
+        for model_id in model_ids:
+            if model_id not in self._gates:
+                self._gates[model_id] = asyncio.Event()
+                self._mine.append(model_id)
+
+    def release(self) -> None:
+        for model_id in self._mine:       # their waiting requests queue behind this load
+            self._gates.pop(model_id).set()
+        self._mine.clear()
+
+
+class Residency:
+    def __init__(self, *, config: Config, hardware: Hardware, budgets: Budgets,
+                 accelerated: frozenset[str], effects: Effects, kv_park: KvParkStore,
+                 models: dict[str, ModelState], released: Wakeup,
+                 rss: Callable[[], int]):
+        """``models`` is the scheduler's pool (shared, not copied); ``released`` the wake-up
+        notified when a lease, hold or load ends; ``rss`` reads the process's resident
+        memory (asked only when hardware.max_process_memory_bytes is set)."""
+        self.config, self.hardware, self.budgets = config, hardware, budgets
+        self.accelerated, self.effects, self.kv_park = accelerated, effects, kv_park
+        self.models, self.released, self.rss = models, released, rss
+        self.recent_evictions: deque[dict] = deque(maxlen=32)
+        self.place_lock = asyncio.Lock()
+        # Busy models whose new requests wait for another model's swap (_plan_or_wait).
+        self.held: dict[str, asyncio.Event] = {}
+
+    def tier2_booked(self) -> int:
+        return sum(m.pinned.bytes for m in self.models.values() if m.pinned is not None)
+
+    # ------------------------------------------------------------------ requests to the planner
+
+    def request(self, st: ModelState, per_slot: int | None) -> PlacementRequest:
+        """What the planner is asked for ``st`` with tier 1 empty: a shape that can use the
+        GPU only when its engine build can (else it is placed in host memory)."""
+        shape = st.shape if st.cfg.engine in self.accelerated else \
+            replace(st.shape, gpu_capable=False)
+        ctx = funded_context(st.cfg.context_len, st.cfg.slots, st.shape.max_context_len,
+                             per_slot)
+        return PlacementRequest(shape, tier1_free_bytes=self.budgets.tier1_bytes,
+                                slots=st.cfg.slots, context_len=ctx,
+                                moe_offload=st.cfg.moe_offload,
+                                min_gpu_layer_ratio=st.cfg.min_gpu_layer_ratio,
+                                unified_memory=self.budgets.unified_memory,
+                                discrete_gpu=self.hardware.topology is Topology.DISCRETE)
+
+    def with_device(self, st: ModelState, placement: Placement) -> Placement:
+        return replace(placement, device=placement_device(
+            placement, self.hardware, st.cfg.engine in self.accelerated))
+
+    def plan(self, st: ModelState, per_slot: int | None) -> tuple[Placement, list[str]]:
+        """Placement for ``st`` and the models to evict first (`plan_load`), or the 507 it
+        refuses with: `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in
+        use), `errors.ProcessMemoryCap`."""
+        others = [m for m in self.models.values()
+                  if m is not st and m.tier is Tier.GPU and m.placement]
+        cap = self.config.hardware.max_process_memory_bytes
+        decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
+                             self.budgets, rss=self.rss() if cap else 0, cap=cap)
+        if isinstance(decision, TooBig):
+            raise errors.DoesNotFitAlone(
+                f"The model '{st.id}' does not fit this machine even alone: needs "
+                f"{decision.needed_bytes / 2**30:.2f} GiB, tier 1 has "
+                f"{decision.tier1_bytes / 2**30:.2f} GiB ({decision.reason})")
+        if isinstance(decision, NoRoom):
+            raise errors.InsufficientMemory(
+                f"The model '{st.id}' needs {decision.needed_bytes / 2**30:.2f} GiB of tier 1 "
+                f"and only {decision.freeable_bytes / 2**30:.2f} GiB can be freed beside the "
+                "models in use; retry later")
+        if isinstance(decision, OverProcessCap):
+            raise errors.ProcessMemoryCap(
+                f"Loading '{st.id}' would take the process to "
+                f"{decision.projected_bytes / 2**30:.2f} GiB, above "
+                f"hardware.max_process_memory_bytes ({decision.cap_bytes / 2**30:.2f} GiB)")
+        assert isinstance(decision, LoadPlan)
+        return self.with_device(st, decision.placement), list(decision.evict)
+
+    def honest(self, st: ModelState, placement: Placement) -> Placement:
+        """After a load on a real discrete GPU: an engine that reports it computes on the CPU
+        (an onnxruntime session that fell back, a CUDA build that found no device) books no
+        VRAM; it is re-placed in host memory."""
+        hw = self.hardware
+        if hw.simulated or hw.topology is not Topology.DISCRETE or \
+                not isinstance(st.engine, ReportsDevice) or st.engine.device != "cpu" or \
+                placement.booked_tier1_bytes == 0:
+            return placement
+        host = place(replace(self.request(st, None), shape=replace(st.shape, gpu_capable=False),
+                             context_len=placement.allocated_context_len))
+        assert not isinstance(host, NoFit)          # a host placement always fits
+        return self.with_device(st, host)
+
+    # ------------------------------------------------------------------ making resident
+
+    async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
+        """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
+        async with st.load_lock:
+            if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
+                return
+            if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
+                for _ in range(st.cfg.slots):
+                    await st.slots.acquire()
+                try:
+                    await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
+                    await self._promote(st, lease, context_len)
+                finally:
+                    for _ in range(st.cfg.slots):
+                        st.slots.release()
+                return
+            await self._promote(st, lease, context_len)
+
+    def _needs_rebuild(self, st: ModelState, context_len: int | None) -> bool:
+        if not context_len or st.placement is None or st.shape.num_layers == 0:
+            return False
+        per_slot = st.placement.allocated_context_len // max(1, st.cfg.slots)
+        return context_len > per_slot
+
+    async def _promote(self, st: ModelState, lease: Lease, per_slot: int | None) -> None:
+        lease.previous_tier = st.tier
+        started = time.monotonic()
+        # Shielded: a client that hangs up during a cold start must not leave an engine
+        # built but unbooked. The load finishes and is booked; the caller sees its cancel.
+        task = asyncio.ensure_future(self._load_locked(st, lease, per_slot, started))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.shield(task)
+        lease.tier_switch_ms = (time.monotonic() - started) * 1000
+
+    @contextmanager
+    def holding(self) -> Iterator[HeldRequests]:
+        """New requests held while one swap is planned and loaded; released on exit."""
+        held = HeldRequests(self.held)
+        try:
+            yield held
+        finally:
+            held.release()
+
+    async def _load_locked(self, st: ModelState, lease: Lease, per_slot: int | None,
+                           started: float) -> None:
+        try:
+            async with self.place_lock:
+                if st.tier is Tier.GPU and st.engine is not None:
+                    return          # another request loaded it while this one waited
+                with self.holding() as held:
+                    placement, evict = await self._plan_or_wait(st, per_slot, held)
+                    from_tier = st.tier
+                    report = await self._load_planned(st, lease, placement, evict)
+        finally:
+            self.released.notify()      # a load ended: plans waiting on it may now fit
+        lease.phases = report
+        st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
+
+    async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
+                            held: HeldRequests) -> tuple[Placement, list[str]]:
+        """Plan ``st``'s load. When it does not fit beside busy models, group the swap: hold
+        their new requests (``held``; released once this load is done) and wait up to
+        limits.swap_wait_ms, woken each time a lease ends, for the requests they already
+        admitted to finish. The requests of the resident model that were queued finish
+        first, and the ones arriving later wait one swap instead of starving ``st``. Past
+        the bound: 507 as before. Caller holds place_lock."""
+        deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
+        while True:
+            try:
+                placement, evict = self.plan(st, per_slot)
+            except errors.DoesNotFitAlone:
+                raise
+            except errors.InsufficientMemory:
+                busy = [m.id for m in self.models.values()
+                        if m is not st and m.tier is Tier.GPU and m.in_use]
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                held.hold(busy)
+                await self.released.wait(timeout=deadline - time.monotonic())
+                continue
+            # In the same step as the plan: no request can lease a victim before its eviction.
+            held.hold(evict)
+            return placement, evict
+
+    async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
+                            evict: list[str]) -> LoadReport:
+        for victim in evict:
+            await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
+            lease.evicted.append(victim)
+        try:
+            report = await asyncio.to_thread(self.effects.load, st, placement)
+        except EngineUnavailable as exc:
+            st.problem = str(exc)
+            raise errors.ModelNotAvailable(str(exc)) from None
+        except EngineError as exc:
+            self.effects.count_load_failure(st)
+            raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
+        if st.pinned is not None:
+            await asyncio.to_thread(self.effects.unpin, st)
+        parked = self.kv_park.take(st.id)
+        if parked is not None:
+            tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
+            report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
+        st.placement, st.tier, st.last_load = self.honest(st, placement), Tier.GPU, report
+        return report
+
+    # ------------------------------------------------------------------ demoting
+
+    async def evict(self, victim: ModelState, *, for_model: str, reason: str) -> None:
+        """Demote ``victim`` to where it rests (tier 2 when keep_warm_in_ram) for another
+        model, and record it in ``recent_evictions``."""
+        to = Tier.RAM if victim.cfg.keep_warm_in_ram else Tier.SSD
+        async with victim.load_lock:
+            to = await self.unload(victim, to)
+        self.recent_evictions.append({
+            "model": victim.id, "for_model": for_model, "reason": reason,
+            "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
+        self.effects.count_eviction(victim)
+
+    async def unload(self, st: ModelState, to: Tier) -> Tier:
+        """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
+        falls back to 3 when the tier-2 budget is full). Caller holds st.load_lock."""
+        if st.engine is not None:
+            if self.kv_park.enabled and st.enabled:
+                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
+            await asyncio.to_thread(self.effects.unload, st)
+        if to is Tier.RAM and st.pinned is None:
+            if self.tier2_booked() + st.weight_bytes > self.budgets.tier2_bytes:
+                to = Tier.SSD
+            else:
+                await asyncio.to_thread(self.effects.pin, st)
+        if to is Tier.SSD:
+            if st.pinned is not None:
+                await asyncio.to_thread(self.effects.unpin, st)
+            await asyncio.to_thread(self.effects.drop_pages, st)
+        st.tier = to
+        st.placement = None if to is not Tier.GPU else st.placement
+        self.released.notify()          # an unload ended
+        return to

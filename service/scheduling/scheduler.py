@@ -1,0 +1,317 @@
+"""The scheduler: the only code that loads, promotes, demotes and evicts models.
+
+``async with scheduler.lease(model_id) as lease:`` is the only way a route reaches an
+engine. Reading a lease top-down:
+
+1. **Gates**: while the model is being replaced or removed (`PoolChanges`), or while
+   another model's swap holds its new requests (`Residency`), the lease waits.
+2. **Admission** (`planner.admission.admit`): 429 when the model's queue is full, 503 when
+   the estimated wait exceeds the deadline. An admitted request is counted (``leases``)
+   from here to the end of its response (streams included); a counted model is never
+   evicted.
+3. **Residency** (`Residency.ensure`): the model is loaded into tier 1 when it is not
+   there, paying any eviction; the load decision is `planner.loading.plan_load`. A load
+   that does not fit beside busy models waits (up to limits.swap_wait_ms) for their
+   leases to end.
+4. **Slot**: the request waits for one of the model's execution slots, then runs.
+5. **End**: `_counted` is the one place a lease (or hold, or move) ends: it uncounts the
+   model and notifies ``released``, the `Wakeup` every waiting load and drain sleeps on.
+
+Effects (engine load/unload, pinning, dropping pages) go through `Effects`, so tests drive
+the scheduler with a fake engine. Threading: every method runs on the event loop; blocking
+effects run in worker threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+
+from hypnos.engines.protocols import Engine
+from hypnos.engines.records import LoadReport
+from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, place
+from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
+from hypnos.planner.context import context_window
+from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
+from hypnos.service.http import errors
+from hypnos.service.config.schema import PROFILES, Config
+from hypnos.service.scheduling.effects import Effects
+from hypnos.service.scheduling.hardware import process_rss
+from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.pool_changes import PoolChanges
+from hypnos.service.observe.request_log import request_leases
+from hypnos.service.scheduling.residency import Residency
+from hypnos.service.scheduling.wakeup import Wakeup
+
+__all__ = ["Lease", "Scheduler"]
+
+
+@dataclass
+class Lease:
+    """What a request holds while it runs, and what its telemetry reports."""
+    model: ModelState
+    previous_tier: Tier
+    tier_switch_ms: float = 0.0
+    evicted: list[str] = field(default_factory=list)
+    phases: LoadReport | None = None
+    queue_ms: float = 0.0
+    estimated_wait_ms: float | None = None
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.model.engine
+
+
+class Scheduler:
+    def __init__(self, config: Config, hardware: Hardware, effects: Effects,
+                 accelerated: frozenset[str] | None = None, *,
+                 rss: Callable[[], int] = process_rss):
+        """``accelerated``: the engine kinds whose installed builds can compute on
+        ``hardware``'s accelerator (default: every kind that can, as on a machine installed
+        for it: what a simulated machine is planned with). ``rss``: reads the process's
+        resident memory for the hardware.max_process_memory_bytes check (tests pass one)."""
+        self.config = config
+        self.accelerated = ACCELERATED_ENGINES[hardware.accelerator] if accelerated is None \
+            else accelerated
+        self.kv_park = KvParkStore(config.hardware.kv_park, config.hardware.kv_park_max_bytes)
+        self.hardware = hardware
+        self.budgets: Budgets = derive_budgets(hardware)
+        self.effects = effects
+        self.models: dict[str, ModelState] = {}
+        # Notified when a lease, hold, move, load or unload ends: what waiting loads and
+        # drains sleep on (there is no polling).
+        self.released = Wakeup()
+        self.residency = Residency(
+            config=config, hardware=hardware, budgets=self.budgets,
+            accelerated=self.accelerated, effects=effects, kv_park=self.kv_park,
+            models=self.models, released=self.released, rss=rss)
+        self.pool = PoolChanges(models=self.models, get=self.get, residency=self.residency,
+                                kv_park=self.kv_park, released=self.released)
+        self._background: set[asyncio.Task] = set()
+
+    @property
+    def recent_evictions(self) -> deque[dict]:
+        return self.residency.recent_evictions
+
+    # ------------------------------------------------------------------ pool
+
+    def add(self, state: ModelState) -> None:
+        self.models[state.id] = state
+
+    def get(self, model_id: str, *, enabled_only: bool = True) -> ModelState:
+        st = self.models.get(model_id)
+        if st is None:
+            raise errors.ModelNotFound(f"The model '{model_id}' does not exist; "
+                                       "GET /v1/models lists the models in service")
+        if enabled_only and not st.enabled:
+            raise errors.ModelDisabled(f"The model '{model_id}' is disabled; "
+                                       f"POST /v1/models/{model_id}/enable puts it back")
+        return st
+
+    def tier1_booked(self) -> int:
+        return sum(m.placement.booked_tier1_bytes for m in self.models.values()
+                   if m.tier is Tier.GPU and m.placement)
+
+    def tier2_booked(self) -> int:
+        return self.residency.tier2_booked()
+
+    # Pool changes (spec section 6), delegated to `PoolChanges` for the routes.
+
+    def is_changing(self, model_id: str) -> bool:
+        return self.pool.is_changing(model_id)
+
+    def changing(self, model_id: str):
+        return self.pool.changing(model_id)
+
+    async def drain_and_install(self, model_id: str, new: ModelState | None,
+                                drain_secs: float) -> None:
+        await self.pool.drain_and_install(model_id, new, drain_secs)
+
+    async def swap(self, model_id: str, new: ModelState | None, drain_secs: float) -> None:
+        await self.pool.swap(model_id, new, drain_secs)
+
+    async def set_enabled(self, model_id: str, enabled: bool) -> ModelState:
+        return await self.pool.set_enabled(model_id, enabled)
+
+    async def set_moe_offload(self, model_id: str, mode: MoeOffload) -> str:
+        return await self.pool.set_moe_offload(model_id, mode)
+
+    # ------------------------------------------------------------------ leases
+
+    async def _pass_gates(self, model_id: str) -> None:
+        """Wait while ``model_id`` is being changed (then served by the replacement, or 404
+        once removed) or while a grouped swap to another model holds its new requests
+        (then queued behind it)."""
+        while (gate := self.pool.gate(model_id) or self.residency.held.get(model_id)) \
+                is not None:
+            await gate.wait()
+
+    @contextmanager
+    def _counted(self, st: ModelState, *, hold: bool = False,
+                 touch: bool = True) -> Iterator[None]:
+        """Count a lease (or a ``hold``) of ``st`` for the duration of the block: a counted
+        model is never evicted. The one place a lease ends: the count drops, ``last_used``
+        is stamped (``touch``) and ``released`` wakes whoever waits for a model to be
+        idle."""
+        if hold:
+            st.holds += 1
+        else:
+            st.leases += 1
+        try:
+            yield
+        finally:
+            if hold:
+                st.holds -= 1
+            else:
+                st.leases -= 1
+            if touch:
+                st.last_used = time.monotonic()
+            self.released.notify()
+
+    @asynccontextmanager
+    async def lease(self, model_id: str, *, deadline_ms: float | None = None,
+                    context_len: int | None = None, fit=None):
+        """Admit a request, make its model resident (paying any promotion), hold a slot.
+
+        ``context_len`` is the per-slot context the request needs. With ``fit`` (an async
+        ``fit(engine) -> int | None``, e.g. counting a chat prompt on the loaded tokenizer),
+        ``context_len`` is only the estimate a cold load is sized for: a model already in
+        tier 1 is not rebuilt for it. ``fit`` runs once on the resident engine and returns
+        the context it really needs when what is loaded will not do (None when it will);
+        the model is then rebuilt for that, still under this one lease. What ``fit`` raises
+        ends the lease.
+
+        Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
+        or model_not_available, 507 (does not fit beside leased models, or above the process
+        memory cap).
+        """
+        await self._pass_gates(model_id)
+        st = self.get(model_id)
+        if st.problem:
+            raise errors.ModelNotAvailable(st.problem)
+        limit = self.config.limits.max_queue_per_model
+        decision = admit(leases=st.leases, slots=st.cfg.slots, max_queue=limit,
+                         estimated_wait_ms=st.estimated_wait_ms(),
+                         deadline_ms=self.implicit_deadline_ms() if deadline_ms is None
+                         else deadline_ms)
+        if isinstance(decision, QueueFull):
+            raise errors.ModelBusy(
+                f"The model '{model_id}' has {decision.queued} requests queued "
+                f"(max_queue_per_model {limit}); retry later")
+        if isinstance(decision, DeadlineMiss):
+            raise errors.DeadlineUnmeetable(
+                f"Estimated wait {decision.estimated_wait_ms:.0f} ms exceeds the deadline "
+                f"{decision.deadline_ms:.0f} ms",
+                headers={"Retry-After": str(decision.retry_after_s)})
+        with self._counted(st):
+            lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=decision.estimated_wait_ms)
+            seen = request_leases.get()
+            if seen is not None:       # the request log reads the model and its tier switch
+                seen.append(lease)
+            started = time.monotonic()
+            if fit is None:
+                await self.residency.ensure(st, lease, context_len)
+            else:
+                await self.residency.ensure(st, lease,
+                                            None if st.tier is Tier.GPU else context_len)
+                async with st.load_lock:   # no rebuild swaps the engine mid-count
+                    need = await fit(st.engine)
+                if need is not None:
+                    await self.residency.ensure(st, lease, need)
+            waited = time.monotonic()
+            async with st.slots:
+                st.running += 1
+                lease.queue_ms = (time.monotonic() - waited) * 1000
+                try:
+                    yield lease
+                finally:
+                    st.running -= 1
+                    st.stats.record_request((time.monotonic() - started) * 1000)
+
+    def implicit_deadline_ms(self) -> float | None:
+        """With limits.overload = "shed", the profile's objective is the deadline of every
+        request that names none (spec section 1)."""
+        profile = self.config.server.profile
+        objective = PROFILES[profile][1] if profile is not None else None
+        return implicit_deadline(self.config.limits.overload, objective)
+
+    @asynccontextmanager
+    async def hold(self, model_id: str):
+        """Keep ``model_id`` from being evicted while held, without loading it or taking a
+        slot (session watch, a prompt being counted). Waits like a lease while the model is
+        being swapped out (a hold taken after the plan would be unloaded under it)."""
+        await self._pass_gates(model_id)
+        st = self.get(model_id)
+        with self._counted(st, hold=True):
+            yield st
+
+    # ------------------------------------------------------------------ placement
+
+    def context_window(self, st: ModelState) -> int:
+        """The per-slot context a client may plan against: the model's trained context when
+        known (a larger num_ctx rebuilds up to it), else what the config funds per slot."""
+        return context_window(st.cfg.context_len, st.cfg.slots, st.shape.max_context_len)
+
+    def placement_of(self, st: ModelState) -> Placement:
+        """Current placement, or what it would be with tier 1 empty when not resident."""
+        if st.placement is not None:
+            return st.placement
+        planned = place(self.residency.request(st, None))
+        if isinstance(planned, NoFit):
+            return Placement(primary_tier=st.tier)
+        planned = self.residency.with_device(st, planned)
+        return Placement(**{**planned.__dict__, "primary_tier": st.tier,
+                            "pinned_ram_bytes": st.pinned.bytes if st.pinned else 0,
+                            "vram_weight_bytes": 0, "vram_kv_and_workspace_bytes": 0,
+                            "gpu_layers": 0,
+                            "ssd_layers": planned.gpu_layers + planned.pinned_ram_layers
+                            if st.tier is Tier.SSD else 0,
+                            "pinned_ram_layers": planned.gpu_layers + planned.pinned_ram_layers
+                            if st.tier is Tier.RAM else 0})
+
+    # ------------------------------------------------------------------ manual moves
+
+    async def move(self, model_id: str, target: Tier, context_len: int | None = None,
+                   *, allow_disabled: bool = False) -> ModelState:
+        """POST /v1/memory/tier and startup staging. 429 while leased, 507 when it cannot fit.
+        Blocks for as long as the load takes."""
+        st = self.get(model_id, enabled_only=not allow_disabled)
+        if st.in_use:
+            raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when it is idle")
+        lease = Lease(st, previous_tier=st.tier)
+        # A move is a lease of its own: nothing evicts the model meanwhile.
+        with self._counted(st, touch=False):
+            if target is Tier.GPU:
+                await self.residency.ensure(st, lease, context_len)
+            else:
+                async with st.load_lock:
+                    if st.tier is not target:
+                        await self.residency.unload(st, target)
+        return st
+
+    def prefetch(self, model_id: str) -> None:
+        """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy
+        or failing models are ignored; the current request never waits for this."""
+        st = self.models.get(model_id)
+        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use:
+            return
+
+        async def load():
+            try:
+                await self.move(model_id, Tier.GPU)
+            except errors.HypnosError:
+                pass
+        task = asyncio.get_running_loop().create_task(load())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def shutdown(self) -> None:
+        for st in self.models.values():
+            if st.engine is not None:
+                await asyncio.to_thread(self.effects.unload, st)
+            if st.pinned is not None:
+                await asyncio.to_thread(self.effects.unpin, st)

@@ -1,0 +1,148 @@
+"""Parsing POST /v1/documents/convert (spec 12) into a typed request: multipart parts or the
+same names as JSON fields. Every problem is a 400 naming the field."""
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+from sanic import Request
+
+from hypnos.engines.records import DocumentRequest
+from hypnos.service.http import errors
+from hypnos.service.http.layers import json_body
+
+FORMATS = ("markdown", "json")
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_DATA_URI = re.compile(r"^data:[^;,]*(;[^,]*)?,", re.IGNORECASE)
+
+
+@dataclass
+class ConvertParams:
+    model: str
+    document: DocumentRequest
+    stream: bool = False
+    return_pictures: bool = False
+    output_format: str = "markdown"
+    url: str | None = None              # fetched by the route (document.data is empty)
+    describe_pictures: str | None = None    # a vision model id
+
+
+def parse_bool(value, name: str, default: bool) -> bool:
+    """A JSON boolean, or in a multipart part true/false, 1/0, yes/no, on/off."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
+    raise errors.InvalidRequest(f"'{name}' must be a boolean (true/false, 1/0, yes/no, "
+                                f"on/off), got {value!r}", param=name)
+
+
+def parse_pages(value) -> tuple[int, int] | None:
+    """"3" -> (3, 3); "2-5" -> (2, 5); 1-based and inclusive."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", value) if isinstance(value, str) else None
+    if m is None:
+        raise errors.InvalidRequest(f"'pages' must be a page number or an inclusive range "
+                                    f"such as \"3\" or \"2-5\", got {value!r}", param="pages")
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    if first < 1 or last < first:
+        raise errors.InvalidRequest(f"'pages' {value!r}: pages count from 1 and a range "
+                                    "must not run backwards", param="pages")
+    return first, last
+
+
+def decode_file(value, max_bytes: int) -> bytes:
+    """A JSON ``file``: base64, or a data: URI holding base64."""
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidRequest("'file' must be the document as base64 or a data: URI "
+                                    "(or send multipart/form-data with a 'file' part)",
+                                    param="file")
+    m = _DATA_URI.match(value)
+    if m is not None:
+        if "base64" not in (m.group(1) or "").lower():
+            raise errors.InvalidRequest("a data: URI in 'file' must be base64-encoded",
+                                        param="file")
+        value = value[m.end():]
+    if len(value) * 3 // 4 > max_bytes + 3:
+        _too_large(len(value) * 3 // 4, max_bytes)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.InvalidRequest("'file' is not valid base64", param="file") from None
+
+
+def check_document(data: bytes | None, max_bytes: int, param: str) -> None:
+    """A 400 for an empty document or one above max_document_bytes (None: not sent)."""
+    if data is None:
+        return
+    if not data:
+        raise errors.InvalidRequest(f"'{param}' is empty", param=param)
+    if len(data) > max_bytes:
+        _too_large(len(data), max_bytes, param)
+
+
+def _too_large(size: int, max_bytes: int, param: str = "file"):
+    raise errors.InvalidRequest(f"The document is {size} bytes; max_document_bytes is "
+                                f"{max_bytes}", param=param)
+
+
+def _text(value, name: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
+    return value
+
+
+def parse_convert(request: Request) -> ConvertParams:
+    limits = request.app.ctx.config.limits
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = request.form or {}
+        fields = {k: form.get(k) for k in form}
+        upload = request.files.get("file") if request.files else None
+        data, upload_name = (upload.body, upload.name) if upload is not None else (None, None)
+    else:
+        fields, data, upload_name = json_body(request), None, None
+    return _common(fields, data, upload_name, limits.max_document_bytes)
+
+
+def _common(fields: dict, data: bytes | None, upload_name: str | None,
+            max_bytes: int) -> ConvertParams:
+    """``data`` is the uploaded part; without one, ``fields["file"]`` is decoded."""
+    model = _text(fields.get("model"), "model")
+    if not model:
+        raise errors.InvalidRequest("'model' is required: a model serving "
+                                    "document_conversion", param="model")
+    url = _text(fields.get("url"), "url")
+    describe = _text(fields.get("describe_pictures"), "describe_pictures")
+    if data is None and fields.get("file") is not None:
+        data = decode_file(fields["file"], max_bytes)
+    if data is not None and url is not None:
+        raise errors.InvalidRequest("send the document as 'file' or as 'url', not both",
+                                    param="url")
+    if data is None and url is None:
+        raise errors.InvalidRequest("'file' is required: the document (a multipart part, or "
+                                    "base64 / a data: URI in JSON), or a 'url' to fetch it "
+                                    "from", param="file")
+    check_document(data, max_bytes, "file")
+    fmt = _text(fields.get("output_format"), "output_format") or "markdown"
+    if fmt not in FORMATS:
+        raise errors.InvalidRequest(f"'output_format' must be markdown or json, got {fmt!r}",
+                                    param="output_format")
+    filename = _text(fields.get("filename"), "filename") or upload_name or ""
+    doc = DocumentRequest(data=data or b"", filename=filename,
+                          pages=parse_pages(fields.get("pages")),
+                          ocr=parse_bool(fields.get("ocr"), "ocr", True),
+                          want_json=fmt == "json")
+    keep = parse_bool(fields.get("return_pictures"), "return_pictures", False)
+    doc.want_pictures = keep or describe is not None
+    return ConvertParams(model=model, document=doc, output_format=fmt, url=url,
+                         stream=parse_bool(fields.get("stream"), "stream", False),
+                         return_pictures=keep, describe_pictures=describe)
