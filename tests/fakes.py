@@ -1,6 +1,6 @@
 """The one fake `Effects` the tests drive the scheduler with
-(hypnos.service.scheduling.effects.Effects; tests/test_effects_protocol.py checks it implements
-every member).
+(hypnos.service.scheduling.effects.Effects; tests/scheduler/test_effects_protocol.py checks it
+implements every member).
 
 It records every effect in ``log`` and proves "a model was never unloaded while it was
 serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it

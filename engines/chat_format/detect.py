@@ -1,7 +1,8 @@
 """Which dialects a model family uses, read off its GGUF chat template: ``detect`` looks for
 the markers of each family's tool calls and thinking block in the Jinja template.
 
-Pure string work (no llama.cpp), unit-tested on sample templates (``tests/test_chat_format.py``).
+Pure string work (no llama.cpp), unit-tested on sample templates
+(``tests/unit/test_chat_format.py``).
 """
 from __future__ import annotations
 

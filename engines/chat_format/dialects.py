@@ -18,7 +18,7 @@ json           hermes tags, the tools described in the system message by Hypnos 
 =============  ==============================================================  ============
 
 Pure string work (no llama.cpp), unit-tested on sample outputs
-(``tests/test_chat_format.py``) and against the grammars (``tests/test_tool_grammar.py``).
+(``tests/unit/test_chat_format.py``) and against the grammars (``tests/unit/test_tool_grammar.py``).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ ends where the call ends, so the model's only choice after it is its end token. 
 typed by its schema (strings, integers, numbers, booleans, enums, null, arrays and objects);
 a string's ``maxLength`` bounds it, and numbers are written as JSON and Python both read
 them (no leading zeros, at most 16 digits a part). The dialect parsers (``dialects``) read
-every text these grammars admit (``tests/test_tool_grammar.py`` checks both sides).
+every text these grammars admit (``tests/unit/test_tool_grammar.py`` checks both sides).
 
 Pure string work; llama-cpp-python is imported only inside the functions that call its
 converter, which only the llama engine calls.

@@ -7,7 +7,7 @@ success and the error statuses it can answer. The same schema is enforced: `json
 runs, so a body the document calls invalid is refused with a 400 naming the field (the fuzz
 test's negative examples check it), and the parser then says what a schema cannot.
 `document(app)` walks the app's router, so a route without an Endpoint is missing from the
-document and tests/test_openapi.py says which.
+document and tests/http/test_openapi.py says which.
 
 The schemas are a JSON Schema subset that `check` understands: type (one or a list), enum,
 minimum / maximum, minLength, minItems, maxItems, required, properties, items, anyOf. A null

@@ -16,7 +16,7 @@ from hypnos.service.http import errors
 from hypnos.service.http.openapi import endpoint
 
 bp = Blueprint("playground")
-PLAYGROUND_DIR = Path(__file__).resolve().parent / "playground"
+PLAYGROUND_DIR = Path(__file__).resolve().parent.parent / "playground"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 # The page talks to this server only: no inline script, no other origin. blob: and data:

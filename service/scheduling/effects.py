@@ -3,7 +3,7 @@ RAM (tier 2), drop them from the page cache (tier 3).
 
 `Effects` is the Protocol the scheduler calls; `MachineEffects` the real implementation.
 Every method blocks and runs in a worker thread. Tests use the one fake in tests/fakes.py
-(``FakeEffects``, checked against this Protocol by tests/test_effects_protocol.py).
+(``FakeEffects``, checked against this Protocol by tests/scheduler/test_effects_protocol.py).
 """
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ class MachineEffects:
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
         vram_after = vram_used() if vram_before is not None else None
-        if vram_after is not None:     # NVML: the device's growth, and this process's when told
+        if vram_before is not None and vram_after is not None:
+            # NVML: the device's growth, and this process's when the driver tells it
             st.booked_vs_real["vram_growth_bytes"] = vram_after[0] - vram_before[0]
             if vram_after[1] is not None:
                 st.booked_vs_real["process_vram_bytes"] = vram_after[1]

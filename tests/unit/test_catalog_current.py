@@ -22,7 +22,7 @@ from hypnos.service.config.load import load_config, parse_config
 from hypnos.service.scheduling.model_checks import startup_checks
 
 CATALOG = load_catalog()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "service" / "examples"
 LLAMA_ENTRIES = [e for e in CATALOG.entries if e.engine == "ggml_llama"]
 

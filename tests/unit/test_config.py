@@ -9,7 +9,7 @@ from hypnos.service.config.load import (ConfigError, load_config, overlay_path, 
                                    resolve_model_file)
 from hypnos.service.config.schema import LimitsConfig
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "service" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "service" / "examples"
 
 CHAT = """
 [[models]]

@@ -2,7 +2,7 @@
 requests run, kill -9 and a restart.
 
 The engine failing mid-stream (error chunk, then [DONE]) is covered through the ASGI client
-in tests/test_http.py (test_engine_failure_mid_stream_is_an_error_chunk_then_done), since a
+in tests/http/test_http.py (test_engine_failure_mid_stream_is_an_error_chunk_then_done), since a
 real model cannot be made to fail on demand; here it is checked that its lease is freed.
 """
 import json

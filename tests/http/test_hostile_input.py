@@ -2,8 +2,8 @@
 server): each gets the spec's status and envelope, never a 500.
 
 Covered elsewhere and not repeated here: model file paths leaving models_dir
-(tests/test_config.py::test_model_files_outside_models_dir_are_refused), private addresses and
-redirects to them (tests/test_media.py::test_a_redirect_to_loopback_is_refused_at_that_hop and
+(tests/unit/test_config.py::test_model_files_outside_models_dir_are_refused), private addresses and
+redirects to them (tests/unit/test_media.py::test_a_redirect_to_loopback_is_refused_at_that_hop and
 its neighbours); here one of them is checked end to end through the chat route.
 """
 import json

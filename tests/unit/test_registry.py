@@ -95,9 +95,6 @@ print(json.dumps({"new": sorted(set(sys.modules) - before), "caps": caps}))
 @pytest.mark.parametrize("key", sorted(ENGINES, key=str), ids=lambda k: f"{k[0]}-{k[1]}")
 def test_each_engine_class_has_what_its_capabilities_promise(key):
     entry = ENGINES[key]
-    library = LIBRARY[entry.module]
-    if importlib.util.find_spec(library) is None:
-        pytest.skip(f"{library} is not installed")
     cls = getattr(importlib.import_module(entry.module), entry.cls)
     engine = cls()                                   # cheap: imports nothing heavy
     for name in ("load", "unload"):

@@ -25,7 +25,7 @@ def real(test):
     return pytest.mark.real(test)
 
 
-# One thread: see tests/test_engine_llama.py (ggml workers spin when the cores are shared).
+# One thread: see tests/engines/test_engine_llama.py (ggml workers spin when the cores are shared).
 SPEC = LoadSpec("smollm2", MODEL, context_len=4096, slots=2, threads=1)
 SYSTEM = {"role": "system", "content": "You are the assistant of a small bakery. You answer "
           "questions about bread, cakes, opening hours and prices, politely and briefly. " * 18}

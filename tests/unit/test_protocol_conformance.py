@@ -2,7 +2,7 @@
 
 At run time this only builds each engine (cheap: no library is imported before ``load``) and
 checks the members exist; the real check is mypy's on the annotated assignments below
-(``mypy tests/test_protocol_conformance.py``): an engine whose signature drifts from its
+(``mypy tests/unit/test_protocol_conformance.py``): an engine whose signature drifts from its
 Protocol fails there."""
 from hypnos.engines.docling_convert import DoclingConverter
 from hypnos.engines.gliner_ner import GlinerExtractor

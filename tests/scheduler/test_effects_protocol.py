@@ -9,7 +9,7 @@ import pytest
 from fakes import FakeEffects
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = {"load", "unload", "park", "restore", "pin", "unpin", "drop_pages",
            "count_eviction", "count_load_failure"}
 
@@ -37,11 +37,12 @@ def test_implementations_define_every_member_with_its_parameters(impl):
 def test_the_scheduler_calls_only_protocol_members():
     called = set()
     for module in ("scheduler.py", "residency.py", "pool_changes.py"):
-        called |= set(re.findall(r"effects\.(\w+)", (ROOT / "service" / module).read_text()))
+        text = (ROOT / "service" / "scheduling" / module).read_text()
+        called |= set(re.findall(r"effects\.(\w+)", text))
     assert called and called <= MEMBERS
 
 
 def test_nothing_polls():
     """Waiting loads and drains sleep on the release Wakeup, not on a timer."""
     for module in ("scheduler.py", "residency.py", "pool_changes.py"):
-        assert "asyncio.sleep" not in (ROOT / "service" / module).read_text(), module
+        assert "asyncio.sleep" not in (ROOT / "service" / "scheduling" / module).read_text(), module
