@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from pathlib import Path
 
 import pytest
+
+from conftest import SMOLLM2, require_smollm2
 
 from hypnos.engines.errors import SessionCapacity, SessionCorrupt, SessionMismatch, SessionNotFound
 from hypnos.engines.records import ChatRequest, LoadSpec
@@ -14,14 +15,12 @@ from hypnos.engines.llama.state import (
     KVLayout, ParkedKV, ParkedSlot, decode_session, encode_session, weights_fingerprint,
 )
 
-MODEL = (Path(__file__).resolve().parents[1]
-         / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+# The default lineup's SmolLM2 (./run.sh test pulls it; a missing file fails, never skips).
+MODEL = SMOLLM2
 
 
 def real(test):
-    """Runs on the real SmolLM2 GGUF (skipped when it is not installed)."""
-    test = pytest.mark.skipif(not MODEL.exists(),
-                              reason=f"SmolLM2 GGUF not installed at {MODEL}")(test)
+    """Runs on the real SmolLM2 GGUF."""
     return pytest.mark.real(test)
 
 
@@ -46,7 +45,7 @@ def turn2(first_answer: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def engine():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (hypnos[llama])")
+    require_smollm2()
     from hypnos.engines.llama.engine import LlamaChatEngine
     eng = LlamaChatEngine()
     eng.load(SPEC)

