@@ -134,7 +134,8 @@ def invalid(exc: ValidationError, body: Any, model: type[BaseModel]) -> InvalidR
     if err["type"] == CUSTOM:
         ctx = err["ctx"]
         text = ctx["say"].replace("{at}", at).replace("{got}", repr(err.get("input")))
-        return InvalidRequest(text, param=ctx.get("param") or top)
+        param = (ctx.get("param") or "").replace("{at}", at)
+        return InvalidRequest(text, param=param or top)
     if err["type"] == "missing" and (says := _says_for_missing(model, err["loc"])):
         return InvalidRequest(says.message.replace("{at}", at).replace("{got}", "None"),
                               param=says.param or top)
