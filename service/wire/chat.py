@@ -5,7 +5,7 @@ naming the field; unknown fields are ignored; an optional field sent as null is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -105,7 +105,7 @@ class AudioPart(Wire):
     input_audio: dict[str, Any] | None = None
 
 
-Part = Annotated[Union[TextPart, ImagePart, AudioPart], Field(discriminator="type")]
+Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
 Content = str | list[Part]
 NOT_ASSISTANT = Annotated[None, Says("'{at}' must be an array on an assistant message",
                                      param="{at}")]
@@ -167,8 +167,8 @@ class AssistantMessage(Wire):
         return self
 
 
-Message = Annotated[Union[SystemMessage, DeveloperMessage, UserMessage, ToolMessage,
-                          AssistantMessage], Field(discriminator="role")]
+Message = Annotated[SystemMessage | DeveloperMessage | UserMessage | ToolMessage
+                    | AssistantMessage, Field(discriminator="role")]
 
 
 class FunctionSpec(Wire):
