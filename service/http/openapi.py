@@ -1,17 +1,14 @@
 """GET /openapi.json: an OpenAPI 3.1 document built from the routes themselves.
 
 Every handler carries an `Endpoint`, declared next to it with ``@endpoint(...)``: a summary,
-the JSON Schema of its body (JSON or multipart), its query parameters, what it answers on
-success and the error statuses it can answer. The same schema is enforced: `json_body`
-(service/http/layers.py) checks a body against its route's schema before the route's own parser
-runs, so a body the document calls invalid is refused with a 400 naming the field (the fuzz
-test's negative examples check it), and the parser then says what a schema cannot.
+its JSON body's pydantic model (service/wire/model.py) or a multipart form's JSON Schema, its
+query parameters, what it answers on success and the error statuses it can answer. A JSON
+body's schema is the one its model emits (`body_schema`: $defs inlined, an optional field
+nullable), and the route validates the body with that same model (`read_body` /
+`wire.model.validate`), so the document states what the server enforces: a body the document
+calls invalid is a 400 naming the field (tests/http/test_wire_models.py).
 `document(app)` walks the app's router, so a route without an Endpoint is missing from the
 document and tests/http/test_openapi.py says which.
-
-The schemas are a JSON Schema subset that `check` understands: type (one or a list), enum,
-minimum / maximum, minLength, minItems, maxItems, required, properties, items, anyOf. A null
-value of an optional property counts as absent (the routes treat it so).
 """
 from __future__ import annotations
 
