@@ -67,7 +67,7 @@ JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", l
               dict: "object", type(None): "null"}
 
 
-def _path(loc: tuple, body: Any) -> tuple[str, str | None]:
+def _path(loc: tuple, body: Any, missing: bool = False) -> tuple[str, str | None]:
     """(the field's path in the body, its top-level name), walking the body alongside the
     location so that pydantic's union tags ('str', 'list[...]', a role) drop out."""
     at, top, value = "", None, body
@@ -75,7 +75,7 @@ def _path(loc: tuple, body: Any) -> tuple[str, str | None]:
         last = i == len(loc) - 1
         if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
             at, value = f"{at}[{part}]", value[part]
-        elif isinstance(part, str) and isinstance(value, dict) and (part in value or last):
+        elif isinstance(part, str) and isinstance(value, dict) and (part in value or (last and missing)):
             at = f"{at}.{part}" if at else part
             top = top or part
             value = value.get(part)
@@ -126,7 +126,7 @@ def _depth(at: str) -> int:
 def invalid(exc: ValidationError, body: Any, model: type[BaseModel]) -> InvalidRequest:
     """The 400 for pydantic's errors: the deepest error (the union member that got furthest
     says what is wrong), custom messages first; type errors at one path read as one."""
-    found = [(e, *_path(e["loc"], body)) for e in exc.errors()]
+    found = [(e, *_path(e["loc"], body, e["type"] == "missing")) for e in exc.errors()]
     pool = [f for f in found if f[0]["type"] == CUSTOM] or found
     depth = max(_depth(f[1]) for f in pool)
     best = [f for f in pool if _depth(f[1]) == depth]
