@@ -75,7 +75,8 @@ def _path(loc: tuple, body: Any, missing: bool = False) -> tuple[str, str | None
         last = i == len(loc) - 1
         if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
             at, value = f"{at}[{part}]", value[part]
-        elif isinstance(part, str) and isinstance(value, dict) and (part in value or (last and missing)):
+        elif isinstance(part, str) and isinstance(value, dict) and (
+                part in value or (last and missing)):
             at = f"{at}.{part}" if at else part
             top = top or part
             value = value.get(part)
