@@ -15,7 +15,7 @@ from sanic.response import empty
 from hypnos.service.http import errors
 from hypnos.service.http.keys import result_tokens
 from hypnos.service.observe.request_log import request_leases
-from hypnos.service.http.openapi import check_body
+from hypnos.service.wire.model import M, validate
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
@@ -182,8 +182,13 @@ def json_body(request: Request) -> dict:
         raise errors.InvalidRequest("The request body is nested too deeply to parse") from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object")
-    check_body(request, body)
     return body
+
+
+def read_body(request: Request, model: type[M]) -> M:
+    """The request's JSON object validated as ``model`` (the route's ``@endpoint(body=)``),
+    or a 400 naming the field."""
+    return validate(model, json_body(request))
 
 
 def deadline_ms(request: Request) -> float | None:

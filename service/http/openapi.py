@@ -1,17 +1,14 @@
 """GET /openapi.json: an OpenAPI 3.1 document built from the routes themselves.
 
 Every handler carries an `Endpoint`, declared next to it with ``@endpoint(...)``: a summary,
-the JSON Schema of its body (JSON or multipart), its query parameters, what it answers on
-success and the error statuses it can answer. The same schema is enforced: `json_body`
-(service/http/layers.py) checks a body against its route's schema before the route's own parser
-runs, so a body the document calls invalid is refused with a 400 naming the field (the fuzz
-test's negative examples check it), and the parser then says what a schema cannot.
+its JSON body's pydantic model (service/wire/model.py) or a multipart form's JSON Schema, its
+query parameters, what it answers on success and the error statuses it can answer. A JSON
+body's schema is the one its model emits (`body_schema`: $defs inlined, an optional field
+nullable), and the route validates the body with that same model (`read_body` /
+`wire.model.validate`), so the document states what the server enforces: a body the document
+calls invalid is a 400 naming the field (tests/http/test_wire_models.py).
 `document(app)` walks the app's router, so a route without an Endpoint is missing from the
 document and tests/http/test_openapi.py says which.
-
-The schemas are a JSON Schema subset that `check` understands: type (one or a list), enum,
-minimum / maximum, minLength, minItems, maxItems, required, properties, items, anyOf. A null
-value of an optional property counts as absent (the routes treat it so).
 """
 from __future__ import annotations
 
@@ -22,9 +19,10 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-from sanic import Request, Sanic
+from pydantic import BaseModel
+from sanic import Sanic
 
-from hypnos.service.http import errors
+from hypnos.service.wire.model import body_schema
 
 ATTR = "__hypnos_endpoint__"
 ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
@@ -57,7 +55,7 @@ INFERENCE_ERRORS = (404, 429, 500, 503, 504, 507)
 @dataclass(frozen=True)
 class Endpoint:
     summary: str
-    body: dict | None = None             # JSON Schema of a JSON body
+    body: type[BaseModel] | None = None  # the JSON body's model (service/wire/model.py)
     form: dict | None = None             # JSON Schema of a multipart/form-data body
     query: dict = field(default_factory=dict)   # name -> schema
     required_query: tuple[str, ...] = ()
@@ -85,103 +83,7 @@ def endpoint_of(handler) -> Endpoint | None:
     return getattr(handler, ATTR, None)
 
 
-# ------------------------------------------------------------------ validation
-
-TYPES = {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}
-KINDS = {"string": "a string", "boolean": "a boolean", "object": "an object",
-         "array": "an array", "null": "null", "integer": "an integer", "number": "a number"}
-
-
-def _is(value, kind: str) -> bool:
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, TYPES[kind])
-
-
-def check(value, schema: dict, where: str) -> None:
-    """Raise a 400 naming ``where`` when ``value`` breaks ``schema``."""
-    def fail(what: str, at: str = where):
-        raise errors.InvalidRequest(f"'{at}' {what}", param=at.split("[")[0].split(".")[0])
-    if "anyOf" in schema:
-        for option in schema["anyOf"]:
-            try:
-                check(value, option, where)
-                return
-            except errors.InvalidRequest:
-                if _is(value, option.get("type", "null")):
-                    raise     # the option of the value's own type says what is wrong inside
-        shapes = (KINDS.get(o.get("type"), "another shape") for o in schema["anyOf"])
-        fail(f"must be {' or '.join(shapes)}")
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else kinds
-    if kinds and not any(_is(value, k) for k in kinds):
-        fail(f"must be {' or '.join(KINDS[k] for k in kinds)}, got {type(value).__name__}")
-    if "enum" in schema and value not in schema["enum"]:
-        fail(f"must be one of {', '.join(map(str, schema['enum']))}; got {value!r}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = (f"between {low} and {high}" if low is not None and high is not None
-                      else f"at least {low}" if low is not None else f"at most {high}")
-            fail(f"must be {bounds}, got {value}")
-    if isinstance(value, str) and len(value) < schema.get("minLength", 0):
-        fail("must be a non-empty string")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            fail("must be a non-empty array")
-        if len(value) > schema.get("maxItems", len(value)):
-            fail(f"holds more than {schema['maxItems']} items")
-        if "items" in schema:
-            for i, item in enumerate(value):
-                check(item, schema["items"], f"{where}[{i}]")
-    if isinstance(value, dict):
-        for name in schema.get("required", ()):
-            if name not in value:
-                fail("is required", f"{where}.{name}" if where else name)
-        for name, sub in schema.get("properties", {}).items():
-            if name in value and (value[name] is not None or name in schema.get("required", ())):
-                check(value[name], sub, f"{where}.{name}" if where else name)
-
-
-def check_body(request: Request, body: dict) -> None:
-    """The route's declared body schema, when it has one (service/http/layers.py json_body)."""
-    route = request.route
-    spec = endpoint_of(route.handler) if route is not None else None
-    if spec is None or spec.body is None:
-        return
-    check(body, spec.body, "")
-
-
 # ------------------------------------------------------------------ the document
-
-def _nullable(schema: dict) -> dict:
-    """Optional properties also take null (check() reads it as absent)."""
-    out = dict(schema)
-    if isinstance(out.get("type"), str):
-        out["type"] = [out["type"], "null"]
-    elif isinstance(out.get("type"), list) and "null" not in out["type"]:
-        out["type"] = [*out["type"], "null"]
-    if "enum" in out:
-        out["enum"] = [*out["enum"], None]
-    if "anyOf" in out:
-        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
-    return out
-
-
-def _wire_schema(schema: dict) -> dict:
-    out = dict(schema)
-    if "properties" in out:
-        required = set(out.get("required", ()))
-        out["properties"] = {k: _wire_schema(v) if k in required else _nullable(_wire_schema(v))
-                             for k, v in out["properties"].items()}
-    if "items" in out:
-        out["items"] = _wire_schema(out["items"])
-    if "anyOf" in out:
-        out["anyOf"] = [_wire_schema(o) for o in out["anyOf"]]
-    return out
-
 
 def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dict:
     op: dict = {"summary": spec.summary,
@@ -195,7 +97,7 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         op["parameters"] = parameters
     content = {}
     if spec.body is not None:
-        content["application/json"] = {"schema": _wire_schema(spec.body)}
+        content["application/json"] = {"schema": body_schema(spec.body)}
     if spec.form is not None:
         content["multipart/form-data"] = {"schema": spec.form}
     if content:

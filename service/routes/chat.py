@@ -11,7 +11,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service.http import errors
-from hypnos.service.wire.chat import CHAT_SCHEMA, ChatParams, parse_chat
+from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import (chat_counter, check_text_model, choice_requests,
                                            choice_seeds, record, run_choices, stream_choices,
@@ -101,7 +101,7 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
 
 
 @bp.post("/v1/chat/completions")
-@endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=CHAT_SCHEMA,
+@endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=ChatBody,
           ok={**json_object("id", "object", "model", "choices", "usage",
                             object={"const": "chat.completion"}, choices={"type": "array"}),
               "text/event-stream": {"type": "string"}},

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Annotated
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service.http import errors
-from hypnos.service.wire.chat import (SAMPLING_SCHEMA, _number, parse_n, parse_sampling,
-                                         parse_stream)
+from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
+from hypnos.service.wire.model import Says, validate
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import (check_text_model, choice_requests, choice_seeds,
@@ -29,13 +31,20 @@ bp = Blueprint("completions")
 MAX_LEGACY_LOGPROBS = 5
 
 
-def _prompt(body: dict, limits) -> str:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt:
-        raise errors.InvalidRequest("'prompt' must be a non-empty string (or an array of one)",
-                                    param="prompt")
+NON_EMPTY = Annotated[str, Field(min_length=1)]
+
+
+class CompletionsBody(Sampling):
+    """``logprobs`` is the legacy integer: how many alternatives per token (0..5)."""
+    model: Annotated[str, Field(min_length=1), Says("'model' is required and must be a string")]
+    prompt: Annotated[NON_EMPTY | Annotated[list[NON_EMPTY], Field(min_length=1, max_length=1)],
+                      Says("'prompt' must be a non-empty string (or an array of one)")]
+    echo: Annotated[bool, Says("'echo' must be a boolean")] | None = None
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LEGACY_LOGPROBS)] | None = None
+
+
+def _prompt(wire: CompletionsBody, limits) -> str:
+    prompt = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
     if len(prompt) > limits.max_prompt_chars:
         raise errors.InvalidRequest(f"'prompt' holds {len(prompt)} characters, above "
                                     f"max_prompt_chars ({limits.max_prompt_chars})",
@@ -54,36 +63,22 @@ def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
             "text_offset": offsets}
 
 
-COMPLETIONS_SCHEMA = {"type": "object", "required": ["model", "prompt"], "properties": {
-    "model": {"type": "string", "minLength": 1},
-    "prompt": {"anyOf": [{"type": "string", "minLength": 1},
-                         {"type": "array", "minItems": 1, "maxItems": 1,
-                          "items": {"type": "string", "minLength": 1}}]},
-    "echo": {"type": "boolean"},
-    "logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_LEGACY_LOGPROBS},
-    **SAMPLING_SCHEMA}}
-
-
 @bp.post("/v1/completions")
 @endpoint("Text completion (OpenAI legacy); SSE when stream is true",
-          body=COMPLETIONS_SCHEMA, errors=(404, 422, 429, 500, 503, 504, 507),
+          body=CompletionsBody, errors=(404, 422, 429, 500, 503, 504, 507),
           ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def completions(request: Request):
     require_ready(request)
-    body = json_body(request)
+    wire = validate(CompletionsBody, json_body(request))
     limits = request.app.ctx.config.limits
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
-    prompt = _prompt(body, limits)
-    stream, include_usage = parse_stream(body)
-    echo = body.get("echo", False)
-    if not isinstance(echo, bool):
-        raise errors.InvalidRequest("'echo' must be a boolean", param="echo")
-    top = _number(body, "logprobs", 0, MAX_LEGACY_LOGPROBS, integer=True)
-    n, n_status = parse_n(body)
+    model = wire.model
+    prompt = _prompt(wire, limits)
+    stream, include_usage = parse_stream(wire)
+    echo = bool(wire.echo)
+    top = wire.logprobs
+    n, n_status = parse_n(wire)
     req = ChatRequest(messages=[], prompt=prompt, logprobs=top is not None, top_logprobs=top or 0,
-                      **parse_sampling(body, limits, default_max_tokens=16))
+                      **parse_sampling(wire, limits, default_max_tokens=16))
     st = check_text_model(request.app.ctx.scheduler, model)
     window = request.app.ctx.scheduler.context_window(st)
     estimate = request_context(tokens_from_chars(len(prompt)), req.max_tokens)

@@ -20,7 +20,7 @@ from sanic.response import raw
 
 from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service.http import errors
-from hypnos.service.wire.documents import ConvertParams, check_document, parse_convert
+from hypnos.service.wire.documents import ConvertBody, ConvertParams, check_document, parse_convert
 from hypnos.service.inference.capabilities import DOCUMENTS, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.http.layers import require_ready
@@ -112,13 +112,9 @@ async def _fetch(request: Request, params: ConvertParams) -> None:
                                 or PurePosixPath(unquote(urlparse(final).path)).name)
 
 
-# Types only: document_request.parse_convert says the rest (which of file / url, pages).
-_CONVERT_FIELDS = {"model": {"type": "string"}, "url": {"type": "string"},
+_CONVERT_FIELDS = {"model": {"type": "string", "minLength": 1}, "url": {"type": "string"},
                    "output_format": {"enum": ["markdown", "json"]},
                    "filename": {"type": "string"}, "describe_pictures": {"type": "string"}}
-CONVERT_SCHEMA = {"type": "object", "required": ["model"], "properties": {
-    "file": {"type": "string"}, "pages": {}, "ocr": {}, "return_pictures": {}, "stream": {},
-    **_CONVERT_FIELDS}}
 CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
     "file": {"type": "string", "contentMediaType": "application/octet-stream"},
     **_CONVERT_FIELDS}}
@@ -126,7 +122,7 @@ CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
 
 @bp.post("/v1/documents/convert")
 @endpoint("Convert a document (multipart upload, or JSON with base64 file or url); events per "
-          "page when stream is true", body=CONVERT_SCHEMA, form=CONVERT_FORM,
+          "page when stream is true", body=ConvertBody, form=CONVERT_FORM,
           errors=INFERENCE_ERRORS,
           ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def convert(request: Request):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
@@ -17,10 +19,10 @@ from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
+from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, json_object
 
 bp = Blueprint("embeddings")
-ENCODINGS = ("float", "base64")
 
 
 @dataclass
@@ -30,38 +32,35 @@ class EmbeddingParams:
     encoding_format: str = "float"
 
 
+NOT_TOKENS = "'{at}' must be a non-empty string (token-id arrays are not accepted)"
+
+
+class EmbeddingsBody(Wire):
+    """``dimensions`` (a positive integer) and ``user`` are accepted and ignored."""
+    model: Annotated[str, Field(min_length=1),
+                     Says("'model' is required: the id of an embeddings model")]
+    input: Annotated[
+        Annotated[str, Field(min_length=1), Says(NOT_TOKENS.format(at="input[0]"),
+                                                 on=("string_too_short",))]
+        | Annotated[list[Annotated[str, Field(min_length=1), Says(NOT_TOKENS)]],
+                    Field(min_length=1)],
+        Says("'input' must be a non-empty string or a non-empty array of non-empty strings")]
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: Annotated[int, Field(ge=1),
+                          Says("'dimensions' must be a positive integer, got {got}")] | None = None
+    user: str | None = None
+
+
 def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
-    """The typed request, or a 400 naming the field. ``dimensions`` (a positive integer)
-    and ``user`` are accepted and ignored."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise errors.InvalidRequest("'model' is required: the id of an embeddings model",
-                                    param="model")
-    raw = body.get("input")
-    texts = [raw] if isinstance(raw, str) else raw
-    if not isinstance(texts, list) or not texts:
-        raise errors.InvalidRequest("'input' must be a non-empty string or a non-empty array "
-                                    "of non-empty strings", param="input")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str) or not text:
-            raise errors.InvalidRequest(
-                f"'input[{i}]' must be a non-empty string (token-id arrays are not accepted)",
-                param="input")
+    """The typed request, or a 400 naming the field."""
+    wire = validate(EmbeddingsBody, body)
+    texts = [wire.input] if isinstance(wire.input, str) else list(wire.input)
     chars = sum(len(t) for t in texts)
     if chars > max_prompt_chars:
         raise errors.InvalidRequest(f"The input holds {chars} characters, above "
                                     f"max_prompt_chars ({max_prompt_chars})", param="input")
-    dims = body.get("dimensions")
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
-        raise errors.InvalidRequest(f"'dimensions' must be a positive integer, got {dims!r}",
-                                    param="dimensions")
-    fmt = body.get("encoding_format", "float")
-    if fmt is None:
-        fmt = "float"
-    if fmt not in ENCODINGS:
-        raise errors.InvalidRequest(f"'encoding_format' must be one of {', '.join(ENCODINGS)}, "
-                                    f"got {fmt!r}", param="encoding_format")
-    return EmbeddingParams(model=model, texts=texts, encoding_format=fmt)
+    return EmbeddingParams(model=wire.model, texts=texts,
+                           encoding_format=wire.encoding_format or "float")
 
 
 def encode(vector: list[float], fmt: str):
@@ -71,17 +70,8 @@ def encode(vector: list[float], fmt: str):
 
 
 
-EMBEDDINGS_SCHEMA = {"type": "object", "required": ["model", "input"], "properties": {
-    "model": {"type": "string", "minLength": 1},
-    # The items' shape (non-empty strings, no token ids) is left to parse_embeddings, whose
-    # messages say more than a schema's would.
-    "input": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]},
-    "encoding_format": {"enum": list(ENCODINGS)}, "dimensions": {"type": "integer", "minimum": 1},
-    "user": {"type": "string"}}}
-
-
 @bp.post("/v1/embeddings")
-@endpoint("Embeddings (OpenAI-compatible)", body=EMBEDDINGS_SCHEMA, errors=INFERENCE_ERRORS,
+@endpoint("Embeddings (OpenAI-compatible)", body=EmbeddingsBody, errors=INFERENCE_ERRORS,
           ok=json_object("object", "data", "model", object={"const": "list"},
                          data={"type": "array", "items": {
                              "type": "object", "required": ["object", "embedding", "index"]}}))

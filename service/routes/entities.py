@@ -6,7 +6,9 @@ JavaScript clients convert before slicing strings with astral characters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
@@ -15,6 +17,7 @@ from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.capabilities import ENTITIES
 from hypnos.service.inference.leased import leased
+from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("entities")
@@ -26,54 +29,40 @@ class EntityParams:
     request: ExtractRequest
 
 
-def _strings(value, name: str, what: str) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items:
-        raise errors.InvalidRequest(f"'{name}' must be {what}", param=name)
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise errors.InvalidRequest(f"'{name}[{i}]' must be a string", param=name)
-    return items
+LABEL = Annotated[str, Field(pattern=r"\S"),
+                  Says("'{at}' must be a label phrase (a string that is not blank)")]
+
+
+class EntitiesBody(Wire):
+    model: Annotated[str, Field(min_length=1),
+                     Says("'model' is required: a model serving entity_extraction")]
+    input: Annotated[str | Annotated[list[Annotated[str, Says("'{at}' must be a string")]],
+                                     Field(min_length=1)],
+                     Says("'input' must be a string or a non-empty array of strings")]
+    labels: Annotated[LABEL | Annotated[list[LABEL], Field(min_length=1)],
+                      Says("'labels' must be a non-empty array of label phrases")]
+    threshold: Annotated[float, Field(ge=0, le=1),
+                         Says("'threshold' must be a number from 0 to 1, got {got}")] | None = None
+    flat: Annotated[bool, Says("'flat' must be true or false, got {got}")] | None = None
 
 
 def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise errors.InvalidRequest("'model' is required: a model serving entity_extraction",
-                                    param="model")
-    texts = _strings(body.get("input"), "input", "a string or a non-empty array of strings")
+    wire = validate(EntitiesBody, body)
+    texts = [wire.input] if isinstance(wire.input, str) else list(wire.input)
     chars = sum(len(t) for t in texts)
     if chars > max_prompt_chars:
         raise errors.InvalidRequest(f"The input holds {chars} characters, above "
                                     f"max_prompt_chars ({max_prompt_chars})", param="input")
-    raw_labels = _strings(body.get("labels"), "labels", "a non-empty array of label phrases")
+    raw_labels = [wire.labels] if isinstance(wire.labels, str) else wire.labels
     labels = list(dict.fromkeys(label.strip() for label in raw_labels))
-    if "" in labels:
-        raise errors.InvalidRequest("'labels' must not hold empty phrases", param="labels")
-    threshold = body.get("threshold", 0.5)
-    if threshold is None:
-        threshold = 0.5
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not 0.0 <= threshold <= 1.0:
-        raise errors.InvalidRequest(f"'threshold' must be a number from 0 to 1, got "
-                                    f"{threshold!r}", param="threshold")
-    flat = body.get("flat", True)
-    if flat is None:
-        flat = True
-    if not isinstance(flat, bool):
-        raise errors.InvalidRequest(f"'flat' must be true or false, got {flat!r}", param="flat")
-    return EntityParams(model, ExtractRequest(texts=texts, labels=labels,
-                                              threshold=float(threshold), flat=flat))
-
-
-ENTITIES_SCHEMA = {"type": "object", "required": ["model"], "properties": {
-    "model": {"type": "string"}, "input": {"anyOf": [{"type": "string"}, {"type": "array"}]},
-    "labels": {"anyOf": [{"type": "string"}, {"type": "array"}]},
-    "threshold": {"type": "number", "minimum": 0, "maximum": 1}, "flat": {}}}
+    threshold = 0.5 if wire.threshold is None else wire.threshold
+    return EntityParams(wire.model, ExtractRequest(
+        texts=texts, labels=labels, threshold=float(threshold),
+        flat=True if wire.flat is None else wire.flat))
 
 
 @bp.post("/v1/entities")
-@endpoint("Named entities in texts for given labels (GLiNER)", body=ENTITIES_SCHEMA,
+@endpoint("Named entities in texts for given labels (GLiNER)", body=EntitiesBody,
           errors=INFERENCE_ERRORS)
 async def entities(request: Request):
     require_ready(request)

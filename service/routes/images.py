@@ -11,7 +11,9 @@ import base64
 import re
 import secrets
 import time
+from typing import Annotated, Literal
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
@@ -20,12 +22,14 @@ from hypnos.service.http import errors
 from hypnos.service.config.schema import ImageConfig
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("images")
 MIN_SIDE, MAX_SIDE, STEP = 256, 2048, 16
 FORMATS = ("b64_json", "url")
+SIZE_PATTERN = r"^(auto|\s*(\d+)\s*[xX]\s*(\d+)\s*)$"
 IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"))
 
 
@@ -37,11 +41,11 @@ def parse_size(value) -> tuple[int, int]:
     """"WIDTHxHEIGHT" -> the clamped (width, height); 1000x700 -> (992, 688)."""
     if value is None or value == "auto":
         return 1024, 1024
-    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value) if isinstance(value, str) else None
+    m = re.fullmatch(SIZE_PATTERN, value) if isinstance(value, str) else None
     if m is None:
         raise errors.InvalidRequest(f"'size' must be WIDTHxHEIGHT such as 1024x1024, got "
                                     f"{value!r}", param="size")
-    return clamp_side(int(m.group(1))), clamp_side(int(m.group(2)))
+    return clamp_side(int(m.group(2))), clamp_side(int(m.group(3)))
 
 
 def _int(fields: dict, name: str, default: int | None) -> int | None:
@@ -128,10 +132,22 @@ async def _generate(request: Request, model_id: str, req: ImageRequest):
     return json_response(body, headers=wait)
 
 
-# Types only: parse_image_request says the ranges (n, size, steps, seed).
-IMAGE_SCHEMA = {"type": "object", "required": ["model", "prompt"], "properties": {
-    "model": {"type": "string"}, "prompt": {"type": "string"}, "n": {}, "size": {},
-    "steps": {}, "seed": {}, "response_format": {"enum": list(FORMATS)}}}
+class ImageBody(Wire):
+    """The JSON body of /v1/images/generations. ``n`` is also capped by the server's
+    max_images_per_request; ``steps`` is clamped to 1..100 and ``size`` to 256..2048."""
+    model: Annotated[str, Field(min_length=1)]
+    prompt: Annotated[str, Field(min_length=1)]
+    negative_prompt: str | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    size: Annotated[str, Field(pattern=SIZE_PATTERN),
+                    Says("'size' must be WIDTHxHEIGHT such as 1024x1024, got {got}")] | None = None
+    steps: int | None = None
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1),
+                    Says("'seed' must be from 0 to 2^32-1, got {got}")] | None = None
+    cfg_scale: Annotated[float, Field(ge=0)] | None = None
+    response_format: Literal["b64_json", "url"] | None = None
+
+
 IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "properties": {
     "image": {"type": "string", "contentMediaType": "application/octet-stream"},
     "mask": {"type": "string", "contentMediaType": "application/octet-stream"},
@@ -140,10 +156,10 @@ IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "prope
 
 
 @bp.post("/v1/images/generations")
-@endpoint("Image generation (OpenAI-compatible)", body=IMAGE_SCHEMA, errors=INFERENCE_ERRORS)
+@endpoint("Image generation (OpenAI-compatible)", body=ImageBody, errors=INFERENCE_ERRORS)
 async def generations(request: Request):
     require_ready(request)
-    fields = json_body(request)
+    fields = read_body(request, ImageBody).model_dump(exclude_none=True)
     model_id = _model(fields)
     image = _image_config(request, model_id)
     req = parse_image_request(fields, image, request.app.ctx.config.limits.max_images_per_request)

@@ -1,11 +1,14 @@
 """The request log's routes (spec section 15). Open during startup staging; never logged."""
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.http.layers import read_body
+from hypnos.service.wire.model import Says, Wire
 from hypnos.service.observe.request_log import LEVELS
 from hypnos.service.http.openapi import endpoint
 
@@ -55,13 +58,14 @@ async def clear_logs(request: Request):
     return json_response({"cleared": True})
 
 
+class LevelBody(Wire):
+    level: Annotated[Literal["off", "error", "warn", "info", "debug", "trace"],
+                     Says(f"'level' must be one of {', '.join(LEVELS)}, got {{got}}")]
+
+
 @bp.post("/v1/logs/level")
-@endpoint("Change the request log's capture level", body={"type": "object", "properties": {
-    "level": {"type": "string"}}})
+@endpoint("Change the request log's capture level", body=LevelBody)
 async def set_level(request: Request):
-    level = json_body(request).get("level")
-    if level not in LEVELS:
-        raise errors.InvalidRequest(f"'level' must be one of {', '.join(LEVELS)}, got "
-                                    f"{level!r}", param="level")
+    level = read_body(request, LevelBody).level
     request.app.ctx.request_log.level = level
     return json_response({"level": level})

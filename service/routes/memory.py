@@ -1,6 +1,9 @@
 """GET /v1/memory/status and POST /v1/memory/tier (spec section 14)."""
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, model_validator
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
@@ -11,7 +14,8 @@ from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import (available_memory, nvml_sample, physical_memory,
                                                process_rss)
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.http.openapi import endpoint
 
@@ -106,28 +110,21 @@ async def status(request: Request):
     return json_response(body)
 
 
-TIER_SCHEMA = {"type": "object", "required": ["model", "target_tier"], "properties": {
-    "model": {"type": "string"}, "target_tier": {"enum": [str(t) for t in Tier]},
-    "context_len": {"type": "integer", "minimum": 1}}}
+class TierBody(Wire):
+    model: Annotated[str, Field(min_length=1)]
+    target_tier: Annotated[Literal["tier1_gpu_vram", "tier2_pinned_ram", "tier3_nvme_ssd"],
+                           Says("'target_tier' must be tier1_gpu_vram, tier2_pinned_ram or "
+                                "tier3_nvme_ssd")]
+    context_len: Annotated[int, Field(ge=1),
+                           Says("'context_len' must be a positive integer")] | None = None
 
 
 @bp.post("/v1/memory/tier")
-@endpoint("Move a model to a tier", body=TIER_SCHEMA, errors=(404, 429, 500, 503, 507))
+@endpoint("Move a model to a tier", body=TierBody, errors=(404, 429, 500, 503, 507))
 async def move_tier(request: Request):
     require_ready(request)
-    body = json_body(request)
-    model_id = body.get("model")
-    if not isinstance(model_id, str):
-        raise errors.InvalidRequest("'model' is required and must be a string", param="model")
-    try:
-        target = Tier(body.get("target_tier"))
-    except ValueError:
-        raise errors.InvalidRequest("'target_tier' must be tier1_gpu_vram, tier2_pinned_ram "
-                                    "or tier3_nvme_ssd", param="target_tier") from None
-    ctx = body.get("context_len")
-    if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
-        raise errors.InvalidRequest("'context_len' must be a positive integer",
-                                    param="context_len")
+    body = read_body(request, TierBody)
+    model_id, target, ctx = body.model, Tier(body.target_tier), body.context_len
     sched = request.app.ctx.scheduler
     st = sched.get(model_id)
     if st.problem:
@@ -144,23 +141,27 @@ async def kv_park_status(request: Request):
     return json_response(request.app.ctx.scheduler.kv_park.snapshot())
 
 
-KV_PARK_SCHEMA = {"type": "object", "properties": {
-    "enabled": {"type": "boolean"}, "max_bytes": {"type": "integer", "minimum": 0}}}
+class KvParkBody(Wire):
+    """Send ``enabled``, ``max_bytes`` or both."""
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}},
+        {"required": ["max_bytes"], "properties": {"max_bytes": {"type": "integer"}}}]})
+    enabled: Annotated[bool, Says("'enabled' must be a boolean")] | None = None
+    max_bytes: Annotated[int, Field(ge=0),
+                         Says("'max_bytes' must be a non-negative integer")] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> KvParkBody:
+        if self.enabled is None and self.max_bytes is None:
+            raise refuse("Send 'enabled' and/or 'max_bytes'")
+        return self
 
 
 @bp.post("/v1/memory/kv-park")
-@endpoint("Turn KV parking on or off, or change its cap", body=KV_PARK_SCHEMA)
+@endpoint("Turn KV parking on or off, or change its cap", body=KvParkBody)
 async def kv_park_configure(request: Request):
-    body = json_body(request)
-    enabled, max_bytes = body.get("enabled"), body.get("max_bytes")
-    if enabled is None and max_bytes is None:
-        raise errors.InvalidRequest("Send 'enabled' and/or 'max_bytes'")
-    if enabled is not None and not isinstance(enabled, bool):
-        raise errors.InvalidRequest("'enabled' must be a boolean", param="enabled")
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
-                                  or max_bytes < 0):
-        raise errors.InvalidRequest("'max_bytes' must be a non-negative integer",
-                                    param="max_bytes")
+    body = read_body(request, KvParkBody)
+    enabled, max_bytes = body.enabled, body.max_bytes
     store = request.app.ctx.scheduler.kv_park
     store.configure(enabled, max_bytes)
     return json_response(store.snapshot())

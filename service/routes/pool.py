@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Annotated, Literal
 
+from pydantic import ConfigDict, Field, model_validator
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
@@ -17,7 +19,8 @@ from hypnos.planner.types import MoeOffload
 from hypnos.service.http import errors
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.schema import ModelConfig
-from hypnos.service.http.layers import json_body, require_admin, require_ready
+from hypnos.service.http.layers import read_body, require_admin, require_ready
+from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.config.overlay import persist
 from hypnos.service.scheduling.pool import ModelState
@@ -25,21 +28,38 @@ from hypnos.service.http.openapi import endpoint
 
 bp = Blueprint("pool")
 DEFAULT_DRAIN_SECS = 120.0
+DRAIN_MESSAGE = "'drain_secs' must be a number of seconds from 0 to 86400"
 
 
-def _block_text(request: Request, body: dict) -> str:
-    """The ``[[models]]`` TOML of a POST/PUT body: ``{"catalog": spec}`` or
-    ``{"config": text}``."""
-    spec, text = body.get("catalog"), body.get("config")
-    if (spec is None) == (text is None):
-        raise errors.InvalidRequest("Send exactly one of 'catalog' (an entry of GET "
-                                    "/v1/models/catalog) or 'config' (one [[models]] block)")
+class PoolBody(Wire):
+    """Exactly one of ``catalog`` (an entry of GET /v1/models/catalog) or ``config`` (one
+    [[models]] block); ``drain_secs`` (PUT) is how long in-flight requests may finish."""
+    model_config = ConfigDict(json_schema_extra={"oneOf": [
+        {"required": ["catalog"], "properties": {"catalog": {"type": "string"}}},
+        {"required": ["config"], "properties": {"config": {"type": "string"}}}]})
+    catalog: Annotated[str, Says("'catalog' must be a string")] | None = None
+    config: Annotated[str, Says("'config' must be a string")] | None = None
+    drain_secs: Annotated[float, Field(ge=0, le=86400), Says(DRAIN_MESSAGE)] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PoolBody:
+        if (self.catalog is None) == (self.config is None):
+            raise refuse("Send exactly one of 'catalog' (an entry of GET /v1/models/catalog) "
+                         "or 'config' (one [[models]] block)")
+        return self
+
+
+class MoeBody(Wire):
+    mode: Annotated[Literal["off", "auto", "on"], Says(
+        "'mode' must be one of off, auto, on, got {got}")]
+
+
+def _block_text(request: Request, body: PoolBody) -> str:
+    """The ``[[models]]`` TOML of a POST/PUT body."""
+    spec, text = body.catalog, body.config
     if text is not None:
-        if not isinstance(text, str):
-            raise errors.InvalidRequest("'config' must be a string", param="config")
         return text
-    if not isinstance(spec, str):
-        raise errors.InvalidRequest("'catalog' must be a string", param="catalog")
+    assert spec is not None
     from hypnos.catalog.blocks import config_block
     from hypnos.catalog.catalog import CatalogError
     catalog = request.app.ctx.catalog
@@ -53,7 +73,7 @@ def _block_text(request: Request, body: dict) -> str:
     return config_block(entry, variant)
 
 
-async def checked_model(request: Request, body: dict, model_id: str | None) -> tuple[
+async def checked_model(request: Request, body: PoolBody, model_id: str | None) -> tuple[
         ModelState, str]:
     """The startup checks (spec section 6): a valid block, its files inside models_dir and
     present, readable weights, a tested architecture. 400 naming every problem found."""
@@ -96,22 +116,19 @@ def _drain_secs(value) -> float:
     except (TypeError, ValueError):
         secs = -1.0
     if isinstance(value, bool) or not 0 <= secs <= 86400:
-        raise errors.InvalidRequest("'drain_secs' must be a number of seconds from 0 to 86400",
-                                    param="drain_secs")
+        raise errors.InvalidRequest(DRAIN_MESSAGE, param="drain_secs")
     return secs
 
 
 POOL_ERRORS = (403, 404, 422, 429, 500, 503, 507)
-POOL_SCHEMA = {"type": "object", "properties": {
-    "catalog": {"type": "string"}, "config": {"type": "string"}, "drain_secs": {}}}
 
 
 @bp.post("/v1/models")
-@endpoint("Add a model to the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
+@endpoint("Add a model to the pool (admin)", body=PoolBody, errors=POOL_ERRORS)
 async def add_model(request: Request):
     require_admin(request)
     require_ready(request)
-    body = json_body(request)
+    body = read_body(request, PoolBody)
     st, text = await checked_model(request, body, None)
     sched = request.app.ctx.scheduler
     if st.id in sched.models:
@@ -124,14 +141,14 @@ async def add_model(request: Request):
 
 
 @bp.put("/v1/models/<model_id>")
-@endpoint("Replace a model in the pool (admin)", body=POOL_SCHEMA, errors=POOL_ERRORS)
+@endpoint("Replace a model in the pool (admin)", body=PoolBody, errors=POOL_ERRORS)
 async def replace_model(request: Request, model_id: str):
     require_admin(request)
     require_ready(request)
     sched = request.app.ctx.scheduler
     sched.get(model_id, enabled_only=False)
-    body = json_body(request)
-    drain = _drain_secs(body.get("drain_secs"))
+    body = read_body(request, PoolBody)
+    drain = _drain_secs(body.drain_secs)
     async with sched.changing(model_id):       # requests arriving from now on wait
         st, text = await checked_model(request, body, model_id)
         await sched.drain_and_install(model_id, st, drain)
@@ -176,18 +193,16 @@ async def disable(request: Request, model_id: str):
 
 @bp.post("/v1/models/<model_id>/moe-offload")
 @endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
-          body={"type": "object", "properties": {"mode": {}}})
+          body=MoeBody)
 async def moe_offload(request: Request, model_id: str):
     require_ready(request)
     sched = request.app.ctx.scheduler
     st = sched.get(model_id, enabled_only=False)
-    mode = json_body(request).get("mode")
-    try:
-        mode = MoeOffload(mode)
-    except ValueError:
-        raise errors.UnprocessableEntity(
-            f"'mode' must be one of {', '.join(m.value for m in MoeOffload)}, got {mode!r}",
-            param="mode") from None
+    try:        # an unknown mode is the spec's 422
+        wire = read_body(request, MoeBody)
+    except errors.InvalidRequest as exc:
+        raise errors.UnprocessableEntity(exc.message, param=exc.param) from None
+    mode = MoeOffload(wire.mode)
     applies = await sched.set_moe_offload(model_id, mode)
     return json_response({"model": model_id, "moe_offload": str(mode), "applies": applies,
                           "placement": sched.placement_of(st).to_wire()})

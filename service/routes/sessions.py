@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from typing import Annotated
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.service.http import errors
 from hypnos.service.inference import sessions
 from hypnos.service.wire.sessions import session_key
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.wire.model import Wire
 from hypnos.service.http.openapi import endpoint
 
 bp = Blueprint("sessions")
@@ -38,18 +41,27 @@ def _require_key(request: Request, body: dict | None) -> str:
     return key
 
 
-SESSION_SCHEMA = {"type": "object", "required": ["model"], "properties": {
-    "model": {"type": "string"}, "session_id": {"type": "string"},
-    "prompt_cache_key": {"type": "string"}}}
+class SessionBody(Wire):
+    """The session is named by session_id, prompt_cache_key or promptCacheKey here, or the
+    X-Session-Id header; restore also takes the exported ``blob`` (base64)."""
+    model: Annotated[str, Field(min_length=1)]
+    session_id: str | None = None
+    prompt_cache_key: str | None = None
+    promptCacheKey: str | None = None
+
+
+class RestoreBody(SessionBody):
+    blob: str | None = None
+    blob_b64: str | None = None
 
 
 @bp.post("/v1/sessions/export")
-@endpoint("Export a chat session's KV state", body=SESSION_SCHEMA, errors=(404, 429, 503))
+@endpoint("Export a chat session's KV state", body=SessionBody, errors=(404, 429, 503))
 async def export(request: Request):
     require_ready(request)
-    body = json_body(request)
-    st = _chat_model(request, body.get("model"))
-    key = _require_key(request, body)
+    body = read_body(request, SessionBody)
+    st = _chat_model(request, body.model)
+    key = _require_key(request, body.model_dump())
     blob, n_tok = await sessions.export(request.app.ctx.scheduler, st, key)
     return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
                           "blob_bytes": len(blob),
@@ -57,13 +69,13 @@ async def export(request: Request):
 
 
 @bp.post("/v1/sessions/restore")
-@endpoint("Restore an exported session", body=SESSION_SCHEMA, errors=(404, 429, 503))
+@endpoint("Restore an exported session", body=RestoreBody, errors=(404, 429, 503))
 async def restore(request: Request):
     require_ready(request)
-    body = json_body(request)
-    st = _chat_model(request, body.get("model"))
-    key = _require_key(request, body)
-    raw = body.get("blob") or body.get("blob_b64")
+    body = read_body(request, RestoreBody)
+    st = _chat_model(request, body.model)
+    key = _require_key(request, body.model_dump())
+    raw = body.blob or body.blob_b64
     if not isinstance(raw, str) or not raw:
         raise errors.InvalidRequest("'blob' (base64) is required", param="blob")
     try:
@@ -76,11 +88,11 @@ async def restore(request: Request):
 
 
 @bp.post("/v1/sessions/release")
-@endpoint("Release a session's slot", body=SESSION_SCHEMA, errors=(404, 503))
+@endpoint("Release a session's slot", body=SessionBody, errors=(404, 503))
 async def release(request: Request):
-    body = json_body(request)
-    st = _chat_model(request, body.get("model"))
-    key = _require_key(request, body)
+    body = read_body(request, SessionBody)
+    st = _chat_model(request, body.model)
+    key = _require_key(request, body.model_dump())
     await sessions.release(request.app.ctx.scheduler, st, key)
     return json_response({"released": True, "session_id": key, "model": st.id})
 

@@ -17,7 +17,9 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from pydantic import BeforeValidator, Field
 from sanic import Blueprint, Request
 from sanic.response import raw
 
@@ -27,6 +29,7 @@ from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.observe.telemetry import telemetry_headers
+from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
 
 log = logging.getLogger(__name__)
@@ -51,46 +54,37 @@ class SpeechParams:
     stream: bool = False
 
 
-def _string(body: dict, name: str, default: str | None = None) -> str:
-    value = body.get(name, default)
-    if value is None:
-        raise errors.InvalidRequest(f"'{name}' is required", param=name)
-    if not isinstance(value, str):
-        raise errors.InvalidRequest(f"'{name}' must be a string", param=name)
-    return value
+def _lower(value):
+    return value.lower() if isinstance(value, str) else value
 
 
-def _speed(body: dict) -> float:
-    speed = body.get("speed", 1.0)
-    if speed is None:
-        return 1.0
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
-            or not MIN_SPEED <= speed <= MAX_SPEED:
-        raise errors.InvalidRequest(f"'speed' must be a number from {MIN_SPEED} to "
-                                    f"{MAX_SPEED}, got {speed!r}", param="speed")
-    return float(speed)
+class SpeechBody(Wire):
+    """Unknown fields are ignored; ``response_format`` is read case-blind."""
+    model: Annotated[str, Field(min_length=1)]
+    input: Annotated[str, Field(pattern=r"\S"), Says("'input' is empty; send the text to speak",
+                                                      on=("string_pattern_mismatch",))]
+    voice: str | None = None
+    language: str | None = None
+    response_format: Annotated[Literal["wav", "pcm", "flac", "mp3", "opus", "aac"],
+                               BeforeValidator(_lower)] | None = None
+    stream: Annotated[bool, Says("'stream' must be true or false")] | None = None
+    speed: Annotated[float, Field(ge=MIN_SPEED, le=MAX_SPEED),
+                     Says(f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, "
+                          "got {got}")] | None = None
 
 
 def parse_speech(body: dict, max_prompt_chars: int) -> SpeechParams:
-    """The typed request, or a 400 naming the field. Unknown fields are ignored."""
-    model = _string(body, "model")
-    text = _string(body, "input")
-    if not text.strip():
-        raise errors.InvalidRequest("'input' is empty; send the text to speak", param="input")
-    if len(text) > max_prompt_chars:
-        raise errors.InvalidRequest(f"'input' holds {len(text)} characters, above "
+    """The typed request, or a 400 naming the field."""
+    wire = validate(SpeechBody, body)
+    if len(wire.input) > max_prompt_chars:
+        raise errors.InvalidRequest(f"'input' holds {len(wire.input)} characters, above "
                                     f"max_prompt_chars ({max_prompt_chars})", param="input")
-    fmt = _string(body, "response_format", "wav").lower()
-    if fmt not in CONTENT_TYPES:
-        raise errors.InvalidRequest(f"'response_format' must be one of "
-                                    f"{', '.join(CONTENT_TYPES)}, got {fmt!r}",
-                                    param="response_format")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise errors.InvalidRequest("'stream' must be true or false", param="stream")
-    req = SpeechRequest(text=text, voice=_string(body, "voice", "alloy"), speed=_speed(body),
-                        language=_string(body, "language", "en"))
-    return SpeechParams(model=model, request=req, response_format=fmt, stream=stream)
+    req = SpeechRequest(text=wire.input, voice=wire.voice or "alloy",
+                        speed=1.0 if wire.speed is None else float(wire.speed),
+                        language=wire.language or "en")
+    return SpeechParams(model=wire.model, request=req,
+                        response_format=wire.response_format or "wav",
+                        stream=bool(wire.stream))
 
 
 # -------------------------------------------------------------------- audio
@@ -161,16 +155,9 @@ class _Audio:
 
 # ------------------------------------------------------------------- routes
 
-SPEECH_SCHEMA = {"type": "object", "required": ["model", "input"], "properties": {
-    "model": {"type": "string"}, "input": {"type": "string", "minLength": 1},
-    "voice": {"type": "string"}, "language": {"type": "string"},
-    "response_format": {"enum": list(CONTENT_TYPES)}, "stream": {"type": "boolean"},
-    "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED}}}
-
-
 @bp.post("/v1/audio/speech")
 @endpoint("Speech synthesis (OpenAI-compatible): audio bytes, chunked when stream is true",
-          body=SPEECH_SCHEMA, errors=INFERENCE_ERRORS,
+          body=SpeechBody, errors=INFERENCE_ERRORS,
           ok={ctype: {"type": "string", "contentMediaType": ctype}
               for ctype in sorted(set(CONTENT_TYPES.values()))})
 async def speech(request: Request):

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.catalog.state import catalog_wire
 from hypnos.service.http import errors
 from hypnos.service.scheduling.accel import status_fields
-from hypnos.service.http.layers import json_body
+from hypnos.service.http.layers import read_body
+from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 
 bp = Blueprint("status")
@@ -73,37 +76,34 @@ async def catalog(request: Request):
     return json_response(body)
 
 
-ADVISOR_SCHEMA = {"type": "object", "required": ["needs"], "properties": {
-    "needs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    "vram_bytes": {"type": "integer", "minimum": 1}, "ram_bytes": {"type": "integer", "minimum": 1},
-    "unified_memory": {"type": "boolean"}}}
+class AdvisorBody(Wire):
+    """A machine left out is this server's; ``unified_memory`` defaults to this machine's
+    when ``vram_bytes`` is not sent, else false."""
+    needs: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1),
+                     Says("'needs' must be a non-empty array of non-empty strings")]
+    vram_bytes: Annotated[int, Field(ge=1),
+                          Says("'vram_bytes' must be a positive integer")] | None = None
+    ram_bytes: Annotated[int, Field(ge=1),
+                         Says("'ram_bytes' must be a positive integer")] | None = None
+    unified_memory: Annotated[bool, Says("'unified_memory' must be a boolean")] | None = None
 
 
 @bp.post("/v1/advisor")
-@endpoint("Recommend a lineup for needs and a machine", body=ADVISOR_SCHEMA, errors=(404,))
+@endpoint("Recommend a lineup for needs and a machine", body=AdvisorBody, errors=(404,))
 async def advisor(request: Request):
     from hypnos.advisor import AdvisorError, NoLineupFits, advise
     cat = request.app.ctx.catalog
     if cat is None:
         raise errors.NotFoundError("This server has no model catalog")
-    body = json_body(request)
-    needs = body.get("needs")
-    if not isinstance(needs, list) or not needs or not all(isinstance(n, str) for n in needs):
-        raise errors.InvalidRequest("'needs' must be a non-empty array of strings",
-                                    param="needs")
+    body = read_body(request, AdvisorBody)
     hw = request.app.ctx.scheduler.hardware
-    for key in ("vram_bytes", "ram_bytes"):
-        v = body.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise errors.InvalidRequest(f"'{key}' must be a positive integer", param=key)
-    unified = body.get("unified_memory")
-    if unified is not None and not isinstance(unified, bool):
-        raise errors.InvalidRequest("'unified_memory' must be a boolean", param="unified_memory")
+    unified = body.unified_memory
     if unified is None:
-        unified = hw.unified if body.get("vram_bytes") is None else False
-    vram = body.get("vram_bytes", hw.vram_bytes or None)
+        unified = hw.unified if body.vram_bytes is None else False
+    vram = body.vram_bytes if body.vram_bytes is not None else (hw.vram_bytes or None)
+    ram = body.ram_bytes if body.ram_bytes is not None else hw.ram_bytes
     try:
-        result = advise(cat, needs, vram_bytes=vram, ram_bytes=body.get("ram_bytes", hw.ram_bytes),
+        result = advise(cat, list(body.needs), vram_bytes=vram, ram_bytes=ram,
                         unified_memory=unified)
     except NoLineupFits as exc:
         raise errors.InvalidRequest(str(exc)) from None

@@ -9,7 +9,9 @@ OpenAI response formats: json, text, verbose_json, srt, vtt. The WebSocket sessi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 from sanic.response import text as text_response
@@ -20,6 +22,7 @@ from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
 from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed, require_ready
+from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("transcriptions")
@@ -90,19 +93,29 @@ def parse_multipart(request: Request, limits) -> TranscriptionParams:
     return _common(fields, upload.body, upload.name or None)
 
 
+class TranscriptionBody(Wire):
+    """The JSON form of a transcription: the audio file's bytes as an array of integers.
+    The multipart form (TRANSCRIPTION_FORM) carries the same fields as parts."""
+    audio_bytes: Annotated[
+        list[Annotated[int, Field(ge=0, le=255),
+                       Says("'audio_bytes' must hold integers from 0 to 255")]],
+        Field(min_length=1),
+        Says("'audio_bytes' must be a non-empty array of byte values (or send "
+             "multipart/form-data with a 'file' part)")]
+    model: Annotated[str, Field(min_length=1),
+                     Says("'model' is required: a model serving speech_to_text")]
+    filename: str | None = None
+    response_format: Annotated[Literal["json", "text", "verbose_json", "srt", "vtt"], Says(
+        "response_format {got} is not one of " + ", ".join(FORMATS))] | None = None
+    language: str | None = None
+    prompt: str | None = None
+    hotwords: str | list[str] | None = None
+
+
 def parse_json(body: dict, limits) -> TranscriptionParams:
-    raw = body.get("audio_bytes")
-    if not isinstance(raw, list) or not raw:
-        raise errors.InvalidRequest("'audio_bytes' must be a non-empty array of byte values "
-                                    "(or send multipart/form-data with a 'file' part)",
-                                    param="audio_bytes")
-    _check_size(len(raw), limits, "audio_bytes")
-    try:
-        audio = bytes(raw)
-    except (TypeError, ValueError):
-        raise errors.InvalidRequest("'audio_bytes' must hold integers from 0 to 255",
-                                    param="audio_bytes") from None
-    params = _common(body, audio, _text_field(body.get("filename"), "filename"))
+    wire = validate(TranscriptionBody, body)
+    _check_size(len(wire.audio_bytes), limits, "audio_bytes")
+    params = _common(wire.model_dump(), bytes(wire.audio_bytes), wire.filename or None)
     params.audio_param = "audio_bytes"
     return params
 
@@ -171,15 +184,11 @@ _FIELDS = {"model": {"type": "string"}, "response_format": {"enum": list(FORMATS
 TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properties": {
     "file": {"type": "string", "contentMediaType": "application/octet-stream"},
     "hotwords": {"type": "string"}, **_FIELDS}}
-TRANSCRIPTION_JSON = {"type": "object", "required": ["audio_bytes"], "properties": {
-    "audio_bytes": {"type": "array", "minItems": 1,
-                    "items": {"type": "integer", "minimum": 0, "maximum": 255}},
-    "filename": {"type": "string"}, **_FIELDS}}
 
 
 @bp.post("/v1/audio/transcriptions")
 @endpoint("Transcription (OpenAI-compatible): a multipart upload, or JSON with audio_bytes",
-          body=TRANSCRIPTION_JSON, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
+          body=TranscriptionBody, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
           ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
               "text/vtt": {"type": "string"}})
 async def transcriptions(request: Request):

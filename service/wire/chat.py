@@ -1,14 +1,20 @@
-"""Parse a POST /v1/chat/completions body into a typed request (spec 7.1). Every problem is
-a 400 naming the field; unknown fields are ignored."""
+"""POST /v1/chat/completions (spec 7.1): the body declared once (`ChatBody`, with the
+sampling fields /v1/completions shares in `Sampling`), and `parse_chat`, which validates it and
+builds the `ChatParams` / `ChatRequest` the inference layer consumes. Every problem is a 400
+naming the field; unknown fields are ignored; an optional field sent as null is absent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
 
 from hypnos.engines.records import ChatRequest
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
 from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.wire.model import Says, Wire, refuse, validate
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 # Context the server budgets per media part when it estimates num_ctx (spec 7.1).
@@ -43,121 +49,227 @@ class ChatParams:
         return request_context(prompt, self.request.max_tokens, media)
 
 
-def _number(body: dict, name: str, low: float, high: float, integer: bool = False):
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            integer and not isinstance(value, int)):
-        kind = "an integer" if integer else "a number"
-        raise InvalidRequest(f"'{name}' must be {kind}, got {value!r}", param=name)
-    if not low <= value <= high:
-        raise InvalidRequest(f"'{name}' must be between {low} and {high}, got {value}",
-                             param=name)
-    return value
-
-
-def _content_chars(content, where: str, media: dict) -> int:
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(content)
-    if not isinstance(content, list):
-        raise InvalidRequest(f"'{where}.content' must be a string, an array of parts or null")
-    chars = 0
-    for j, part in enumerate(content):
-        key = f"{where}.content[{j}]"
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise InvalidRequest(f"'{key}' must be an object with a 'type'")
-        kind = part["type"]
-        if kind == "text":
-            if not isinstance(part.get("text"), str):
-                raise InvalidRequest(f"'{key}.text' must be a string")
-            chars += len(part["text"])
-        elif kind in ("image_url", "input_audio"):
-            media[kind] = media.get(kind, 0) + 1
-        else:
-            raise InvalidRequest(f"'{key}.type' {kind!r} is not supported "
-                                 "(text, image_url, input_audio)")
-    return chars
-
-
-def _messages(body: dict, media: dict) -> tuple[list[dict], int]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
-    chars = 0
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise InvalidRequest(f"'{where}' must be an object")
-        if m.get("role") not in ROLES:
-            raise InvalidRequest(f"'{where}.role' must be one of system, user, assistant, "
-                                 f"tool; got {m.get('role')!r}")
-        if "content" not in m and not m.get("tool_calls"):
-            raise InvalidRequest(f"'{where}.content' is required")
-        if m.get("content") is None and m["role"] != "assistant":
-            raise InvalidRequest(f"'{where}.content' may be null only on an assistant message")
-        chars += _content_chars(m.get("content"), where, media)
-        calls = m.get("tool_calls")
-        if calls is not None:
-            if m["role"] != "assistant" or not isinstance(calls, list):
-                raise InvalidRequest(f"'{where}.tool_calls' must be an array on an assistant "
-                                     "message", param=f"{where}.tool_calls")
-            for j, call in enumerate(calls):
-                fn = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                        or not isinstance(fn.get("arguments", ""), (str, dict)):
-                    raise InvalidRequest(f"'{where}.tool_calls[{j}]' must hold a function with "
-                                         "a name and arguments", param=f"{where}.tool_calls[{j}]")
-    return messages, chars
-
-
 MAX_N = 8
 MAX_STOPS = 4
 MAX_TOP_LOGPROBS = 20
+I31, I63 = 1 << 31, 1 << 63
 
 
-def _tools(body: dict) -> tuple[list[dict] | None, str]:
+def _int(low: int, high: int, says: str | None = None):
+    meta: tuple = (Says(says),) if says else ()
+    return Annotated[int, Field(ge=low, le=high), *meta] | None
+
+
+def _num(low: float, high: float):
+    return Annotated[float, Field(ge=low, le=high)] | None
+
+
+# ------------------------------------------------------------------ the body
+
+class Sampling(Wire):
+    """The fields /v1/chat/completions and /v1/completions share."""
+    max_tokens: _int(1, I31) = None  # type: ignore[valid-type]
+    max_completion_tokens: _int(1, I31) = None  # type: ignore[valid-type]
+    temperature: _num(0, 2) = None  # type: ignore[valid-type]
+    top_p: _num(0, 1) = None  # type: ignore[valid-type]
+    top_k: _int(0, 1 << 20) = None  # type: ignore[valid-type]
+    seed: _int(-I63, (1 << 64) - 1) = None  # type: ignore[valid-type]
+    presence_penalty: _num(-2, 2) = None  # type: ignore[valid-type]
+    frequency_penalty: _num(-2, 2) = None  # type: ignore[valid-type]
+    repetition_penalty: _num(0, 10) = None  # type: ignore[valid-type]
+    min_p: _num(0, 1) = None  # type: ignore[valid-type]
+    stop: Annotated[str | Annotated[list[str], Field(max_length=MAX_STOPS)], Says(
+        f"'stop' must be a string or an array of at most {MAX_STOPS} strings")] | None = None
+    logit_bias: Annotated[
+        dict[Annotated[str, Field(pattern=r"^\d+$")], Annotated[float, Field(ge=-100, le=100)]],
+        Field(json_schema_extra={"additionalProperties": False}),
+        Says("'logit_bias' must map token ids to numbers in -100..100")] | None = None
+    n: _int(1, I31) = None  # type: ignore[valid-type]
+    stream: Annotated[bool, Says("'stream' must be a boolean")] | None = None
+    stream_options: Annotated[dict[str, Any], Says("'stream_options' must be an object")] \
+        | None = None
+
+
+class TextPart(Wire):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(Wire):
+    type: Literal["image_url"]
+    image_url: dict[str, Any] | str | None = None
+
+
+class AudioPart(Wire):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any] | None = None
+
+
+Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+Content = str | list[Part]
+NOT_ASSISTANT = Annotated[None, Says("'{at}' must be an array on an assistant message",
+                                     param="{at}")]
+
+
+class ToolFunctionCall(Wire):
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+
+class ToolCall(Wire):
+    function: ToolFunctionCall
+
+
+class _Message(Wire):
+    name: str | None = None
+    tool_calls: NOT_ASSISTANT = None
+
+
+class SystemMessage(_Message):
+    role: Literal["system"]
+    content: Content
+
+
+class DeveloperMessage(_Message):
+    role: Literal["developer"]
+    content: Content
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: Content
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str | None = None
+
+
+class AssistantMessage(Wire):
+    """``content`` may be null or left out when ``tool_calls`` holds calls."""
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["content"]},
+        {"required": ["tool_calls"],
+         "properties": {"tool_calls": {"type": "array", "minItems": 1}}}]})
+    role: Literal["assistant"]
+    name: str | None = None
+    content: Content | None = None
+    tool_calls: Annotated[
+        list[Annotated[ToolCall, Says("'{at}' must hold a function with a name and arguments",
+                                      param="{at}")]],
+        Says("'{at}' must be an array on an assistant message", param="{at}")] | None = None
+
+    @model_validator(mode="after")
+    def _content_or_calls(self) -> AssistantMessage:
+        if "content" not in self.model_fields_set and not self.tool_calls:
+            raise refuse("'{at}.content' is required")
+        return self
+
+
+Message = Annotated[SystemMessage | DeveloperMessage | UserMessage | ToolMessage
+                    | AssistantMessage, Field(discriminator="role")]
+
+
+class FunctionSpec(Wire):
+    name: Annotated[str, Field(min_length=1)]
+    description: str | None = None
+    parameters: Annotated[dict[str, Any], Says("'{at}' must be a JSON schema object",
+                                               param="{at}")] | None = None
+
+
+class Tool(Wire):
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class FunctionName(Wire):
+    name: str
+
+
+class ToolChoiceFunction(Wire):
+    type: Literal["function"] = "function"
+    function: FunctionName
+
+
+class ResponseFormat(Wire):
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+class ChatBody(Sampling):
+    model: Annotated[str, Field(min_length=1), Says("'model' is required and must be a string")]
+    messages: Annotated[list[Message], Field(min_length=1)]
+    tools: list[Annotated[Tool, Says("'{at}' must be {\"type\": \"function\", "
+                                     "\"function\": {\"name\": ...}}", param="{at}")]] \
+        | None = None
+    tool_choice: Annotated[
+        Literal["auto", "none", "required"]
+        | Annotated[ToolChoiceFunction, Says(
+            "'tool_choice' object must be {\"type\": \"function\", \"function\": "
+            "{\"name\": ...}}")],
+        Says("'tool_choice' must be auto, none, required or a function object, got {got}")] \
+        | None = None
+    functions: Annotated[list[dict[str, Any]], Says("'functions' must be an array")] | None = None
+    function_call: str | dict[str, Any] | None = None
+    logprobs: Annotated[bool, Says("'logprobs' must be a boolean")] | None = None
+    top_logprobs: _int(0, I31) = None  # type: ignore[valid-type]
+    num_ctx: _int(1, 1 << 22) = None  # type: ignore[valid-type]
+    response_format: Annotated[ResponseFormat, Says(
+        "'response_format' must be an object with a 'type'")] | None = None
+    think: Annotated[bool, Says("'think' must be a boolean")] | None = None
+    enable_thinking: Annotated[bool, Says("'think' must be a boolean", param="think")] \
+        | None = None
+    reasoning_effort: Annotated[Literal["none", "minimal", "low", "medium", "high"], Says(
+        f"'reasoning_effort' must be one of {', '.join(EFFORT_BUDGETS)}, got {{got}}")] \
+        | None = None
+    reasoning_budget: _int(-I31, I31) = None  # type: ignore[valid-type]
+    max_reasoning_tokens: _int(-I31, I31) = None  # type: ignore[valid-type]
+    session_id: str | None = None
+    prompt_cache_key: str | None = None
+
+
+# ------------------------------------------------------------------ the typed request
+
+def _content_chars(content, media: dict) -> int:
+    if content is None or isinstance(content, str):
+        return len(content or "")
+    chars = 0
+    for part in content:
+        if isinstance(part, TextPart):
+            chars += len(part.text)
+        else:
+            media[part.type] = media.get(part.type, 0) + 1
+    return chars
+
+
+def _tools(wire: ChatBody, body: dict) -> tuple[list[dict] | None, str]:
     """``tools`` and ``tool_choice`` (as "auto", "none", "required" or a function name),
     with the legacy ``functions`` / ``function_call`` converted (Fermion)."""
     tools = body.get("tools")
-    choice = body.get("tool_choice", "auto")
-    if tools is None and body.get("functions") is not None:
-        functions = body["functions"]
-        if not isinstance(functions, list):
-            raise InvalidRequest("'functions' must be an array", param="functions")
-        tools = [{"type": "function", "function": f} for f in functions]
-        legacy = body.get("function_call", "auto")
-        choice = ({"type": "function", "function": legacy}
-                  if isinstance(legacy, dict) else legacy)
+    choice: Any = wire.tool_choice if "tool_choice" in body else "auto"
+    if tools is None and wire.functions is not None:
+        tools = [{"type": "function", "function": f} for f in wire.functions]
+        checked = validate(ChatBody, {"model": wire.model, "messages": body["messages"],
+                                      "tools": tools})
+        legacy = wire.function_call if wire.function_call is not None else "auto"
+        choice = (ToolChoiceFunction(function=FunctionName(name=legacy.get("name")))
+                  if isinstance(legacy, dict) and isinstance(legacy.get("name"), str)
+                  else legacy)
+        if isinstance(legacy, dict) and not isinstance(legacy.get("name"), str):
+            raise InvalidRequest("'tool_choice' object must be {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}", param="tool_choice")
+        names = [t.function.name for t in checked.tools or ()]
+    else:
+        names = [t.function.name for t in wire.tools or ()]
     if tools is None:
         if choice not in ("auto", "none", None):
             raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
         return None, "none"
-    if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    names = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function" \
-                or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                or not fn["name"]:
-            raise InvalidRequest(f"'tools[{i}]' must be {{\"type\": \"function\", "
-                                 "\"function\": {\"name\": ...}}", param=f"tools[{i}]")
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise InvalidRequest(f"'tools[{i}].function.parameters' must be a JSON schema "
-                                 "object", param=f"tools[{i}].function.parameters")
-        names.append(fn["name"])
     if choice is None:
         choice = "auto"
-    if isinstance(choice, dict):
-        fn = choice.get("function") if choice.get("type", "function") == "function" else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str):
-            raise InvalidRequest("'tool_choice' object must be {\"type\": \"function\", "
-                                 "\"function\": {\"name\": ...}}", param="tool_choice")
+    if isinstance(choice, ToolChoiceFunction):
+        name = choice.function.name
         if name not in names:
             raise InvalidRequest(f"'tool_choice' names {name!r}, which is not in 'tools'",
                                  param="tool_choice")
@@ -168,168 +280,58 @@ def _tools(body: dict) -> tuple[list[dict] | None, str]:
     return (tools or None), (choice if tools else "none")
 
 
-def _stop(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
-        raise InvalidRequest("'stop' must be a string or an array of strings", param="stop")
-    if len(stop) > MAX_STOPS:
-        raise InvalidRequest(f"'stop' holds at most {MAX_STOPS} strings", param="stop")
-    return [x for x in stop if x]
+def _thinking(wire: ChatBody, body: dict) -> int | None:
+    think = wire.think if "think" in body else wire.enable_thinking
+    budget = wire.reasoning_budget if "reasoning_budget" in body else wire.max_reasoning_tokens
+    return think_budget(think, wire.reasoning_effort, budget)
 
 
-def _logit_bias(body: dict) -> dict[int, float] | None:
-    bias = body.get("logit_bias")
-    if bias is None:
-        return None
-    if not isinstance(bias, dict):
-        raise InvalidRequest("'logit_bias' must map token ids to numbers", param="logit_bias")
-    out = {}
-    for key, value in bias.items():
-        try:
-            token = int(key)
-        except (TypeError, ValueError):
-            raise InvalidRequest(f"'logit_bias' key {key!r} is not a token id",
-                                 param="logit_bias") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not -100 <= value <= 100 or token < 0:
-            raise InvalidRequest(f"'logit_bias[{key}]' must be a number in -100..100",
-                                 param="logit_bias")
-        out[token] = float(value)
-    return out
-
-
-def _thinking(body: dict) -> int | None:
-    think = body.get("think", body.get("enable_thinking"))
-    if think is not None and not isinstance(think, bool):
-        raise InvalidRequest("'think' must be a boolean", param="think")
-    effort = body.get("reasoning_effort")
-    if effort is not None and effort not in EFFORT_BUDGETS:
-        raise InvalidRequest(f"'reasoning_effort' must be one of {', '.join(EFFORT_BUDGETS)}, "
-                             f"got {effort!r}", param="reasoning_effort")
-    name = "reasoning_budget" if "reasoning_budget" in body else "max_reasoning_tokens"
-    budget = _number(body, name, -(1 << 31), 1 << 31, integer=True)
-    return think_budget(think, effort, budget)
-
-
-def parse_sampling(body: dict, limits: LimitsConfig, default_max_tokens: int = 512) -> dict:
+def parse_sampling(wire: Sampling, limits: LimitsConfig, default_max_tokens: int = 512) -> dict:
     """The fields /v1/chat/completions and /v1/completions share, as ChatRequest keywords."""
-    max_tokens = _number(body, "max_tokens", 1, 1 << 31, integer=True)
-    if max_tokens is None:
-        max_tokens = _number(body, "max_completion_tokens", 1, 1 << 31, integer=True)
+    max_tokens = wire.max_tokens if wire.max_tokens is not None else wire.max_completion_tokens
+    stop = [wire.stop] if isinstance(wire.stop, str) else list(wire.stop or ())
     return dict(
         max_tokens=min(max_tokens or default_max_tokens, limits.max_tokens_cap),
-        temperature=_number(body, "temperature", 0, 2),
-        top_p=_number(body, "top_p", 0, 1),
-        top_k=_number(body, "top_k", 0, 1 << 20, integer=True),
-        seed=_number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True),
-        presence_penalty=_number(body, "presence_penalty", -2, 2),
-        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
-        repetition_penalty=_number(body, "repetition_penalty", 0, 10),
-        min_p=_number(body, "min_p", 0, 1),
-        stop=_stop(body), logit_bias=_logit_bias(body),
+        temperature=wire.temperature, top_p=wire.top_p, top_k=wire.top_k, seed=wire.seed,
+        presence_penalty=wire.presence_penalty, frequency_penalty=wire.frequency_penalty,
+        repetition_penalty=wire.repetition_penalty, min_p=wire.min_p,
+        stop=[x for x in stop if x],
+        logit_bias=None if wire.logit_bias is None else {
+            int(k): float(v) for k, v in wire.logit_bias.items()},
         repetition_bound=limits.repetition_loop_tokens)
 
 
-def parse_n(body: dict) -> tuple[int, str | None]:
-    n = _number(body, "n", 1, 1 << 31, integer=True) or 1
+def parse_n(wire: Sampling) -> tuple[int, str | None]:
+    n = wire.n or 1
     return (MAX_N, "capped_to_8") if n > MAX_N else (n, None)
 
 
-def parse_stream(body: dict) -> tuple[bool, bool]:
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
-    return stream, bool(options.get("include_usage"))
+def parse_stream(wire: Sampling) -> tuple[bool, bool]:
+    return bool(wire.stream), bool((wire.stream_options or {}).get("include_usage"))
 
 
 def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("'model' is required and must be a string", param="model")
+    wire = validate(ChatBody, body)
     media: dict = {}
-    messages, chars = _messages(body, media)
+    chars = sum(_content_chars(m.content, media) for m in wire.messages)
     if chars > limits.max_prompt_chars:
         raise InvalidRequest(f"The messages hold {chars} characters, above max_prompt_chars "
                              f"({limits.max_prompt_chars})", param="messages")
-    stream, include_usage = parse_stream(body)
-    tools, tool_choice = _tools(body)
-    logprobs = body.get("logprobs", False)
-    if not isinstance(logprobs, bool):
-        raise InvalidRequest("'logprobs' must be a boolean", param="logprobs")
-    top = _number(body, "top_logprobs", 0, 1 << 31, integer=True) or 0
-    # The engine builds the grammar (llama.cpp's converter) and reports how it applied it.
+    stream, include_usage = parse_stream(wire)
+    tools, tool_choice = _tools(wire, body)
+    top = wire.top_logprobs or 0
+    # The engine builds the grammar (llama.cpp's converter) and reports how it applied it:
+    # it reads the body's own object (json_schema and the rest ride along).
     format_status = None
-    response_format = body.get("response_format")
-    if response_format is not None:
-        if not isinstance(response_format, dict) or not isinstance(
-                response_format.get("type"), str):
-            raise InvalidRequest("'response_format' must be an object with a 'type'",
-                                 param="response_format")
-        if tools and tool_choice != "none":
-            format_status, response_format = "ignored_tools_present", None
-    n, n_status = parse_n(body)
+    response_format = body.get("response_format") if wire.response_format is not None else None
+    if response_format is not None and tools and tool_choice != "none":
+        format_status, response_format = "ignored_tools_present", None
+    n, n_status = parse_n(wire)
     req = ChatRequest(
-        messages=messages, num_ctx=_number(body, "num_ctx", 1, 1 << 22, integer=True),
+        messages=body["messages"], num_ctx=wire.num_ctx,
         tools=tools, tool_choice=tool_choice, response_format=response_format,
-        logprobs=logprobs, top_logprobs=min(top, MAX_TOP_LOGPROBS),
-        think_budget=_thinking(body), **parse_sampling(body, limits))
-    return ChatParams(model=model, request=req, stream=stream, prompt_chars=chars, media=media,
-                      num_ctx=req.num_ctx, n=n, n_status=n_status,
+        logprobs=bool(wire.logprobs), top_logprobs=min(top, MAX_TOP_LOGPROBS),
+        think_budget=_thinking(wire, body), **parse_sampling(wire, limits))
+    return ChatParams(model=wire.model, request=req, stream=stream, prompt_chars=chars,
+                      media=media, num_ctx=req.num_ctx, n=n, n_status=n_status,
                       response_format_status=format_status, include_usage=include_usage)
-
-
-# ------------------------------------------------------------------ the body's schema
-# What parse_chat / parse_sampling accept, as JSON Schema: json_body enforces it and
-# /openapi.json publishes it (service/http/openapi.py). Keep each range equal to the parser's.
-
-def _int(low: int, high: int) -> dict:
-    return {"type": "integer", "minimum": low, "maximum": high}
-
-
-def _num(low: float, high: float) -> dict:
-    return {"type": "number", "minimum": low, "maximum": high}
-
-
-STRINGS = {"type": "array", "items": {"type": "string"}}
-SAMPLING_SCHEMA = {
-    "max_tokens": _int(1, 1 << 31), "max_completion_tokens": _int(1, 1 << 31),
-    "temperature": _num(0, 2), "top_p": _num(0, 1), "top_k": _int(0, 1 << 20),
-    "seed": _int(-(1 << 63), (1 << 64) - 1), "presence_penalty": _num(-2, 2),
-    "frequency_penalty": _num(-2, 2), "repetition_penalty": _num(0, 10), "min_p": _num(0, 1),
-    "stop": {"anyOf": [{"type": "string"}, {**STRINGS, "maxItems": MAX_STOPS}]},
-    "logit_bias": {"type": "object"}, "n": _int(1, 1 << 31), "stream": {"type": "boolean"},
-    "stream_options": {"type": "object"},
-}
-PART_SCHEMA = {"type": "object", "required": ["type"], "properties": {
-    "type": {"enum": ["text", "image_url", "input_audio"]}, "text": {"type": "string"},
-    "image_url": {"anyOf": [{"type": "object"}, {"type": "string"}]},
-    "input_audio": {"type": "object"}}}
-MESSAGE_SCHEMA = {"type": "object", "required": ["role"], "properties": {
-    "role": {"enum": list(ROLES)},
-    "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": PART_SCHEMA},
-                          {"type": "null"}]},
-    "tool_calls": {"type": "array"}, "tool_call_id": {"type": "string"},
-    "name": {"type": "string"}}}
-CHAT_SCHEMA = {"type": "object", "required": ["model", "messages"], "properties": {
-    "model": {"type": "string", "minLength": 1},
-    "messages": {"type": "array", "minItems": 1, "items": MESSAGE_SCHEMA},
-    **SAMPLING_SCHEMA,
-    "tools": {"type": "array", "items": {"type": "object"}},
-    "tool_choice": {"anyOf": [{"type": "string"}, {"type": "object"}]},
-    "functions": {"type": "array"}, "logprobs": {"type": "boolean"},
-    "top_logprobs": _int(0, 1 << 31), "num_ctx": _int(1, 1 << 22),
-    "response_format": {"type": "object", "required": ["type"],
-                        "properties": {"type": {"type": "string"}}},
-    "think": {"type": "boolean"}, "enable_thinking": {"type": "boolean"},
-    "reasoning_effort": {"enum": list(EFFORT_BUDGETS)},
-    "reasoning_budget": _int(-(1 << 31), 1 << 31),
-    "max_reasoning_tokens": _int(-(1 << 31), 1 << 31),
-    "session_id": {"type": "string"}, "prompt_cache_key": {"type": "string"}}}
-

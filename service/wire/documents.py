@@ -6,15 +6,19 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from pydantic import Field
 from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
 from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body
+from hypnos.service.wire.model import Says, Wire, validate
 
 FORMATS = ("markdown", "json")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+PAGES = r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$"
 _DATA_URI = re.compile(r"^data:[^;,]*(;[^,]*)?,", re.IGNORECASE)
 
 
@@ -47,7 +51,7 @@ def parse_pages(value) -> tuple[int, int] | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", value) if isinstance(value, str) else None
+    m = re.fullmatch(PAGES, value) if isinstance(value, str) else None
     if m is None:
         raise errors.InvalidRequest(f"'pages' must be a page number or an inclusive range "
                                     f"such as \"3\" or \"2-5\", got {value!r}", param="pages")
@@ -101,6 +105,27 @@ def _text(value, name: str) -> str | None:
     return value
 
 
+FLAG = Annotated[bool, Says("'{at}' must be a boolean (true/false, 1/0, yes/no, on/off), "
+                           "got {got}")] | None
+
+
+class ConvertBody(Wire):
+    """The JSON form of a conversion: the document as base64 (or a data: URI) in ``file``,
+    or a ``url`` to fetch it from; ``pages`` is "3" or "2-5" (1-based, inclusive)."""
+    model: Annotated[str, Field(min_length=1), Says(
+        "'model' is required: a model serving document_conversion")]
+    file: Annotated[str, Field(min_length=1)] | None = None
+    url: str | None = None
+    output_format: Annotated[Literal["markdown", "json"], Says(
+        "'output_format' must be markdown or json, got {got}")] | None = None
+    filename: str | None = None
+    describe_pictures: str | None = None
+    pages: Annotated[int, Field(ge=1)] | Annotated[str, Field(pattern=PAGES)] | None = None
+    ocr: FLAG = None
+    return_pictures: FLAG = None
+    stream: FLAG = None
+
+
 def parse_convert(request: Request) -> ConvertParams:
     limits = request.app.ctx.config.limits
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -109,7 +134,9 @@ def parse_convert(request: Request) -> ConvertParams:
         upload = request.files.get("file") if request.files else None
         data, upload_name = (upload.body, upload.name) if upload is not None else (None, None)
     else:
-        fields, data, upload_name = json_body(request), None, None
+        body = json_body(request)
+        validate(ConvertBody, body)       # the declared fields; _common reads the values
+        fields, data, upload_name = body, None, None
     return _common(fields, data, upload_name, limits.max_document_bytes)
 
 
