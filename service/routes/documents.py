@@ -116,7 +116,7 @@ _CONVERT_FIELDS = {"model": {"type": "string", "minLength": 1}, "url": {"type": 
                    "output_format": {"enum": ["markdown", "json"]},
                    "filename": {"type": "string"}, "describe_pictures": {"type": "string"}}
 CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
-    "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
     **_CONVERT_FIELDS}}
 
 

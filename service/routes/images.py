@@ -149,9 +149,10 @@ class ImageBody(Wire):
 
 
 IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "properties": {
-    "image": {"type": "string", "contentMediaType": "application/octet-stream"},
-    "mask": {"type": "string", "contentMediaType": "application/octet-stream"},
-    "model": {"type": "string"}, "prompt": {"type": "string"}, "n": {"type": "string"},
+    # No "mask": the models edit from the prompt and the reference images; a mask is a 400.
+    "image": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
+    "model": {"type": "string", "minLength": 1}, "prompt": {"type": "string", "minLength": 1},
+    "n": {"type": "string"},
     "size": {"type": "string"}, "response_format": {"enum": list(FORMATS)}}}
 
 

@@ -1,6 +1,7 @@
 """The request log's routes (spec section 15). Open during startup staging; never logged."""
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from sanic import Blueprint, Request
@@ -16,10 +17,13 @@ bp = Blueprint("logs")
 STATUS_FILTERS = ("ok", "error", "4xx", "5xx")
 
 
+LIMIT = re.compile(r"^0*[1-9][0-9]*$")        # a positive integer, as the document says
+
+
 def _limit(raw: str | None) -> int | None:
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not LIMIT.match(raw):
         raise errors.InvalidRequest(f"'limit' must be a positive integer, got {raw!r}",
                                     param="limit")
     return int(raw)
@@ -27,16 +31,20 @@ def _limit(raw: str | None) -> int | None:
 
 @bp.get("/v1/logs")
 @endpoint("The request log, newest first", query={
-    name: {"type": "string"} for name in ("model", "route", "status", "key", "limit")})
+    **{name: {"type": "string"} for name in ("model", "route", "key")},
+    "limit": {"type": "string", "pattern": LIMIT.pattern},
+    "status": {"enum": list(STATUS_FILTERS)}})
 async def list_logs(request: Request):
     log = request.app.ctx.request_log
-    status = request.args.get("status")
+    # Blank values kept: "?limit=" is a bad limit, not an absent one (the document's pattern).
+    args = request.get_args(keep_blank_values=True)
+    status = args.get("status")
     if status is not None and status not in STATUS_FILTERS:
         raise errors.InvalidRequest(f"'status' must be one of {', '.join(STATUS_FILTERS)}, "
                                     f"got {status!r}", param="status")
     records = log.query(model=request.args.get("model"), route=request.args.get("route"),
                         status=status, key=request.args.get("key"),
-                        limit=_limit(request.args.get("limit")))
+                        limit=_limit(args.get("limit")))
     return json_response({"level": log.level, "capacity": log.capacity,
                           "stored": len(log.records), "records": records})
 

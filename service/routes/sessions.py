@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import binascii
 from typing import Annotated
 
@@ -97,22 +98,25 @@ async def release(request: Request):
     return json_response({"released": True, "session_id": key, "model": st.id})
 
 
+# A positive decimal number (no sign, no exponent): what the document's query parameters say
+# and what `_positive` accepts.
+POSITIVE = re.compile(r"^0*[1-9][0-9]*(\.[0-9]*)?$|^0*\.[0-9]*[1-9][0-9]*$")
+
+
 def _positive(request: Request, name: str, default: float | None) -> float | None:
-    raw = request.args.get(name)
+    raw = request.get_args(keep_blank_values=True).get(name)    # "?tokens=" is not a number
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1
-    if value <= 0:
+    if not POSITIVE.match(raw):
         raise errors.InvalidRequest(f"'{name}' must be a positive number", param=name)
-    return value
+    return float(raw)
 
 
 @bp.get("/v1/sessions/estimate")
 @endpoint("Estimate the cost of moving a session", errors=(404,), query={
-    name: {"type": "string"} for name in ("model", "tokens", "blob_bytes", "upload_bps")},
+    "model": {"type": "string"},
+    **{name: {"type": "string", "pattern": POSITIVE.pattern}
+       for name in ("tokens", "blob_bytes", "upload_bps")}},
     required_query=("tokens",))
 async def estimate(request: Request):
     tokens = _positive(request, "tokens", None)
@@ -136,8 +140,9 @@ async def estimate(request: Request):
 @bp.get("/v1/sessions/watch")
 @endpoint("Server-sent events about a session", errors=(404, 503),
           ok={"text/event-stream": {"type": "string"}},
-          query={"model": {"type": "string"}, "session_id": {"type": "string"}},
-          required_query=("session_id",))
+          query={"model": {"type": "string", "minLength": 1},
+                 "session_id": {"type": "string", "minLength": 1}},
+          required_query=("session_id", "model"))
 async def watch(request: Request):
     """Holds the model resident (it is not evicted, so the session's KV stays) for as long as
     the connection is open."""

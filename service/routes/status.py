@@ -8,6 +8,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
+from hypnos.catalog.catalog import NEEDS
 from hypnos.catalog.state import catalog_wire
 from hypnos.service.http import errors
 from hypnos.service.scheduling.accel import status_fields
@@ -79,7 +80,10 @@ async def catalog(request: Request):
 class AdvisorBody(Wire):
     """A machine left out is this server's; ``unified_memory`` defaults to this machine's
     when ``vram_bytes`` is not sent, else false."""
-    needs: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1),
+    # The document lists the known needs; an unknown one is the advisor's own 400 naming them.
+    needs: Annotated[list[Annotated[str, Field(min_length=1,
+                                               json_schema_extra={"enum": list(NEEDS)})]],
+                     Field(min_length=1),
                      Says("'needs' must be a non-empty array of non-empty strings")]
     vram_bytes: Annotated[int, Field(ge=1),
                           Says("'vram_bytes' must be a positive integer")] | None = None

@@ -179,10 +179,10 @@ def render(params: TranscriptionParams, done) -> object:
 
 # ------------------------------------------------------------------ routes
 
-_FIELDS = {"model": {"type": "string"}, "response_format": {"enum": list(FORMATS)},
+_FIELDS = {"model": {"type": "string", "minLength": 1}, "response_format": {"enum": list(FORMATS)},
            "language": {"type": "string"}, "prompt": {"type": "string"}}
 TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properties": {
-    "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+    "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
     "hotwords": {"type": "string"}, **_FIELDS}}
 
 

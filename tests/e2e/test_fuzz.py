@@ -1,7 +1,8 @@
 """schemathesis against the default lineup on a real `hypnos serve`, bounded in examples and
-time (a fixed seed, so CI is repeatable; bench/fuzz.py is the long, random-seed run): no 5xx,
-every status documented, every error in the envelope, every response valid against
-/openapi.json."""
+time (a fixed seed, so CI is repeatable; bench/fuzz.py is the long, random-seed run), every
+check on (`--checks all`): no 5xx, every status documented, every error in the envelope, every
+response valid against /openapi.json, schema-valid requests accepted and schema-invalid ones
+refused, 405 for a wrong method."""
 import pytest
 
 from hypnos.bench.fuzz import default_lineup, schemathesis
