@@ -4,7 +4,10 @@ Pure: the caller probes (or simulates) the machine and passes a `Hardware` recor
 """
 from __future__ import annotations
 
-from hypnos.planner.types import GIB, MIB, Accelerator, Budgets, Hardware, Topology
+from dataclasses import dataclass
+
+from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, Hardware, ModelShape,
+                                  Placement, Topology)
 
 # Kept free on a discrete GPU for the CUDA context, cuBLAS workspaces and the display.
 VRAM_RESERVE_BYTES = 512 * MIB
@@ -57,3 +60,31 @@ def hardware_for(vram_bytes: int | None, ram_bytes: int, unified_memory: bool,
         return Hardware(Accelerator.NVIDIA, Topology.DISCRETE, vram_bytes, ram_bytes,
                         simulated=simulated)
     return Hardware(Accelerator.CPU, Topology.CPU_ONLY, 0, ram_bytes, simulated=simulated)
+
+
+def tier2_keeps_engine(topology: Topology) -> bool:
+    """Whether tier 2 keeps a chat model's loaded engine (its weights loaded and repacked, its
+    context freed) instead of only pinning its files. Where the engine computes from host
+    memory (CPU only, unified memory) the loaded weights already lie in the memory tier 2
+    books, so keeping them costs what pinning the file costs and saves reading them in again
+    at the promotion. Beside a discrete GPU loaded weights would hold VRAM: tier 2 stays the
+    files pinned in host RAM, ready to upload."""
+    return topology is not Topology.DISCRETE
+
+
+@dataclass(frozen=True)
+class KeptEngineBooking:
+    """The figures of a model whose tier 2 is its kept engine (`tier2_keeps_engine`)."""
+    tier2_bytes: int       # while in tier 2: the loaded weights (context and projector freed)
+    tier1_bytes: int       # once promoted: the placement, weights and context (tier 2 freed)
+    promotion_bytes: int   # what a promotion allocates: the context alone (KV + workspace,
+                           # the projector), the weights move from tier 2's booking to tier 1's
+
+
+def kept_engine_booking(shape: ModelShape, placement: Placement) -> KeptEngineBooking:
+    """Hand-checkable bookings of a kept engine: tier 2 = ``shape.weights_bytes``; tier 1 =
+    ``placement.booked_tier1_bytes``; a promotion allocates tier 1 minus the weights tier 2
+    held (never negative). Whatever tier the model is in, it is booked once."""
+    tier1 = placement.booked_tier1_bytes
+    return KeptEngineBooking(tier2_bytes=shape.weights_bytes, tier1_bytes=tier1,
+                             promotion_bytes=max(0, tier1 - shape.weights_bytes))
