@@ -13,6 +13,8 @@ from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, Hardware, Mode
 VRAM_RESERVE_BYTES = 512 * MIB
 # Left to the operating system and other programs on a unified-memory (Apple) host.
 OS_RESERVE_BYTES = 4 * GIB
+# KV parking's cap when the config sets none: this, at most an eighth of the RAM.
+KV_PARK_DEFAULT_BYTES = 4 * GIB
 # Metal's recommendedMaxWorkingSetSize is 2/3 of the RAM up to this size and 3/4 above.
 METAL_SMALL_RAM_BYTES = 36 * GIB
 
@@ -88,3 +90,12 @@ def kept_engine_booking(shape: ModelShape, placement: Placement) -> KeptEngineBo
     tier1 = placement.booked_tier1_bytes
     return KeptEngineBooking(tier2_bytes=shape.weights_bytes, tier1_bytes=tier1,
                              promotion_bytes=max(0, tier1 - shape.weights_bytes))
+
+
+def kv_park_cap(configured: int | None, ram_bytes: int) -> int:
+    """Host memory parked KV states may hold: ``configured`` (hardware.kv_park_max_bytes) when
+    set, else 4 GiB (``KV_PARK_DEFAULT_BYTES``) but at most an eighth of the RAM, so parking
+    on by default never takes more than half of what the CPU-only budgets leave the OS."""
+    if configured is not None:
+        return max(0, configured)
+    return max(0, min(KV_PARK_DEFAULT_BYTES, ram_bytes // 8))

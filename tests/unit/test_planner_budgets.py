@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypnos.planner import (GIB, MIB, Accelerator, Hardware, ModelShape, Placement, Tier,
                             Topology, derive_budgets, hardware_for, kept_engine_booking,
-                            metal_working_set, tier2_keeps_engine)
+                            kv_park_cap, metal_working_set, tier2_keeps_engine)
 
 
 def _discrete(vram: int, ram: int) -> Hardware:
@@ -92,3 +92,11 @@ def test_kept_engine_booking_moves_the_weights_between_tiers():
     assert b.promotion_bytes == 157_024_256               # the context: KV + workspace
     # A placement booking less than the weights (host layers beside a GPU) allocates 0 more.
     assert kept_engine_booking(shape, Placement(primary_tier=Tier.GPU)).promotion_bytes == 0
+
+
+def test_kv_park_cap_is_the_config_else_4_gib_at_most_an_eighth_of_the_ram():
+    assert kv_park_cap(None, 64 * GIB) == 4 * GIB          # 64 GiB / 8 = 8 GiB > 4 GiB
+    assert kv_park_cap(None, 16 * GIB) == 2 * GIB          # 16 GiB / 8
+    assert kv_park_cap(None, 1000 * MIB) == 125 * MIB      # a small simulated host
+    assert kv_park_cap(8 * GIB, 16 * GIB) == 8 * GIB       # set in the config: as set
+    assert kv_park_cap(0, 16 * GIB) == 0
