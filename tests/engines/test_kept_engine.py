@@ -92,6 +92,7 @@ async def test_scheduler_keeps_the_engine_in_tier_2_and_frees_it_in_tier_3():
             assert lease.phases.load_mode == "mmap"
             engine = a.engine
             placement = a.placement
+            before = answer(engine)                       # a conversation to park
         async with sched.lease("b") as lease:
             assert lease.evicted == ["a"]
         # Tier 2 holds a's engine without its context, booked at its weights; tier 1 books b.
@@ -104,6 +105,9 @@ async def test_scheduler_keeps_the_engine_in_tier_2_and_frees_it_in_tier_3():
             assert lease.previous_tier is Tier.RAM and lease.evicted == ["b"]
             assert lease.phases.load_mode == "warm" and lease.phases.weights_ms < 1.0
             assert a.engine is engine and engine.model_loads == 1
+            # KV parking (on by default) put the conversation back into the new context.
+            assert lease.phases.kv_restored_tokens > 10
+            assert answer(engine) == before
         assert a.pinned is None and isinstance(b.pinned, KeptEngine)
         assert sched.tier2_booked() == booking.tier2_bytes          # b's weights now
         kept_b = b.pinned.engine
