@@ -90,6 +90,8 @@ class MachineEffects:
         st.engine = engine
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
+        if kept is not None:    # the weights were already resident (tier 2): not in the growth
+            st.booked_vs_real["kept_weights_bytes"] = st.weight_bytes
         vram_after = vram_used() if vram_before is not None else None
         if vram_before is not None and vram_after is not None:
             # NVML: the device's growth, and this process's when the driver tells it

@@ -105,6 +105,8 @@ async def test_scheduler_keeps_the_engine_in_tier_2_and_frees_it_in_tier_3():
             assert lease.previous_tier is Tier.RAM and lease.evicted == ["b"]
             assert lease.phases.load_mode == "warm" and lease.phases.weights_ms < 1.0
             assert a.engine is engine and engine.model_loads == 1
+            # /v1/memory/status's memory_truth says the weights were already resident.
+            assert a.booked_vs_real["kept_weights_bytes"] == a.weight_bytes
             # KV parking (on by default) put the conversation back into the new context.
             assert lease.phases.kv_restored_tokens > 10
             assert answer(engine) == before
