@@ -309,7 +309,9 @@ def report(args, threads, src, bandwidth, ctx_bytes, kinds, totals, results, loa
                 ("latency_ms", .5), ("latency_ms", .95), ("ttft_ms", .5)))
             print(f"    ratios hypnos/router: latency p50 {lat50:.2f}  p95 {lat95:.2f}  "
                   f"TTFT p50 {ttft50:.2f}")
-        promos = [x.tele for x in hr if x.tele and
+        # The requests that did the load (those queued behind it report the tier they found
+        # but no phases).
+        promos = [x.tele for x in hr if x.tele and "tier_switch_phases" in x.tele and
                   x.tele.get("previous_tier") == "tier2_pinned_ram"]
         if promos:
             sw = [p["tier_switch_latency_ms"] for p in promos]
