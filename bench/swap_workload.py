@@ -55,10 +55,14 @@ class Router(ManagedProcess):
 
     def __init__(self, binary: Path, models_dir: Path, k: int, context: int, slots: int,
                  threads: int, log_path: Path):
+        from hypnos.engines.llama.cpu import extra_buffers_ok
+        # Where Hypnos keeps weights out of llama.cpp's extra buffer types (an AMX host, whose
+        # AMX matmul in this llama.cpp dies with SIGSEGV), the children do too.
+        same = [] if extra_buffers_ok() else ["--no-repack"]
         super().__init__(
             lambda port: [str(binary), "--models-dir", str(models_dir), "--models-max", str(k),
                           "-c", str(context), "--parallel", str(slots), "-t", str(threads),
-                          "-tb", str(threads), "-ngl", "0", "--host", "127.0.0.1",
+                          "-tb", str(threads), "-ngl", "0", *same, "--host", "127.0.0.1",
                           "--port", str(port)],
             log_path, "/health", 120)
 
