@@ -54,7 +54,7 @@ class Router(ManagedProcess):
     """llama-server in router mode: no model of its own, children per model on demand."""
 
     def __init__(self, binary: Path, models_dir: Path, k: int, context: int, slots: int,
-                 threads: int, log_path: Path):
+                 threads: int, log_path: Path, env: dict | None = None):
         from hypnos.engines.llama.cpu import extra_buffers_ok
         # Where Hypnos keeps weights out of llama.cpp's extra buffer types (an AMX host, whose
         # AMX matmul in this llama.cpp dies with SIGSEGV), the children do too.
@@ -64,7 +64,7 @@ class Router(ManagedProcess):
                           "-c", str(context), "--parallel", str(slots), "-t", str(threads),
                           "-tb", str(threads), "-ngl", "0", *same, "--host", "127.0.0.1",
                           "--port", str(port)],
-            log_path, "/health", 120)
+            log_path, "/health", 120, env=env)
 
 
 def hypnos_config(models_dir: Path, names: list[str], context: int, slots: int, k: int,
@@ -250,6 +250,8 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=1)
     ap.add_argument("--k", type=int, default=1, help="models loaded at most (tier 1 / router)")
     ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--router-thp", action="store_true",
+                    help="give the router (and its children) glibc's huge-page tunable too")
     ap.add_argument("--hypnos-only", action="store_true",
                     help="no router (its ratios are left out): Hypnos's own figures")
     ap.add_argument("--kv-park", choices=("default", "on", "off"), default="default",
@@ -275,9 +277,16 @@ def main() -> None:
         srv = ServerProcess(tmp / "hypnos.toml", tmp / "hypnos.log")
         sides = {"hypnos": srv.base}
         if not args.hypnos_only:
+            env = None
+            if args.router_thp:         # the same huge-page tunable as hypnos serve gives itself
+                from hypnos.cli.malloc_thp import TUNABLE
+                env = {**os.environ, "GLIBC_TUNABLES": f"{TUNABLE}=1"}
             router = Router(binary, models, args.k, args.context, args.slots, threads,
-                            tmp / "router.log")
+                            tmp / "router.log", env)
             sides["router"] = router.base
+        tunables = next((v.split("=", 1)[1] for v in Path(f"/proc/{srv.proc.pid}/environ")
+                         .read_bytes().decode(errors="replace").split("\0")
+                         if v.startswith("GLIBC_TUNABLES=")), "unset")
         for base in sides.values():       # warm up: every model loaded once, pages cached
             one_client(base, [(n, ask(0)) for n in names], 2)
         totals: dict[str, dict[str, list[float]]] = {k: {s: [] for s in sides} for k in kinds}
@@ -295,6 +304,8 @@ def main() -> None:
         for p in (srv, router):
             if p is not None:
                 p.stop()
+    print(f"hypnos serve GLIBC_TUNABLES: {tunables}; router's: "
+          f"{'glibc.malloc.hugetlb=1' if args.router_thp else 'unset'}")
     report(args, threads, src, (bandwidth, kv_bytes, first_touch_ms), kinds, totals, results,
            loads)
     shutil.rmtree(tmp, ignore_errors=True)
