@@ -47,7 +47,8 @@ EXTRA_HELP = {
                                       "cut and transcribed.",
     "hardware": "Memory tiers and machine overrides.",
     "hardware.kv_park_max_bytes": "Host memory the parked KV states may hold; the least "
-                                  "recently parked go first.",
+                                  "recently parked go first. Unset: 4 GiB, at most an "
+                                  "eighth of the (simulated) RAM.",
     "hardware.simulate": "Plan for another machine's memory while the engines run here.",
     "hardware.simulate.vram_bytes": "Simulated GPU memory.",
     "hardware.simulate.ram_bytes": "Simulated host memory.",

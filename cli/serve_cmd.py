@@ -47,6 +47,9 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
     """Start the server. With no config file it serves the default lineup from the catalog,
     pulling what is missing from models_dir first. The playground, a web page for trying
     every model and watching the tiers, is at http://HOST:PORT/."""
+    if not check:
+        from hypnos.cli.malloc_thp import reexec_with_thp
+        reexec_with_thp()            # huge pages for the KV caches (cli/malloc_thp.py)
     from hypnos.catalog.catalog import load_catalog
     from hypnos.service.app import create_app
     from hypnos.service.lifecycle.shutdown import install_drain

@@ -92,6 +92,24 @@ class ChatEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
+class KeepsWeights(Engine, Protocol):
+    """An engine that can free its context and keep its loaded weights (tier 2 where the
+    engine computes from host memory: ``planner.budgets.tier2_keeps_engine``). The next
+    ``load`` of the same weights builds only the context."""
+
+    def release_context(self) -> bool:
+        """Free the context (KV cache, compute buffers), keep the weights; False when
+        nothing is loaded. Blocks; never while a request runs. The caller decides whether the
+        kept weights are host memory (not on a discrete GPU, where they would hold VRAM)."""
+        ...
+
+    @property
+    def holds_weights(self) -> bool:
+        """Loaded weights are held (with or without a context)."""
+        ...
+
+
 class ParkedState(Protocol):
     """What ``KVChatEngine.park`` returns, as /v1/memory/kv-park reports it."""
 

@@ -3,7 +3,9 @@
 No I/O and no imports outside the standard library and this package.
 """
 from hypnos.planner.admission import Admitted, DeadlineMiss, QueueFull, admit, implicit_deadline
-from hypnos.planner.budgets import derive_budgets, hardware_for, metal_working_set
+from hypnos.planner.budgets import (KeptEngineBooking, derive_budgets, hardware_for,
+                                    kept_engine_booking, kv_park_cap, metal_working_set,
+                                    tier2_keeps_engine)
 from hypnos.planner.devices import ACCELERATED_ENGINES, can_accelerate, placement_device
 from hypnos.planner.eviction import eviction_order, plan_eviction
 from hypnos.planner.context import (DEFAULT_CONTEXT_CAP, FALLBACK_CONTEXT, REQUEST_CONTEXT_FLOOR,
@@ -28,4 +30,5 @@ __all__ = [
     "Topology", "allocated_context", "derive_budgets", "effective_moe_offload",
     "estimate_workspace_bytes", "eviction_order", "hardware_for", "kv_bytes_per_token",
     "metal_working_set", "non_layer_fraction", "place", "plan_eviction", "shape_from_arch",
+    "KeptEngineBooking", "kept_engine_booking", "kv_park_cap", "tier2_keeps_engine",
 ]

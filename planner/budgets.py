@@ -4,12 +4,17 @@ Pure: the caller probes (or simulates) the machine and passes a `Hardware` recor
 """
 from __future__ import annotations
 
-from hypnos.planner.types import GIB, MIB, Accelerator, Budgets, Hardware, Topology
+from dataclasses import dataclass
+
+from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, Hardware, ModelShape,
+                                  Placement, Topology)
 
 # Kept free on a discrete GPU for the CUDA context, cuBLAS workspaces and the display.
 VRAM_RESERVE_BYTES = 512 * MIB
 # Left to the operating system and other programs on a unified-memory (Apple) host.
 OS_RESERVE_BYTES = 4 * GIB
+# KV parking's cap when the config sets none: this, at most an eighth of the RAM.
+KV_PARK_DEFAULT_BYTES = 4 * GIB
 # Metal's recommendedMaxWorkingSetSize is 2/3 of the RAM up to this size and 3/4 above.
 METAL_SMALL_RAM_BYTES = 36 * GIB
 
@@ -57,3 +62,40 @@ def hardware_for(vram_bytes: int | None, ram_bytes: int, unified_memory: bool,
         return Hardware(Accelerator.NVIDIA, Topology.DISCRETE, vram_bytes, ram_bytes,
                         simulated=simulated)
     return Hardware(Accelerator.CPU, Topology.CPU_ONLY, 0, ram_bytes, simulated=simulated)
+
+
+def tier2_keeps_engine(topology: Topology) -> bool:
+    """Whether tier 2 keeps a chat model's loaded engine (its weights loaded and repacked, its
+    context freed) instead of only pinning its files. Where the engine computes from host
+    memory (CPU only, unified memory) the loaded weights already lie in the memory tier 2
+    books, so keeping them costs what pinning the file costs and saves reading them in again
+    at the promotion. Beside a discrete GPU loaded weights would hold VRAM: tier 2 stays the
+    files pinned in host RAM, ready to upload."""
+    return topology is not Topology.DISCRETE
+
+
+@dataclass(frozen=True)
+class KeptEngineBooking:
+    """The figures of a model whose tier 2 is its kept engine (`tier2_keeps_engine`)."""
+    tier2_bytes: int       # while in tier 2: the loaded weights (context and projector freed)
+    tier1_bytes: int       # once promoted: the placement, weights and context (tier 2 freed)
+    promotion_bytes: int   # what a promotion allocates: the context alone (KV + workspace,
+                           # the projector), the weights move from tier 2's booking to tier 1's
+
+
+def kept_engine_booking(shape: ModelShape, placement: Placement) -> KeptEngineBooking:
+    """Hand-checkable bookings of a kept engine: tier 2 = ``shape.weights_bytes``; tier 1 =
+    ``placement.booked_tier1_bytes``; a promotion allocates tier 1 minus the weights tier 2
+    held (never negative). Whatever tier the model is in, it is booked once."""
+    tier1 = placement.booked_tier1_bytes
+    return KeptEngineBooking(tier2_bytes=shape.weights_bytes, tier1_bytes=tier1,
+                             promotion_bytes=max(0, tier1 - shape.weights_bytes))
+
+
+def kv_park_cap(configured: int | None, ram_bytes: int) -> int:
+    """Host memory parked KV states may hold: ``configured`` (hardware.kv_park_max_bytes) when
+    set, else 4 GiB (``KV_PARK_DEFAULT_BYTES``) but at most an eighth of the RAM, so parking
+    on by default never takes more than half of what the CPU-only budgets leave the OS."""
+    if configured is not None:
+        return max(0, configured)
+    return max(0, min(KV_PARK_DEFAULT_BYTES, ram_bytes // 8))

@@ -1,6 +1,8 @@
 """The one fake `Effects` the tests drive the scheduler with
 (hypnos.service.scheduling.effects.Effects; tests/scheduler/test_effects_protocol.py checks it
-implements every member).
+implements every member). ``suspend`` keeps the engine in tier 2 as a `FakeKept` (the
+scheduler asks for it on CPU-only and unified-memory hosts); ``load`` takes it back and logs
+``("resume", id)`` after ``("load", id)``.
 
 It records every effect in ``log`` and proves "a model was never unloaded while it was
 serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it
@@ -36,6 +38,23 @@ class FakePinned:
         pass
 
 
+class FakeKept:
+    """What `FakeEffects.suspend` leaves in ``st.pinned``: the kept engine and the bytes tier 2
+    books (as `pool.KeptEngine`)."""
+
+    locked = False
+
+    def __init__(self, engine, nbytes: int):
+        self.engine, self.bytes = engine, nbytes
+
+    def take(self):
+        engine, self.engine = self.engine, None
+        return engine
+
+    def release(self) -> None:
+        self.engine = None
+
+
 class FakeEffects:
     def __init__(self, load_delay: float = 0.0, engine=None):
         self.log: list[tuple[str, str]] = []
@@ -47,10 +66,20 @@ class FakeEffects:
 
     def load(self, st, placement) -> LoadReport:
         time.sleep(self.load_delay)
+        kept = st.pinned.take() if isinstance(st.pinned, FakeKept) else None
         with self.lock:
             self.log.append(("load", st.id))
-        st.engine = self.engine if self.engine is not None else IdleEngine()
-        return LoadReport(total_ms=self.load_delay * 1000)
+            if kept is not None:
+                self.log.append(("resume", st.id))      # only the context was built
+        st.engine = kept or (self.engine if self.engine is not None else IdleEngine())
+        return LoadReport(load_mode="warm" if kept is not None else "mmap",
+                          total_ms=self.load_delay * 1000)
+
+    def suspend(self, st) -> bool:
+        """Keeps the engine (without its context) in ``st.pinned``, booking its weights."""
+        self.log.append(("suspend", st.id))
+        st.engine, st.pinned = None, FakeKept(st.engine, st.weight_bytes)
+        return True
 
     def unload(self, st) -> None:
         if st.id in self.serving:
@@ -70,7 +99,9 @@ class FakeEffects:
 
     def unpin(self, st) -> None:
         self.log.append(("unpin", st.id))
-        st.pinned = None
+        pinned, st.pinned = st.pinned, None
+        if pinned is not None:
+            pinned.release()
 
     def drop_pages(self, st) -> None:
         self.log.append(("drop", st.id))

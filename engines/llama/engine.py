@@ -78,6 +78,11 @@ class LlamaChatEngine(SessionsMixin):
         # What the load really got: layers llama.cpp put on a GPU, and so the device.
         self.offloaded_layers = 0
         self.device = "cpu"
+        # The weights a kept model was loaded with (``release_context``), and how many times
+        # this engine read weights in (a promotion from a warm tier 2 does not).
+        self._model_key: tuple | None = None
+        self._template_key: str | None = None
+        self.model_loads = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -94,25 +99,32 @@ class LlamaChatEngine(SessionsMixin):
         max_slots = ll.llama_max_parallel_sequences()
         if not 1 <= spec.slots <= max_slots:
             raise EngineError(f"{spec.model_id}: slots must be 1..{max_slots}, not {spec.slots}")
-        self.unload()
+        key = self._weights_key(spec)
         with self._lifecycle:
+            warm = self._model is not None and self._ctx is None and self._model_key == key
+            self._free_locked(keep_model=warm)
             ggml_log.route_once(ll, "hypnos.engines.llama.cpp", ll.llama_log_set)
             ll.llama_backend_init()
             self._ll = ll
             t0 = time.perf_counter()
-            with ggml_log.capture("hypnos.engines.llama.cpp") as lines:
-                self._model = self._load_model(spec)
-            self._report_device(spec.model_id, lines)
+            if not warm:
+                with ggml_log.capture("hypnos.engines.llama.cpp") as lines:
+                    self._model = self._load_model(spec)
+                self._model_key = key
+                self.model_loads += 1
+                self._report_device(spec.model_id, lines)
             t1 = time.perf_counter()
             try:
                 self._ctx = self._new_context(spec)
                 t2 = time.perf_counter()
-                self._vocab = ll.llama_model_get_vocab(self._model)
-                self._formatter = self._make_formatter(spec, Jinja2ChatFormatter)
+                if not warm or self._template_key != spec.chat_template:
+                    self._vocab = ll.llama_model_get_vocab(self._model)
+                    self._formatter = self._make_formatter(spec, Jinja2ChatFormatter)
+                    self._template_key = spec.chat_template
+                    self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
                 self.slots = spec.slots
                 self.n_ctx_per_slot = ll.llama_n_ctx_seq(self._ctx)
                 self.model_id = spec.model_id
-                self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
                 n_batch = self._n_batch = ll.llama_n_batch(self._ctx)
                 t3 = time.perf_counter()
                 mmproj = spec.files.get("aux_path")
@@ -126,9 +138,17 @@ class LlamaChatEngine(SessionsMixin):
             except BaseException:
                 self._free_locked()
                 raise
-        return LoadReport(load_mode="mmap", weights_ms=(t1 - t0) * 1e3,
+        return LoadReport(load_mode="warm" if warm else "mmap", weights_ms=(t1 - t0) * 1e3,
                           context_ms=(t2 - t1) * 1e3, projector_ms=(t4 - t3) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
+
+    @staticmethod
+    def _weights_key(spec: LoadSpec) -> tuple:
+        """What a kept model must have been loaded with to serve ``spec`` as is."""
+        path = spec.weights_path
+        st = os.stat(path) if path is not None and path.is_file() else None
+        return (str(path), st.st_size if st else 0, st.st_mtime_ns if st else 0,
+                spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())))
 
     def _load_model(self, spec: LoadSpec):
         ll = self._ll
@@ -199,7 +219,25 @@ class LlamaChatEngine(SessionsMixin):
         with self._lifecycle:
             self._free_locked()
 
-    def _free_locked(self) -> None:
+    def release_context(self) -> bool:
+        """Tier 2 where the engine computes from host memory: stop the decode thread and free
+        the context (KV cache, compute buffers) and the projector, but keep the model (its
+        weights loaded and repacked). The next ``load`` of the same weights with the same
+        GPU layers then builds only a context (``LoadReport.load_mode`` "warm"). False when
+        nothing is loaded. Whether kept weights are host memory is the caller's call (on a
+        discrete GPU offloaded layers would hold VRAM). Blocks; must not overlap ``chat``."""
+        with self._lifecycle:
+            if self._model is None:
+                return False
+            self._free_locked(keep_model=True)
+            return True
+
+    @property
+    def holds_weights(self) -> bool:
+        """A model is loaded (with or without a context)."""
+        return self._model is not None
+
+    def _free_locked(self, keep_model: bool = False) -> None:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -209,11 +247,15 @@ class LlamaChatEngine(SessionsMixin):
         if self._ctx is not None:
             self._ll.llama_free(self._ctx)
             self._ctx = None
+        self.layout = None
+        if keep_model:
+            return
         if self._model is not None:
             self._ll.llama_model_free(self._model)
             self._model = None
+        self._model_key = None
         self._vocab = self._formatter = None
-        self.layout = None
+        self._template_key = None
 
     # ------------------------------------------------------------------ KV parking
     # (sessions: ``SessionsMixin``)

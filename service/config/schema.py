@@ -128,9 +128,10 @@ class SimulateConfig:
 
 @dataclass
 class HardwareConfig:
-    # Park KV state of chat slots in host memory when a model leaves tier 1.
-    kv_park: bool = False
-    kv_park_max_bytes: int = 4 * 1024**3
+    # Park KV state of chat slots in host memory when a model leaves tier 1 (on by default:
+    # the next turn of a conversation then prefills only its new tokens).
+    kv_park: bool = True
+    kv_park_max_bytes: int | None = None
     # Refuse loads (507 process_memory_cap) that would take the process above this.
     max_process_memory_bytes: int | None = None
     simulate: SimulateConfig | None = None

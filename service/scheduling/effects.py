@@ -1,5 +1,6 @@
-"""What the scheduler's decisions do to the machine: build and free engines, pin weights in
-RAM (tier 2), drop them from the page cache (tier 3).
+"""What the scheduler's decisions do to the machine: build and free engines, keep a loaded
+engine without its context or pin weights in RAM (tier 2), drop them from the page cache
+(tier 3).
 
 `Effects` is the Protocol the scheduler calls; `MachineEffects` the real implementation.
 Every method blocks and runs in a worker thread. Tests use the one fake in tests/fakes.py
@@ -10,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.protocols import KVChatEngine
+from hypnos.engines.protocols import KeepsWeights, KVChatEngine
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
+from hypnos.planner.budgets import kept_engine_booking
 from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement
 from hypnos.service.scheduling.hardware import process_rss, vram_used
-from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.pool import KeptEngine, ModelState
 
 
 @runtime_checkable
@@ -25,11 +27,17 @@ class Effects(Protocol):
     model record it is given (``st.engine``, ``st.pinned``) as it says."""
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
-        """Build ``st``'s engine for ``placement`` and set ``st.engine``. Raises
+        """Build ``st``'s engine for ``placement`` and set ``st.engine``; from a `KeptEngine`
+        in ``st.pinned`` (``suspend``) that engine is taken and only its context built. Raises
         EngineUnavailable (503: cannot be served here) or EngineError (500)."""
 
     def unload(self, st: ModelState) -> None:
         """Free ``st.engine`` and set it to None."""
+
+    def suspend(self, st: ModelState) -> bool:
+        """Tier 2 where the engine computes from host memory: free ``st.engine``'s context,
+        keep its weights, move it into ``st.pinned`` (a `KeptEngine`) and set ``st.engine``
+        to None. False (nothing changed) when the engine cannot."""
 
     def park(self, st: ModelState) -> object | None:
         """The engine's KV state to keep while it is unloaded (None: nothing to park)."""
@@ -61,7 +69,8 @@ class MachineEffects:
         self.threads = threads
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
-        engine = create_engine(st.cfg.engine, st.cfg.modality)
+        kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
+        engine = kept if kept is not None else create_engine(st.cfg.engine, st.cfg.modality)
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,
@@ -71,11 +80,18 @@ class MachineEffects:
             chat_template=st.cfg.chat_template, threads=self.threads,
             options={"tool_format": st.cfg.tool_format})
         before, vram_before = process_rss(), vram_used()
-        report = engine.load(spec)
+        try:
+            report = engine.load(spec)
+        except BaseException:
+            if kept is not None:        # a failed load frees the kept weights too
+                st.pinned = None
+            raise
         grown = process_rss() - before
         st.engine = engine
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
+        if kept is not None:    # the weights were already resident (tier 2): not in the growth
+            st.booked_vs_real["kept_weights_bytes"] = st.weight_bytes
         vram_after = vram_used() if vram_before is not None else None
         if vram_before is not None and vram_after is not None:
             # NVML: the device's growth, and this process's when the driver tells it
@@ -90,6 +106,15 @@ class MachineEffects:
         engine, st.engine = st.engine, None
         if engine is not None:
             engine.unload()
+
+    def suspend(self, st: ModelState) -> bool:
+        engine = st.engine
+        if not isinstance(engine, KeepsWeights) or st.placement is None or \
+                not engine.release_context():
+            return False
+        booking = kept_engine_booking(st.shape, st.placement)
+        st.engine, st.pinned = None, KeptEngine(engine, booking.tier2_bytes)
+        return True
 
     def park(self, st: ModelState):
         """The engine's parked KV state (None when it has nothing to park or cannot)."""

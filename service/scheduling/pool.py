@@ -47,6 +47,29 @@ class Stats:
         return score * 60.0 / RATE_TAU_SECS
 
 
+class KeptEngine:
+    """Tier 2 where the engine computes from host memory (``planner.tier2_keeps_engine``):
+    the engine itself, its context freed and its weights kept, in ``ModelState.pinned``.
+    ``bytes`` is what tier 2 books (``planner.kept_engine_booking``); ``locked`` is False
+    (the weights are the engine's memory, not an mlock of the file). A promotion ``take``s
+    the engine back and builds only its context; ``release`` frees it (eviction to tier 3)."""
+
+    locked = False
+
+    def __init__(self, engine: Engine, nbytes: int):
+        self.engine: Engine | None = engine
+        self.bytes = nbytes
+
+    def take(self) -> Engine | None:
+        engine, self.engine = self.engine, None
+        return engine
+
+    def release(self) -> None:
+        engine = self.take()
+        if engine is not None:
+            engine.unload()
+
+
 @dataclass
 class ModelState:
     cfg: ModelConfig
@@ -57,7 +80,8 @@ class ModelState:
     # The built engine while in tier 1: a ChatEngine, Embedder, Transcriber, ... by modality
     # (routes narrow it with the engine Protocols of hypnos.engines.protocols).
     engine: Engine | None = None
-    pinned: PinnedWeights | None = None    # while in tier 2
+    # While in tier 2: the files pinned, or (host memory engines) the engine kept.
+    pinned: PinnedWeights | KeptEngine | None = None
     enabled: bool = True
     leases: int = 0                        # admitted requests (queued or running)
     # Holds keep the model from eviction without being requests: they never count against

@@ -31,6 +31,7 @@ from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.errors import EngineError, EngineUnavailable
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
+from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest, Tier,
@@ -82,8 +83,11 @@ class Residency:
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).
         self.held: dict[str, asyncio.Event] = {}
 
-    def tier2_booked(self) -> int:
-        return sum(m.pinned.bytes for m in self.models.values() if m.pinned is not None)
+    def tier2_booked(self, leaving: str | None = None) -> int:
+        """Bytes booked in tier 2; ``leaving``: a model being promoted, whose tier-2 bytes its
+        tier-1 placement already books (they are freed, or move, once it is loaded)."""
+        return sum(m.pinned.bytes for m in self.models.values()
+                   if m.pinned is not None and m.id != leaving)
 
     # ------------------------------------------------------------------ requests to the planner
 
@@ -260,21 +264,36 @@ class Residency:
         model, and record it in ``recent_evictions``."""
         to = Tier.RAM if victim.cfg.keep_warm_in_ram else Tier.SSD
         async with victim.load_lock:
-            to = await self.unload(victim, to)
+            to = await self.unload(victim, to, room_for=for_model)
         self.recent_evictions.append({
             "model": victim.id, "for_model": for_model, "reason": reason,
             "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
         self.effects.count_eviction(victim)
 
-    async def unload(self, st: ModelState, to: Tier) -> Tier:
+    def _keeps_engine(self, st: ModelState, room_for: str | None) -> bool:
+        """Tier 2 of ``st`` is its engine kept without a context (the weights stay loaded):
+        a chat model, on a host whose engines compute from host memory, with room in the
+        tier-2 budget for its weights."""
+        return (st.cfg.modality == "text_generation" and st.pinned is None
+                and tier2_keeps_engine(self.hardware.topology)
+                and self.tier2_booked(room_for) + st.weight_bytes <= self.budgets.tier2_bytes)
+
+    async def unload(self, st: ModelState, to: Tier, room_for: str | None = None) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
-        falls back to 3 when the tier-2 budget is full). Caller holds st.load_lock."""
+        falls back to 3 when the tier-2 budget is full). A chat model on a host computing
+        from host memory keeps its engine in tier 2 (``Effects.suspend``: weights loaded,
+        context freed); otherwise tier 2 pins its files. ``room_for``: the model this
+        demotion makes room for (its tier-2 bytes are not counted against tier 2's budget:
+        its placement books them in tier 1). Caller holds st.load_lock."""
         if st.engine is not None:
             if self.kv_park.enabled and st.enabled:
                 self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
-            await asyncio.to_thread(self.effects.unload, st)
+            if to is Tier.RAM and self._keeps_engine(st, room_for):
+                await asyncio.to_thread(self.effects.suspend, st)
+            if st.engine is not None:
+                await asyncio.to_thread(self.effects.unload, st)
         if to is Tier.RAM and st.pinned is None:
-            if self.tier2_booked() + st.weight_bytes > self.budgets.tier2_bytes:
+            if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes:
                 to = Tier.SSD
             else:
                 await asyncio.to_thread(self.effects.pin, st)

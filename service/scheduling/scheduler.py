@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from hypnos.engines.protocols import Engine
 from hypnos.engines.records import LoadReport
-from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, place
+from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
 from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
@@ -77,7 +77,8 @@ class Scheduler:
         self.config = config
         self.accelerated = ACCELERATED_ENGINES[hardware.accelerator] if accelerated is None \
             else accelerated
-        self.kv_park = KvParkStore(config.hardware.kv_park, config.hardware.kv_park_max_bytes)
+        self.kv_park = KvParkStore(config.hardware.kv_park, kv_park_cap(
+            config.hardware.kv_park_max_bytes, hardware.ram_bytes))
         self.hardware = hardware
         self.budgets: Budgets = derive_budgets(hardware)
         self.effects = effects

@@ -296,7 +296,8 @@ def test_workflows_close_after_30_idle_seconds():
 
 async def test_kv_park_route():
     app = app_for()
-    assert (await call(app, "get", "/v1/memory/kv-park")).json["enabled"] is False
+    first = (await call(app, "get", "/v1/memory/kv-park")).json
+    assert first["enabled"] is True and first["max_bytes"] > 0        # on by default
     assert_envelope(await call(app, "post", "/v1/memory/kv-park"), 400, "invalid_request_error")
     assert_envelope(await call(app, "post", "/v1/memory/kv-park", json={}), 400,
                     "invalid_request_error")

@@ -10,7 +10,7 @@ from fakes import FakeEffects
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 
 ROOT = Path(__file__).resolve().parents[2]
-MEMBERS = {"load", "unload", "park", "restore", "pin", "unpin", "drop_pages",
+MEMBERS = {"load", "unload", "suspend", "park", "restore", "pin", "unpin", "drop_pages",
            "count_eviction", "count_load_failure"}
 
 effects: Effects = FakeEffects()        # checked statically (a type checker reads this line)

@@ -1,8 +1,10 @@
-"""derive_budgets / hardware_for: hand-computed budgets for each kind of machine."""
+"""derive_budgets / hardware_for: hand-computed budgets for each kind of machine; what a kept
+engine (tier 2 where the engine computes from host memory) books in each tier."""
 from __future__ import annotations
 
-from hypnos.planner import (GIB, MIB, Accelerator, Hardware, Topology, derive_budgets,
-                            hardware_for, metal_working_set)
+from hypnos.planner import (GIB, MIB, Accelerator, Hardware, ModelShape, Placement, Tier,
+                            Topology, derive_budgets, hardware_for, kept_engine_booking,
+                            kv_park_cap, metal_working_set, tier2_keeps_engine)
 
 
 def _discrete(vram: int, ram: int) -> Hardware:
@@ -70,3 +72,31 @@ def test_hardware_for_picks_the_topology():
     assert hardware_for(24 * GIB, 64 * GIB, True).topology is Topology.UNIFIED
     assert hardware_for(0, 64 * GIB, False).topology is Topology.CPU_ONLY
     assert hardware_for(None, 64 * GIB, False).accelerator is Accelerator.CPU
+
+
+def test_tier2_keeps_the_engine_where_it_computes_from_host_memory():
+    assert tier2_keeps_engine(Topology.CPU_ONLY) and tier2_keeps_engine(Topology.UNIFIED)
+    assert not tier2_keeps_engine(Topology.DISCRETE)      # kept weights would hold VRAM
+
+
+def test_kept_engine_booking_moves_the_weights_between_tiers():
+    # SmolLM2-135M Q4_1 at 512 tokens, 1 slot (its GGUF's figures): weights 96,576,768 B;
+    # KV 23,040 B/token x 512 = 11,796,480 B; workspace 145,227,776 B.
+    shape = ModelShape(weights_bytes=96_576_768, kv_bytes_per_token=23_040,
+                       workspace_bytes=145_227_776)
+    placement = Placement(primary_tier=Tier.GPU, vram_weight_bytes=96_576_768,
+                          vram_kv_and_workspace_bytes=11_796_480 + 145_227_776)
+    b = kept_engine_booking(shape, placement)
+    assert b.tier2_bytes == 96_576_768                    # in tier 2: the weights alone
+    assert b.tier1_bytes == 253_601_024                   # 96,576,768 + 157,024,256
+    assert b.promotion_bytes == 157_024_256               # the context: KV + workspace
+    # A placement booking less than the weights (host layers beside a GPU) allocates 0 more.
+    assert kept_engine_booking(shape, Placement(primary_tier=Tier.GPU)).promotion_bytes == 0
+
+
+def test_kv_park_cap_is_the_config_else_4_gib_at_most_an_eighth_of_the_ram():
+    assert kv_park_cap(None, 64 * GIB) == 4 * GIB          # 64 GiB / 8 = 8 GiB > 4 GiB
+    assert kv_park_cap(None, 16 * GIB) == 2 * GIB          # 16 GiB / 8
+    assert kv_park_cap(None, 1000 * MIB) == 125 * MIB      # a small simulated host
+    assert kv_park_cap(8 * GIB, 16 * GIB) == 8 * GIB       # set in the config: as set
+    assert kv_park_cap(0, 16 * GIB) == 0

@@ -11,7 +11,8 @@ from hypnos.engines.llama.embed import LlamaEmbedder
 from hypnos.engines.llama.engine import LlamaChatEngine
 from hypnos.engines.onnx_embed import OnnxEmbedder
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
-                                      ImageGenerator, KVChatEngine, OffloadsLayers,
+                                      ImageGenerator, KeepsWeights, KVChatEngine,
+                                      OffloadsLayers,
                                       ReportsDevice, Speaker, Transcriber)
 from hypnos.engines.sd_diffusion import DiffusionGenerator
 from hypnos.engines.whisper import WhisperTranscriber
@@ -21,6 +22,7 @@ def test_each_engine_is_its_protocol() -> None:
     chat: ChatEngine = LlamaChatEngine()
     kv: KVChatEngine = LlamaChatEngine()
     offload: OffloadsLayers = LlamaChatEngine()
+    keeps: KeepsWeights = LlamaChatEngine()
     embedders: list[Embedder] = [LlamaEmbedder(), OnnxEmbedder()]
     speaker: Speaker = KokoroSpeaker()
     transcriber: Transcriber = WhisperTranscriber()
@@ -36,5 +38,6 @@ def test_each_engine_is_its_protocol() -> None:
     assert chat.format is None and chat.n_ctx_per_slot == 0          # before load
     assert kv.max_sessions == 0 and kv.park() is None and kv.sessions() == {}
     assert offload.offloaded_layers == 0 and offload.device == "cpu"
+    assert not keeps.holds_weights and keeps.release_context() is False   # nothing loaded
     assert speaker.sample_rate > 0
     assert all(e.device in (None, "cpu") for e in reporting)
