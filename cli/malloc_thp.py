@@ -16,6 +16,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from itertools import pairwise
 
 TUNABLE = "glibc.malloc.hugetlb"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -53,9 +54,25 @@ def thp_mode(path: str = THP_ENABLED) -> str | None:
     return text[start + 1:end] if 0 <= start < end else None
 
 
+def launched_as_cli(argv: list[str]) -> bool:
+    """Whether this process is the ``hypnos`` command itself (the console script, or
+    ``python -m hypnos.cli``), the only kind it is safe to re-execute: ``serve`` called inside
+    another program (a test runner's CliRunner, an embedding script) is left alone."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == "hypnos":
+        return True
+    if len(argv) > 1 and os.path.basename(argv[1]) == "hypnos":     # python .venv/bin/hypnos
+        return True
+    return any(a == "-m" and nxt in ("hypnos.cli", "hypnos.cli.main")
+               for a, nxt in pairwise(argv))
+
+
 def reexec_with_thp() -> None:
-    """Re-execute this process (same argv, same pid) with the tunable when it helps. Call it
-    first thing, before threads start."""
+    """Re-execute this process (same argv, same pid) with the tunable when it helps and the
+    process is the ``hypnos`` command. Call it first thing, before threads start."""
+    if not launched_as_cli(sys.orig_argv):
+        return
     env = reexec_env(os.environ, platform.libc_ver(), thp_mode())
     if env is not None:
         os.execve(sys.executable, sys.orig_argv, env)

@@ -1,5 +1,5 @@
 """cli.malloc_thp: when `hypnos serve` re-executes itself with glibc's huge-page tunable."""
-from hypnos.cli.malloc_thp import reexec_env, thp_mode
+from hypnos.cli.malloc_thp import launched_as_cli, reexec_env, thp_mode
 
 GLIBC = ("glibc", "2.36")
 
@@ -26,3 +26,14 @@ def test_thp_mode_reads_the_bracketed_word(tmp_path):
     f.write_text("always [madvise] never\n")
     assert thp_mode(str(f)) == "madvise"
     assert thp_mode(str(tmp_path / "missing")) is None
+
+
+def test_only_the_hypnos_command_itself_is_re_executed():
+    assert launched_as_cli(["/work/.venv/bin/hypnos", "serve"])
+    assert launched_as_cli(["/usr/bin/python3", "/work/.venv/bin/hypnos", "serve"])
+    assert launched_as_cli(["/usr/bin/python3", "-m", "hypnos.cli", "serve", "--port", "1"])
+    # serve run inside another program: a test runner, a script embedding the CLI.
+    assert not launched_as_cli(["/usr/bin/python3", "-m", "pytest", "tests"])
+    assert not launched_as_cli(["/work/.venv/bin/pytest", "-q"])
+    assert not launched_as_cli(["/usr/bin/python3", "run_my_server.py"])
+    assert not launched_as_cli([])
