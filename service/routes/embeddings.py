@@ -15,11 +15,10 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
-from hypnos.service.wire.model import Says, Wire, validate
+from hypnos.service.wire.model import Says, Wire, input_texts, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, json_object
 
 bp = Blueprint("embeddings")
@@ -54,11 +53,7 @@ class EmbeddingsBody(Wire):
 def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
     """The typed request, or a 400 naming the field."""
     wire = validate(EmbeddingsBody, body)
-    texts = [wire.input] if isinstance(wire.input, str) else list(wire.input)
-    chars = sum(len(t) for t in texts)
-    if chars > max_prompt_chars:
-        raise errors.InvalidRequest(f"The input holds {chars} characters, above "
-                                    f"max_prompt_chars ({max_prompt_chars})", param="input")
+    texts = input_texts(wire.input, max_prompt_chars)
     return EmbeddingParams(model=wire.model, texts=texts,
                            encoding_format=wire.encoding_format or "float")
 

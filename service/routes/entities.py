@@ -13,11 +13,10 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ExtractRequest
-from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.capabilities import ENTITIES
 from hypnos.service.inference.leased import leased
-from hypnos.service.wire.model import Says, Wire, validate
+from hypnos.service.wire.model import Says, Wire, input_texts, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
 
 bp = Blueprint("entities")
@@ -48,11 +47,7 @@ class EntitiesBody(Wire):
 
 def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
     wire = validate(EntitiesBody, body)
-    texts = [wire.input] if isinstance(wire.input, str) else list(wire.input)
-    chars = sum(len(t) for t in texts)
-    if chars > max_prompt_chars:
-        raise errors.InvalidRequest(f"The input holds {chars} characters, above "
-                                    f"max_prompt_chars ({max_prompt_chars})", param="input")
+    texts = input_texts(wire.input, max_prompt_chars)
     raw_labels = [wire.labels] if isinstance(wire.labels, str) else wire.labels
     labels = list(dict.fromkeys(label.strip() for label in raw_labels))
     threshold = 0.5 if wire.threshold is None else wire.threshold

@@ -150,6 +150,17 @@ def invalid(exc: ValidationError, body: Any, model: type[BaseModel]) -> InvalidR
     return InvalidRequest(_message(err, at, model), param=top)
 
 
+def input_texts(value: str | list[str], max_prompt_chars: int) -> list[str]:
+    """An ``input`` of one text or several as a list, or the 400 when together they hold more
+    than ``max_prompt_chars`` characters (embeddings, entities)."""
+    texts = [value] if isinstance(value, str) else list(value)
+    chars = sum(len(t) for t in texts)
+    if chars > max_prompt_chars:
+        raise InvalidRequest(f"The input holds {chars} characters, above max_prompt_chars "
+                             f"({max_prompt_chars})", param="input")
+    return texts
+
+
 def validate(model: type[M], body: Any) -> M:
     """``body`` (a parsed JSON object) as ``model``, or the 400 naming the field."""
     try:
