@@ -13,6 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 BAR = 40
+# Tier 1 is where the engines compute from: VRAM beside a GPU, else the host's memory (the
+# wire name stays tier1_gpu_vram everywhere; capabilities.accelerator says which).
+TIER1_TITLES = {"NvidiaCuda": "Tier 1  GPU memory (VRAM)",
+                "AppleMetal": "Tier 1  unified memory the GPU computes from",
+                "Cpu": "Tier 1  host memory the engines compute from (no GPU)"}
 TIER_TITLES = {"tier1_gpu_vram": "Tier 1  GPU memory (VRAM)",
                "tier2_pinned_ram": "Tier 2  pinned host memory (RAM)",
                "tier3_nvme_ssd": "Tier 3  disk (SSD)"}
@@ -103,6 +108,8 @@ def tier_picture(status: dict, now_ms: float | None = None) -> Group:
     parts: list = [head]
     models = status.get("models", [])
     for tier, title in TIER_TITLES.items():
+        if tier == "tier1_gpu_vram":
+            title = TIER1_TITLES.get(caps.get("accelerator", ""), title)
         here = [m for m in models if m.get("current_tier") == tier]
         body: list = list(_tier_bars(status, tier))
         body.append(_models_table(here) if here else Text("no model", style="dim"))

@@ -74,3 +74,11 @@ def test_evictions_and_kv_parking_are_listed():
     assert "12s ago moss-image -> tier3_nvme_ssd for gemma (memory_budget)" in text
     assert "KV parking on: 0.50 GiB of 4.00 GiB; parked gemma (12612 tokens)" in text
     assert "none" in render({**STATUS, "recent_evictions": []}).split("Recent evictions:")[1]
+
+
+def test_tier1_is_named_for_the_memory_the_engines_compute_from():
+    assert "Tier 1  GPU memory (VRAM)" in render(STATUS)
+    cpu = {**STATUS, "capabilities": {**STATUS["capabilities"], "accelerator": "Cpu"}}
+    text = render(cpu)
+    assert "Tier 1  host memory the engines compute from (no GPU)" in text
+    assert "VRAM" not in text.split("Tier 2")[0]
