@@ -15,8 +15,8 @@ The names below are the package's public API, re-exported for callers outside th
 from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.chat_format.dialects import (CallParseError, HermesDialect, JsonDialect,
                                                  Llama3Dialect, MistralDialect, ToolDialect)
-from hypnos.engines.chat_format.markup_dialects import (DIALECTS, GemmaDialect, LfmDialect,
-                                                        Qwen3CoderDialect)
+from hypnos.engines.chat_format.markup_dialects import (DIALECTS, GemmaDialect, GlmDialect,
+                                                        LfmDialect, Qwen3CoderDialect)
 from hypnos.engines.chat_format.prepare import (EFFORT_BUDGETS, MEDIA_PARTS, TOOL_FORMATS,
                                                 ChatFormat, Prepared, ThinkDialect, prepare,
                                                 think_budget)
@@ -25,7 +25,7 @@ from hypnos.engines.records import ToolCall, ToolCallError
 
 __all__ = [
     "AnswerSplitter", "CallParseError", "ChatFormat", "DIALECTS", "EFFORT_BUDGETS",
-    "GemmaDialect", "HermesDialect", "JsonDialect", "Llama3Dialect", "LfmDialect",
+    "GemmaDialect", "GlmDialect", "HermesDialect", "JsonDialect", "Llama3Dialect", "LfmDialect",
     "MEDIA_PARTS", "MistralDialect", "Piece", "Prepared", "Qwen3CoderDialect", "StopMatcher",
     "TOOL_FORMATS", "ThinkDialect", "ToolCall", "ToolCallError", "ToolDialect", "detect",
     "prepare", "think_budget",

@@ -10,8 +10,8 @@ import re
 
 from hypnos.engines.chat_format.dialects import (HermesDialect, JsonDialect, Llama3Dialect,
                                                  MistralDialect, ToolDialect)
-from hypnos.engines.chat_format.markup_dialects import (DIALECTS, GemmaDialect, LfmDialect,
-                                                        Qwen3CoderDialect)
+from hypnos.engines.chat_format.markup_dialects import (DIALECTS, GemmaDialect, GlmDialect,
+                                                        LfmDialect, Qwen3CoderDialect)
 from hypnos.engines.chat_format.prepare import ChatFormat, ThinkDialect
 
 
@@ -23,12 +23,14 @@ def detect(template: str, tool_format: str = "auto") -> ChatFormat:
         tools: ToolDialect = GemmaDialect()
     elif "<start_function_call>" in t:
         tools = GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>")
+    elif "<arg_key>" in t and "<tool_call>" in t:
+        tools = GlmDialect(newline="</arg_key>\n" in t)
     elif "<function=" in t and "<tool_call>" in t:
         tools = Qwen3CoderDialect()
     elif "<tool_call>" in t:
         tools = HermesDialect()
-    elif "<|tool_call_start|>" in t:
-        tools = LfmDialect()
+    elif "<|tool_call_start|>" in t or "List of tools: [" in t:
+        tools = LfmDialect()           # LFM2.5's template lists tools with no markers
     elif "[TOOL_CALLS]" in t:
         tools = MistralDialect()
     elif "<|python_tag|>" in t or ("<|start_header_id|>" in t and "tools" in t):
@@ -47,5 +49,7 @@ def detect(template: str, tool_format: str = "auto") -> ChatFormat:
         think = ThinkDialect("<think>", "</think>")
     elif "<|channel>" in t:
         think = ThinkDialect("<|channel>thought\n", "<channel|>")
+    elif "[THINK]" in t:                 # Magistral, Ministral 3 reasoning
+        think = ThinkDialect("[THINK]", "[/THINK]")
     reads_calls = "tool_calls" in t
     return ChatFormat(tools, think, reads_tools, reads_calls)

@@ -8,11 +8,12 @@ Dialects (the opening of a call as the model writes it):
 =============  ==============================================================  ============
 name           call text                                                       families
 =============  ==============================================================  ============
-hermes         ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``       Qwen 2.5/3, GLM
-qwen3_coder    ``<tool_call><function=f><parameter=k>v</parameter>...``         Qwen3-Coder
+hermes         ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``       Qwen 2.5/3, GLM-4
+qwen3_coder    ``<tool_call><function=f><parameter=k>v</parameter>...``         Qwen3-Coder/3.5
+glm            ``<tool_call>f<arg_key>k</arg_key><arg_value>v</arg_value>...``  GLM-4.5 to 4.7
 llama3         ``{"name": .., "parameters": {..}}`` (``<|python_tag|>``)        Llama 3.x
 mistral        ``[TOOL_CALLS][{"name": .., "arguments": {..}}]`` or ``f[ARGS]{}``  Mistral
-lfm            ``<|tool_call_start|>[f(k="v")]<|tool_call_end|>``               LFM2/LFM3
+lfm            ``<|tool_call_start|>[f(k="v")]<|tool_call_end|>``               LFM2/2.5/3
 gemma          ``<|tool_call>call:f{k:<|"|>v<|"|>}<tool_call|>``                Gemma 4
 json           hermes tags, the tools described in the system message by Hypnos  any other
 =============  ==============================================================  ============

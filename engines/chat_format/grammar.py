@@ -198,23 +198,25 @@ def keyword_grammar(tools, name, *, open_args, close_args, sep, assign,
             + syntax.rules())
 
 
-def tagged_grammar(tools, name, *, close: str, syntax: ValueSyntax) -> str:
-    """GBNF for Qwen3-Coder's ``<parameter=k>\\nvalue\\n</parameter>\\n`` blocks after
-    ``<function=name>\\n``: required parameters first, then each optional one or not, in
-    schema order; then ``</function>`` and ``close``."""
+def tagged_grammar(tools, name, *, name_end: str, param_open: Callable[[str], str],
+                   param_close: str, end: str, syntax: ValueSyntax) -> str:
+    """GBNF for calls whose parameters are tagged blocks: Qwen3-Coder's
+    ``<parameter=k>\\nvalue\\n</parameter>\\n`` after ``<function=name>\\n``, GLM's
+    ``<arg_key>k</arg_key><arg_value>value</arg_value>`` after the name. ``name_end`` follows
+    the name, ``param_open(key)`` and ``param_close`` wrap each value, ``end`` closes the call.
+    Required parameters first, then each optional one or not, in schema order."""
     def block(key: str, schema: dict) -> str:
-        return (f'{lit(f"<parameter={key}>" + chr(10))} {syntax.rule(schema)} '
-                f'{lit(chr(10) + "</parameter>" + chr(10))}')
+        return f"{lit(param_open(key))} {syntax.rule(schema)} {lit(param_close)}"
 
     rules, alts = [], []
     for i, fn, params, required, optional in tool_parameters(tools, name):
-        parts = [] if name is not None else [lit(fn["name"] + ">\n")]
+        parts = [] if name is not None else [lit(fn["name"] + name_end)]
         parts += [block(k, params[k]) for k in required]
         parts += [f"({block(k, params[k])})?" for k in optional]
         rules.append(f"f{i} ::= " + (" ".join(parts) or '""'))
         alts.append(f"f{i}")
-    return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) "
-            + lit("</function>\n" + close) + "\n" + syntax.rules())
+    return ("\n".join(rules) + f"\nroot ::= ({' | '.join(alts)}) " + lit(end) + "\n"
+            + syntax.rules())
 
 
 def schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> str:

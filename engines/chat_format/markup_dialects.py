@@ -1,6 +1,7 @@
 """The dialects whose calls are markup, not a JSON object: XML parameters (Qwen3-Coder),
-Pythonic calls (LFM) and Gemma's keyword calls; their arguments are typed by the offered tools'
-schemas. ``DIALECTS`` names every dialect (the config's ``tool_format``).
+Pythonic calls (LFM), Gemma's keyword calls and GLM's key/value tags; their arguments are
+typed by the offered tools' schemas. ``DIALECTS`` names every dialect (the config's
+``tool_format``).
 
 Pure string work (no llama.cpp); see ``dialects`` for the table of call texts.
 """
@@ -48,7 +49,10 @@ class Qwen3CoderDialect(ToolDialect):
         return self.openers[0] + "\n" + (f"<function={name}>\n" if name else "<function=")
 
     def grammar(self, tools, name):
-        return tagged_grammar(tools, name, close=self.close, syntax=JsonText())
+        return tagged_grammar(tools, name, name_end=">\n",
+                              param_open=lambda k: f"<parameter={k}>\n",
+                              param_close="\n</parameter>\n", end="</function>\n" + self.close,
+                              syntax=JsonText())
 
     def render_call(self, call):
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
@@ -154,6 +158,54 @@ class GemmaDialect(ToolDialect):
         return f"{self.openers[0]}call:{call['name']}{{{args}}}{self.close}"
 
 
+class GlmDialect(ToolDialect):
+    """GLM 4.5 to 4.7: ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>
+    </tool_call>``, strings bare and other values as JSON; 4.5 and 4.6 put a line break after
+    the name and after each tag (``newline``), 4.7 none."""
+    name = "glm"
+    openers = ("<tool_call>",)
+    close = "</tool_call>"
+    _PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+    def __init__(self, newline: bool = False):
+        self.nl = "\n" if newline else ""
+
+    def parse(self, block, tools=None):
+        body = block[len(self.openers[0]):].removesuffix(self.close)
+        fname = body.split("<arg_key>", 1)[0].strip()
+        if not re.fullmatch(r"[\w.\-]+", fname):
+            raise CallParseError("a call must start with the function's name")
+        types = _parameter_types(tools)
+        args = {}
+        for key, raw in self._PAIR.findall(body):
+            key = key.strip()
+            if types.get((fname, key)) == "string":
+                args[key] = raw
+                continue
+            try:
+                args[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                args[key] = raw
+        return [ToolCall(fname, json.dumps(args, ensure_ascii=False))]
+
+    def forced_prefix(self, name):
+        return self.openers[0] + (name + self.nl if name else "")
+
+    def grammar(self, tools, name):
+        nl = self.nl
+        return tagged_grammar(tools, name, name_end=nl,
+                              param_open=lambda k: f"<arg_key>{k}</arg_key>{nl}<arg_value>",
+                              param_close="</arg_value>" + nl, end=self.close,
+                              syntax=JsonText())
+
+    def render_call(self, call):
+        nl = self.nl
+        args = "".join(f"<arg_key>{k}</arg_key>{nl}<arg_value>"
+                       f"{v if isinstance(v, str) else json.dumps(v)}</arg_value>{nl}"
+                       for k, v in call["arguments"].items())
+        return f"{self.openers[0]}{call['name']}{nl}{args}{self.close}"
+
+
 DIALECTS = {"hermes": HermesDialect, "json": JsonDialect, "qwen3_coder": Qwen3CoderDialect,
             "llama3": Llama3Dialect, "mistral": MistralDialect, "lfm": LfmDialect,
-            "gemma": GemmaDialect}
+            "gemma": GemmaDialect, "glm": GlmDialect}

@@ -6,7 +6,7 @@ import pytest
 
 from hypnos.engines.chat_format import detect, prepare, think_budget
 from hypnos.engines.chat_format import (
-    GemmaDialect, HermesDialect, JsonDialect, LfmDialect, Llama3Dialect, MistralDialect,
+    GemmaDialect, GlmDialect, HermesDialect, JsonDialect, LfmDialect, Llama3Dialect, MistralDialect,
     Qwen3CoderDialect, CallParseError)
 from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
 
@@ -22,6 +22,9 @@ TOOLS = [{"type": "function", "function": {
     ("{{ tools }}<tool_call><function=x><parameter=y>", "qwen3_coder", None),
     ("{{ tools }}<tool_call>{{ x }}</tool_call><think>", "hermes", "<think>"),
     ("{{ tools }}<|tool_call_start|>", "lfm", None),
+    ("List of tools: [{{ tools }}]", "lfm", None),
+    ("{{ tools }}<tool_call>{{ name }}<arg_key>k</arg_key><arg_value>", "glm", None),
+    ("{{ tools }}[TOOL_CALLS][THINK]", "mistral", "[THINK]"),
     ("{{ tools }}[TOOL_CALLS]", "mistral", None),
     ("<|start_header_id|>{{ tools }}<|python_tag|>", "llama3", None),
     ("<|im_start|>{{ message['content'] }}", "json", None),
@@ -59,6 +62,12 @@ def test_tool_format_config_overrides_and_none_disables():
     (GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>"),
      "<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>",
      {"city": "Paris"}),
+    # GLM-4.7 writes no line breaks, GLM-4.5/4.6 one after the name and after each tag.
+    (GlmDialect(), "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris, FR"
+                   "</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+     {"city": "Paris, FR", "days": 3}),
+    (GlmDialect(newline=True), "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>"
+                               "Paris</arg_value>\n</tool_call>", {"city": "Paris"}),
 ])
 def test_each_dialect_parses_its_calls(dialect, text, args):
     calls = dialect.parse(text)
@@ -67,7 +76,8 @@ def test_each_dialect_parses_its_calls(dialect, text, args):
 
 
 @pytest.mark.parametrize("dialect", [HermesDialect(), Qwen3CoderDialect(), Llama3Dialect(),
-                                     MistralDialect(), LfmDialect(), GemmaDialect()])
+                                     MistralDialect(), LfmDialect(), GemmaDialect(),
+                                     GlmDialect(), GlmDialect(newline=True)])
 def test_a_rendered_call_parses_back(dialect):
     call = {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}
     parsed = dialect.parse(dialect.render_call(call))
@@ -79,6 +89,7 @@ def test_a_rendered_call_parses_back(dialect):
     (HermesDialect(), "<tool_call>{not json</tool_call>"),
     (LfmDialect(), "<|tool_call_start|>[get_weather(city=]<|tool_call_end|>"),
     (GemmaDialect(), "<|tool_call>get_weather<tool_call|>"),
+    (GlmDialect(), "<tool_call><arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"),
 ])
 def test_a_broken_call_raises(dialect, text):
     with pytest.raises(CallParseError):

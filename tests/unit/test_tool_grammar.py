@@ -14,7 +14,7 @@ import random
 import pytest
 
 from gbnf_check import accepts, parses
-from hypnos.engines.chat_format import DIALECTS, GemmaDialect
+from hypnos.engines.chat_format import DIALECTS, GemmaDialect, GlmDialect
 from hypnos.engines.chat_format.stream import AnswerSplitter
 from hypnos.engines.chat_format.grammar import py_literal, response_grammar
 
@@ -49,7 +49,8 @@ CALLS = [
 ]
 
 GEMMA_ESCAPE = GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>")
-CASES = {**{name: cls() for name, cls in DIALECTS.items()}, "functiongemma": GEMMA_ESCAPE}
+CASES = {**{name: cls() for name, cls in DIALECTS.items()}, "functiongemma": GEMMA_ESCAPE,
+         "glm_newline": GlmDialect(newline=True)}
 
 
 def ordered(name: str, args: dict) -> dict:
@@ -87,6 +88,10 @@ def render(case: str, name: str, args: dict, named: bool, style: str) -> str:
     if case == "lfm":
         body = ", ".join(f"{k}={py_literal(v)}" for k, v in args.items())
         return ("" if named else f"{name}(") + body + ")]<|tool_call_end|>"
+    if case.startswith("glm"):
+        sep = (",", ":") if style == "compact" else (", ", ": ")
+        return _glm(d, name, {k: v if isinstance(v, str) else json.dumps(v, separators=sep)
+                              for k, v in args.items()}, named)
     q = d.quote
     body = ",".join(f"{k}:{q}{v}{q}" if isinstance(v, str) else
                     f"{k}:{json.dumps(v, separators=(',', ':'))}" for k, v in args.items())
@@ -106,7 +111,8 @@ FORMS = [(case, name, args, named, style)
          for case in CASES for name, args in CALLS if expressible(case, args)
          for named in (True, False)
          for style in (STYLES if case in ("hermes", "json", "llama3", "mistral") else
-                       ["compact", "spaced"] if case == "qwen3_coder" else ["compact"])]
+                       ["compact", "spaced"] if case in ("qwen3_coder", "glm", "glm_newline")
+                       else ["compact"])]
 
 
 def forced(case: str, name: str, named: bool) -> tuple[str, str]:
@@ -184,6 +190,13 @@ def _refusals(case: str) -> list[tuple[str, str, bool, str]]:
     return out
 
 
+def _glm(d, name: str, texts: dict, named: bool) -> str:
+    """GLM's key/value tags over values already written as text."""
+    pairs = "".join(f"<arg_key>{k}</arg_key>{d.nl}<arg_value>{v}</arg_value>{d.nl}"
+                    for k, v in texts.items())
+    return ("" if named else name + d.nl) + pairs + "</tool_call>"
+
+
 def _raw(case, name, args, named=True, bare=()):
     """``render`` without the schema's ordering or types (for texts the grammar must refuse);
     keys in ``bare`` are written unquoted whatever their Python type."""
@@ -200,6 +213,8 @@ def _raw(case, name, args, named=True, bare=()):
     if case == "lfm":
         body = ", ".join(f"{k}={args[k] if k in bare else py_literal(args[k])}" for k in order)
         return ("" if named else f"{name}(") + body + ")]<|tool_call_end|>"
+    if case.startswith("glm"):
+        return _glm(d, name, {k: args[k] for k in order}, named)
     q = d.quote
     body = ",".join(f"{k}:{args[k] if k in bare else q + str(args[k]) + q}"
                     if isinstance(args[k], str) else f"{k}:{json.dumps(args[k])}"
@@ -211,8 +226,8 @@ def _raw(case, name, args, named=True, bare=()):
 def test_the_grammar_refuses_what_is_not_one_call(case):
     admitted = []
     for why, name, named, text in _refusals(case):
-        if why == "string for an integer" and case == "qwen3_coder":
-            continue                    # Qwen3-Coder writes every value bare: "3" is 3
+        if why == "string for an integer" and case in ("qwen3_coder", "glm", "glm_newline"):
+            continue                    # these write every value bare: "3" is 3
         _, grammar = forced(case, name, named)
         if accepts(grammar, text):
             admitted.append((why, text))

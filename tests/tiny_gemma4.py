@@ -1,0 +1,154 @@
+"""A tiny random-weight Gemma 4 GGUF that the pinned llama.cpp loads, carrying Gemma 4's
+published chat template.
+
+No Gemma 4 weights can be fetched here (no model hub), and the smallest real file is 3 GB.
+This writes the family's real file format instead: ``general.architecture = "gemma4"``, the
+hyperparameter keys and tensor names llama.cpp's ``gemma4`` loader reads (two layers, one
+sliding-window and one full-attention, no per-layer embeddings, as in the 26B and 31B), and a
+``gemma4`` BPE vocabulary with Gemma 4's control and visible markers (``<|turn>``,
+``<|tool_call>``, ``<|"|>``, ``<|channel>``, ...), byte fallback tokens and the printable
+ASCII characters. The template is the one Google publishes with the instruction-tuned models
+(``tests/data/templates/gemma-4-it.jinja``, as vendored by llama.cpp in
+``models/templates/google-gemma-4-31B-it.jinja``).
+
+The weights are noise: a model built from this file proves the plumbing (the loader accepts
+the family's keys and tensors, the template renders through the engine, the tool and thinking
+dialects detected are the family's, a forced call comes out under the grammar and parses),
+never what a Gemma 4 model would answer.
+
+Shapes: gguf-py stores a numpy array of shape (a, b) as a ggml tensor with ne = [b, a].
+
+    python tests/tiny_gemma4.py OUT.gguf
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TEMPLATE = Path(__file__).resolve().parent / "data" / "templates" / "gemma-4-it.jinja"
+ARCH = "gemma4"
+
+#: Markers the template writes that are never shown (CONTROL in the real vocabulary).
+CONTROL = ["<|turn>", "<turn|>", "<|think|>", "<|tool>", "<tool|>", "<|image|>", "<|audio|>",
+           "<|video|>"]
+#: Markers llama.cpp's converter marks USER_DEFINED so that a chat parser can read them.
+VISIBLE = ["<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+           "<tool_response|>", '<|"|>']
+
+
+@dataclass(frozen=True)
+class TinyGemma4:
+    n_embd: int = 64
+    heads: int = 2
+    heads_kv: int = 1
+    head_dim: int = 32
+    ffn: int = 128
+    context: int = 4096
+    window: int = 512
+    seed: int = 0
+
+
+def vocabulary() -> tuple[list[str], list[int], list[str]]:
+    """Tokens, their gguf token types, and the BPE merges."""
+    import gguf
+    tt = gguf.TokenType
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    types = [tt.CONTROL, tt.CONTROL, tt.CONTROL, tt.UNKNOWN]
+    tokens += CONTROL
+    types += [tt.CONTROL] * len(CONTROL)
+    tokens += VISIBLE
+    types += [tt.USER_DEFINED] * len(VISIBLE)
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [tt.BYTE] * 256
+    normal = ["\n", "\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
+    merged = ["\u2581" + c for c in "abcdefghijklmnopqrstuvwxyz"]
+    tokens += normal + merged
+    types += [tt.NORMAL] * (len(normal) + len(merged))
+    merges = [f"\u2581 {c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+    return tokens, types, merges
+
+
+def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
+                      template: str | None = None) -> Path:
+    """Write the model to ``path`` and return it. Deterministic for a given spec."""
+    import gguf
+
+    rng = np.random.default_rng(spec.seed)
+    tokens, types, merges = vocabulary()
+    layers = 2
+    swa = [True, False]                  # layer 0 sliding-window, layer 1 full attention
+    hd, d = spec.head_dim, spec.n_embd
+
+    w = gguf.GGUFWriter(str(path), ARCH)
+    w.add_name("tiny-random-gemma4")
+    w.add_context_length(spec.context)
+    w.add_embedding_length(d)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(spec.ffn)
+    w.add_head_count(spec.heads)
+    w.add_head_count_kv(spec.heads_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_rope_dimension_count(hd)
+    w.add_sliding_window(spec.window)
+    w.add_array(f"{ARCH}.attention.sliding_window_pattern", swa)
+    w.add_uint32(f"{ARCH}.attention.shared_kv_layers", 0)
+    w.add_uint32(f"{ARCH}.attention.key_length_swa", hd)
+    w.add_uint32(f"{ARCH}.attention.value_length_swa", hd)
+    w.add_uint32(f"{ARCH}.rope.dimension_count_swa", hd)
+    w.add_float32(f"{ARCH}.rope.freq_base_swa", 10_000.0)
+    w.add_uint32(f"{ARCH}.embedding_length_per_layer_input", 0)
+    w.add_float32(f"{ARCH}.final_logit_softcapping", 30.0)
+
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_pad_token_id(0)
+    w.add_unk_token_id(3)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
+    w.add_chat_template(template if template is not None else TEMPLATE.read_text())
+
+    def noise(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    w.add_tensor("token_embd.weight", noise(len(tokens), d))
+    w.add_tensor("output_norm.weight", ones(d))
+    w.add_tensor("rope_freqs.weight", ones(hd // 2))
+    for i in range(layers):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(d))
+        w.add_tensor(f"{b}.attn_q.weight", noise(hd * spec.heads, d))
+        w.add_tensor(f"{b}.attn_k.weight", noise(hd * spec.heads_kv, d))
+        w.add_tensor(f"{b}.attn_v.weight", noise(hd * spec.heads_kv, d))
+        w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * spec.heads))
+        w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
+        w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
+        w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
+        w.add_tensor(f"{b}.ffn_norm.weight", ones(d))
+        w.add_tensor(f"{b}.ffn_gate.weight", noise(spec.ffn, d))
+        w.add_tensor(f"{b}.ffn_up.weight", noise(spec.ffn, d))
+        w.add_tensor(f"{b}.ffn_down.weight", noise(d, spec.ffn))
+        w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+if __name__ == "__main__":
+    out = write_tiny_gemma4(Path(sys.argv[1]))
+    print(f"{out} ({out.stat().st_size} bytes)")
