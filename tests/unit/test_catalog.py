@@ -152,3 +152,29 @@ def test_cli_pull_unknown_spec_is_a_usage_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HYPNOS_MODELS_DIR", str(tmp_path))
     r = CliRunner().invoke(cli, ["models", "pull", "nope:1b"])
     assert r.exit_code == 2 and "nope:1b" in r.output
+
+
+def test_split_weights_list_every_part_first_part_first():
+    """A split GGUF is configured by its first part (llama.cpp and Hypnos read the others
+    beside it): every part is in the variant, in order, so a pull fetches them all."""
+    from pathlib import PurePosixPath
+    from hypnos.catalog.blocks import block_fields
+    from hypnos.engines.gguf_meta import split_parts
+    seen = 0
+    for e in CATALOG.entries:
+        for v in e.variants:
+            weights = [f.local for f in v.files if f.role == "weights"]
+            if len(weights) < 2:
+                continue
+            seen += 1
+            parts = [str(PurePosixPath(p)) for p in split_parts(PurePosixPath(weights[0]))]
+            assert weights == parts, (e.id, v.quant)
+            assert block_fields(e, v)["weights_path"] == weights[0]
+    assert seen >= 1
+
+
+def test_pinned_revisions_are_commit_hashes():
+    import re
+    revs = [f.revision for e in CATALOG.entries for v in e.variants for f in v.files
+            if f.revision is not None]
+    assert revs and all(re.fullmatch(r"[0-9a-f]{40}", r) for r in revs)

@@ -315,6 +315,25 @@ def test_hf_single_file(hub, tmp_path):
     assert any(p.startswith("/cdn/") for p in paths)
 
 
+def test_hf_pinned_revision_is_what_is_fetched(hub, tmp_path):
+    """A file re-uploaded under the same name changes size and sha256: the catalog pins the
+    commit it read them at, and the pull asks for that commit, not main."""
+    from hypnos.catalog.catalog import CatalogFile
+    from hypnos.catalog.pull import source_url
+    data = hub.repos[REPO].files["tiny.Q8_0.gguf"]
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    out = pull_in_subprocess(hf_catalog({
+        "role": "weights", "repo": REPO, "remote": "tiny.Q8_0.gguf", "revision": rev,
+        "local": "tiny/tiny.Q8_0.gguf", "size": len(data), "sha256": sha(data)}),
+        tmp_path / "models", tmp_path, endpoint=hub.url)
+    assert out["fetched"] == ["tiny/tiny.Q8_0.gguf"]
+    paths = [p for _, p in hub.requests]
+    assert f"/{REPO}/resolve/{rev}/tiny.Q8_0.gguf" in paths
+    assert not any("/resolve/main/" in p for p in paths)
+    f = CatalogFile(role="weights", local="x.gguf", repo=REPO, remote="x.gguf", revision=rev)
+    assert source_url(f).endswith(f"/{REPO}/resolve/{rev}/x.gguf")
+
+
 def test_hf_single_plain_file_in_a_subfolder(hub, tmp_path):
     data = hub.repos[REPO].files["whisper/config.json"]
     models = tmp_path / "models"
