@@ -11,7 +11,8 @@ import re
 from hypnos.engines.chat_format.dialects import (HermesDialect, JsonDialect, Llama3Dialect,
                                                  MistralDialect, ToolDialect)
 from hypnos.engines.chat_format.markup_dialects import (DIALECTS, GemmaDialect, GlmDialect,
-                                                        LfmDialect, Qwen3CoderDialect)
+                                                        HarmonyDialect, LfmDialect,
+                                                        Qwen3CoderDialect, harmony_template)
 from hypnos.engines.chat_format.prepare import ChatFormat, ThinkDialect
 
 
@@ -19,8 +20,12 @@ def detect(template: str, tool_format: str = "auto") -> ChatFormat:
     """The family's dialects from markers in its chat template. ``tool_format`` (the
     model's config) forces one by name, or "none" for a model without tool calling."""
     t = template or ""
-    if "<|tool_call>" in t:
-        tools: ToolDialect = GemmaDialect()
+    harmony = harmony_template(t)
+    tools: ToolDialect
+    if harmony:
+        tools = HarmonyDialect()
+    elif "<|tool_call>" in t:
+        tools = GemmaDialect()
     elif "<start_function_call>" in t:
         tools = GemmaDialect("<start_function_call>", "<end_function_call>", "<escape>")
     elif "<arg_key>" in t and "<tool_call>" in t:
@@ -45,11 +50,14 @@ def detect(template: str, tool_format: str = "auto") -> ChatFormat:
     elif tool_format != "auto":
         tools = DIALECTS[tool_format]()
     think = None
-    if "<think>" in t:
+    if harmony:         # the analysis channel; its <|end|> is unrendered: the next <|start|>
+        think = ThinkDialect("<|channel|>analysis<|message|>", "<|start|>",
+                             inject="<|end|><|start|>assistant")
+    elif "<think>" in t:
         think = ThinkDialect("<think>", "</think>")
     elif "<|channel>" in t:
         think = ThinkDialect("<|channel>thought\n", "<channel|>")
     elif "[THINK]" in t:                 # Magistral, Ministral 3 reasoning
         think = ThinkDialect("[THINK]", "[/THINK]")
     reads_calls = "tool_calls" in t
-    return ChatFormat(tools, think, reads_tools, reads_calls)
+    return ChatFormat(tools, think, reads_tools, reads_calls, harmony)

@@ -15,6 +15,7 @@ llama3         ``{"name": .., "parameters": {..}}`` (``<|python_tag|>``)        
 mistral        ``[TOOL_CALLS][{"name": .., "arguments": {..}}]`` or ``f[ARGS]{}``  Mistral
 lfm            ``<|tool_call_start|>[f(k="v")]<|tool_call_end|>``               LFM2/2.5/3
 gemma          ``<|tool_call>call:f{k:<|"|>v<|"|>}<tool_call|>``                Gemma 4
+harmony        ``<|channel|>commentary to=functions.f ...<|message|>{..}``      gpt-oss
 json           hermes tags, the tools described in the system message by Hypnos  any other
 =============  ==============================================================  ============
 

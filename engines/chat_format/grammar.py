@@ -249,6 +249,49 @@ def schema_call_grammar(tools: list[dict], name: str | None, args_key: str) -> s
     return re.sub(r"(?m)^root ::=", "call ::=", gbnf).rstrip("\n") + "\n"
 
 
+def schema_rules(schema: dict, ns: str) -> str:
+    """GBNF rules (``<ns>-root`` and its helpers, every name prefixed ``<ns>-`` so several
+    schemas share one grammar) for a JSON value following ``schema``, from llama.cpp's
+    converter with the same whitespace and constant fixes as ``schema_call_grammar``; a
+    schema the converter cannot express becomes any JSON object."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(schema))
+    except Exception:
+        gbnf = json_schema_to_gbnf(json.dumps({"type": "object"}))
+    gbnf = re.sub(r"(?m)^space ::= .*$", lambda _m: _JSON_SPACE, gbnf)
+    gbnf = _LITERAL_RULE.sub(lambda m: f"{m[1]} ::= ({m[2]}) space", gbnf)
+    rules = [line.split(" ::= ", 1) for line in gbnf.splitlines() if " ::= " in line]
+    names = {name for name, _ in rules}
+    return "".join(f"{ns}-{name} ::= {_renamed(body, names, ns)}\n" for name, body in rules)
+
+
+def _renamed(body: str, names: set[str], ns: str) -> str:
+    """``body`` with every reference to a rule in ``names`` prefixed ``<ns>-`` (string
+    literals and character classes copied as they are)."""
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c in "\"[":
+            close = '"' if c == '"' else "]"
+            j = i + 1
+            while j < len(body) and body[j] != close:
+                j += 2 if body[j] == "\\" else 1
+            out.append(body[i:j + 1])
+            i = j + 1
+        elif c.isalnum() or c == "-":
+            j = i
+            while j < len(body) and (body[j].isalnum() or body[j] == "-"):
+                j += 1
+            word = body[i:j]
+            out.append(f"{ns}-{word}" if word in names else word)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _LITERAL_RULE = re.compile(rf"(?m)^(\S+) ::= ({_STRING}(?: \| {_STRING})*)$")
 

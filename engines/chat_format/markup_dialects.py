@@ -16,7 +16,8 @@ from hypnos.engines.chat_format.dialects import (
     _parameter_types,
 )
 from hypnos.engines.chat_format.grammar import (GemmaQuoted, JsonText, PythonLiteral,
-                                                keyword_grammar, py_literal, tagged_grammar)
+                                                keyword_grammar, lit, py_literal, schema_rules,
+                                                tagged_grammar)
 from hypnos.engines.records import ToolCall
 
 
@@ -206,6 +207,72 @@ class GlmDialect(ToolDialect):
         return f"{self.openers[0]}{call['name']}{nl}{args}{self.close}"
 
 
+# ------------------------------------------------------------------ harmony
+
+MESSAGE = "<|message|>"
+#: Where a harmony body ends (control tokens, when rendered).
+ENDS = ("<|end|>", "<|return|>", "<|call|>")
+_RECIPIENT = re.compile(r"to=functions\.([\w.\-]+)")
+
+
+def harmony_template(template: str) -> bool:
+    """The chat template writes harmony messages."""
+    return "<|channel|>" in template and MESSAGE in template and "<|start|>" in template
+
+
+class HarmonyDialect(ToolDialect):
+    """OpenAI's harmony (gpt-oss): ``<|channel|>commentary to=functions.NAME <|constrain|>
+    json<|message|>{args}<|call|>``; its answers are read by ``harmony.HarmonySplitter``."""
+    name = "harmony"
+    openers = ("<|channel|>commentary to=functions.",)
+    close = ""              # <|call|> is an end-of-generation token: the model stops there
+    _HEAD = " <|constrain|>json" + MESSAGE
+
+    @staticmethod
+    def reasoning_effort(budget: int | None) -> str:
+        """The template's ``reasoning_effort`` for a thinking budget (gpt-oss always
+        reasons; a budget of 0 still closes the analysis at once)."""
+        if budget is None:
+            return "medium"
+        return "low" if budget <= 512 else "medium" if budget <= 2048 else "high"
+
+    def parse(self, block, tools=None):
+        at = block.find(MESSAGE)
+        head, body = (block[:at], block[at + len(MESSAGE):]) if at >= 0 else (block, "")
+        m = _RECIPIENT.search(head)
+        if m is None:
+            raise CallParseError("a call is addressed to=functions.NAME")
+        for end in ENDS:
+            body = body.split(end, 1)[0]
+        try:
+            args = json.loads(body.strip() or "{}")
+        except json.JSONDecodeError as exc:
+            raise CallParseError(f"arguments are not JSON: {exc}") from None
+        if not isinstance(args, dict):
+            raise CallParseError("arguments must be a JSON object")
+        return [ToolCall(m.group(1), json.dumps(args, ensure_ascii=False))]
+
+    def forced_prefix(self, name):
+        return self.openers[0] + (name + self._HEAD if name else "")
+
+    def grammar(self, tools, name):
+        rules, alts = [], []
+        for i, tool in enumerate(tools):
+            fn = tool["function"]
+            if name is not None and fn["name"] != name:
+                continue
+            schema = fn.get("parameters") or {"type": "object", "properties": {}}
+            rules.append(schema_rules(schema, f"t{i}"))
+            alts.append(f"t{i}-root" if name is not None else
+                        f"{lit(fn['name'] + self._HEAD)} t{i}-root")
+        return f"root ::= {' | '.join(alts)}\n" + "".join(rules)
+
+    def render_call(self, call):
+        return self.forced_prefix(call["name"]) + json.dumps(call["arguments"],
+                                                             ensure_ascii=False)
+
+
 DIALECTS = {"hermes": HermesDialect, "json": JsonDialect, "qwen3_coder": Qwen3CoderDialect,
             "llama3": Llama3Dialect, "mistral": MistralDialect, "lfm": LfmDialect,
-            "gemma": GemmaDialect, "glm": GlmDialect}
+            "gemma": GemmaDialect, "glm": GlmDialect,
+            "harmony": HarmonyDialect}

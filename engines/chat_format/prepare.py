@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from hypnos.engines.chat_format.dialects import JsonDialect, ToolDialect
-from hypnos.engines.chat_format.markup_dialects import DIALECTS
+from hypnos.engines.chat_format.markup_dialects import DIALECTS, HarmonyDialect
 
 #: Content parts that carry media (through the model's projector), not text.
 MEDIA_PARTS = ("image_url", "input_audio")
@@ -27,6 +27,14 @@ TOOL_FORMATS = ("auto", "none", *DIALECTS)
 class ThinkDialect:
     open: str
     close: str
+    #: What the server writes to close the block when the budget is spent (None: ``close``
+    #: and a blank line). Harmony's close is a control token llama.cpp does not render, so
+    #: ``close`` is what is seen after it and ``inject`` what is written.
+    inject: str | None = None
+
+    @property
+    def closing(self) -> str:
+        return self.close + "\n\n" if self.inject is None else self.inject
 
 
 @dataclass
@@ -36,6 +44,8 @@ class ChatFormat:
     #: The template reads ``tools`` (else the json dialect's instructions are injected).
     template_reads_tools: bool = False
     template_reads_tool_calls: bool = False
+    #: The answer is harmony messages (gpt-oss): read by ``harmony.HarmonySplitter``.
+    harmony: bool = False
 
 
 # --------------------------------------------------------------------- preparation
@@ -86,6 +96,9 @@ def prepare(fmt: ChatFormat, messages: list[dict], tools: list[dict] | None,
         out.grammar = grammar
     if fmt.think is not None:
         out.template_vars["enable_thinking"] = out.think_budget != 0
+    if fmt.harmony:
+        out.template_vars["reasoning_effort"] = HarmonyDialect.reasoning_effort(
+            out.think_budget)
     return out
 
 

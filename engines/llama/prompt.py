@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from hypnos.engines.chat_format.grammar import response_grammar
+from hypnos.engines.chat_format.harmony import HarmonySplitter
 from hypnos.engines.chat_format.prepare import MEDIA_PARTS, ChatFormat, prepare
 from hypnos.engines.chat_format.stream import AnswerSplitter
 from hypnos.engines.errors import EngineError
@@ -28,7 +29,7 @@ class Built:
     prompt: list[int]
     grammar: str | None
     think: ThinkBudget | None
-    splitter: AnswerSplitter
+    splitter: AnswerSplitter | HarmonySplitter
     chunks: object = None                      # mtmd.Chunks when media are sent
     prefill: object = None                     # (ctx, seq_id) -> n_past, on the decode thread
     format_status: str | None = None           # how response_format was applied
@@ -56,16 +57,21 @@ def build(req: ChatRequest, fmt: ChatFormat | None, tokenize: Tokenize, render: 
     budget = prepared.think_budget
     tracker = None
     if in_think and budget == 0:            # the template opened it; close it at once
-        text += think.close + "\n\n"
+        text += think.closing
         in_think = False
     if think is not None and budget is not None:
-        tracker = ThinkBudget(think.open, think.close, tokenize(think.close + "\n\n", True),
+        tracker = ThinkBudget(think.open, think.close, tokenize(think.closing, True),
                               budget, state="in" if in_think else "maybe")
     names = frozenset(t["function"]["name"] for t in req.tools or ())
-    splitter = AnswerSplitter(think=think, in_think=in_think,
-                              tools=fmt.tools if prepared.tools_active else None,
-                              prefix=prepared.prefix, known=names, offered=req.tools,
-                              forced=prepared.forced)
+    tools = fmt.tools if prepared.tools_active else None
+    splitter: AnswerSplitter | HarmonySplitter
+    if fmt.harmony:
+        splitter = HarmonySplitter(tools=tools, prefix=prepared.prefix, known=names,
+                                   offered=req.tools, forced=prepared.forced)
+    else:
+        splitter = AnswerSplitter(think=think, in_think=in_think, tools=tools,
+                                  prefix=prepared.prefix, known=names, offered=req.tools,
+                                  forced=prepared.forced)
     if req.media:
         built = build_media(text, req.media, prepared.grammar, tracker, splitter, projector,
                             bos, bos_text, n_batch)
@@ -81,7 +87,8 @@ def build(req: ChatRequest, fmt: ChatFormat | None, tokenize: Tokenize, render: 
 
 
 def build_media(text: str, media: list[bytes], grammar: str | None,
-                tracker: ThinkBudget | None, splitter: AnswerSplitter, projector,
+                tracker: ThinkBudget | None, splitter: AnswerSplitter | HarmonySplitter,
+                projector,
                 bos: int | None, bos_text: str, n_batch: int) -> Built:
     """Images / audio through the projector: the text and media chunks are evaluated
     together on the decode thread when the job starts (``Job.prefill``); the prompt

@@ -192,7 +192,8 @@ class ModelConfig:
     # Chat template override (Jinja) for GGUFs that carry none.
     chat_template: str | None = None
     # Tool-call dialect: auto (read off the chat template), none (no tool calling: a request
-    # with tools is a 400), or one of hermes, json, qwen3_coder, llama3, mistral, lfm, gemma, glm.
+    # with tools is a 400), or one of hermes, json, qwen3_coder, llama3, mistral, lfm, gemma,
+    # glm, harmony.
     tool_format: str = "auto"
     arch: ArchConfig = field(default_factory=ArchConfig)
     image: ImageConfig | None = None

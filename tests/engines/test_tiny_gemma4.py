@@ -7,12 +7,12 @@ through the engine; the dialects detected are Gemma 4's (``<|tool_call>call:f{k:
 <tool_call|>`` and the ``<|channel>thought`` block); a forced call comes out under the grammar
 and parses, whatever the noise weights pick on this CPU; the same request twice answers the
 same. Nothing here says what a real Gemma 4 would answer."""
-import ctypes
 import json
 import threading
 
 import pytest
 
+from prompt_text import prompt_text as rendered
 from tiny_gemma4 import write_tiny_gemma4
 from hypnos.catalog.catalog import load_catalog
 from hypnos.engines.chat_format import GemmaDialect
@@ -48,18 +48,6 @@ def engine(gguf_path):
     eng.load(LoadSpec("tiny-gemma4", gguf_path, context_len=2048, slots=1))
     yield eng
     eng.unload()
-
-
-def rendered(eng: LlamaChatEngine, messages, tools=None, **kw) -> str:
-    """The prompt the engine would send, detokenized with its markers shown."""
-    tokens = eng._build(ChatRequest(messages=messages, tools=tools, **kw)).prompt
-    ll = eng._ll
-    arr = (ll.llama_token * len(tokens))(*tokens)
-    cap = 16 * len(tokens) + 64
-    buf = ctypes.create_string_buffer(cap)
-    n = ll.llama_detokenize(eng._vocab, arr, len(tokens), buf, cap, False, True)
-    assert n >= 0
-    return buf.raw[:n].decode("utf-8", "replace")
 
 
 def test_the_file_is_what_the_catalog_says_gemma4_is(gguf_path):

@@ -29,6 +29,8 @@ FAMILIES = {
     "glm-4.7-flash.jinja": ("glm", "<think>", "<tool_call>"),
     "lfm2.5-instruct.jinja": ("lfm", None, "<|tool_call_start|>"),
     "ministral-3-reasoning.jinja": ("mistral", "[THINK]", "[TOOL_CALLS]"),
+    "gpt-oss.jinja": ("harmony", "<|channel|>analysis<|message|>",
+                      "<|channel|>commentary to=functions."),
 }
 
 

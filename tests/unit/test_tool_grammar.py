@@ -88,6 +88,8 @@ def render(case: str, name: str, args: dict, named: bool, style: str) -> str:
     if case == "lfm":
         body = ", ".join(f"{k}={py_literal(v)}" for k, v in args.items())
         return ("" if named else f"{name}(") + body + ")]<|tool_call_end|>"
+    if case == "harmony":
+        return ("" if named else name + " <|constrain|>json<|message|>") + json_text(args, style)
     if case.startswith("glm"):
         sep = (",", ":") if style == "compact" else (", ", ": ")
         return _glm(d, name, {k: v if isinstance(v, str) else json.dumps(v, separators=sep)
@@ -110,7 +112,7 @@ STYLES = ["compact", "spaced", "indent", "tabs"]
 FORMS = [(case, name, args, named, style)
          for case in CASES for name, args in CALLS if expressible(case, args)
          for named in (True, False)
-         for style in (STYLES if case in ("hermes", "json", "llama3", "mistral") else
+         for style in (STYLES if case in ("hermes", "json", "llama3", "mistral", "harmony") else
                        ["compact", "spaced"] if case in ("qwen3_coder", "glm", "glm_newline")
                        else ["compact"])]
 
@@ -215,6 +217,9 @@ def _raw(case, name, args, named=True, bare=()):
         return ("" if named else f"{name}(") + body + ")]<|tool_call_end|>"
     if case.startswith("glm"):
         return _glm(d, name, {k: args[k] for k in order}, named)
+    if case == "harmony":
+        inner = ",".join(f'"{k}":{args[k] if k in bare else json.dumps(args[k])}' for k in order)
+        return ("" if named else name + " <|constrain|>json<|message|>") + "{" + inner + "}"
     q = d.quote
     body = ",".join(f"{k}:{args[k] if k in bare else q + str(args[k]) + q}"
                     if isinstance(args[k], str) else f"{k}:{json.dumps(args[k])}"
