@@ -12,7 +12,9 @@ import threading
 
 import pytest
 
-from prompt_text import prompt_text as rendered
+from tiny_checks import (ASK, MAX_TOKENS, TIME, WEATHER, check_forced_call,
+                         check_free_answer)
+from tiny_checks import prompt_text as rendered
 from tiny_gemma4 import write_tiny_gemma4
 from hypnos.catalog.catalog import load_catalog
 from hypnos.engines.chat_format import GemmaDialect
@@ -21,20 +23,6 @@ from hypnos.engines.records import ChatRequest, LoadSpec
 from hypnos.engines.gguf_meta import read_gguf_meta
 
 pytestmark = pytest.mark.real
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 24},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The time in a zone",
-    "parameters": {"type": "object", "properties": {
-        "zone": {"type": "string", "maxLength": 24}}, "required": ["zone"]}}}
-ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
-#: Above the longest call the grammar admits: the name, the markup, 24 characters of at
-#: most 6 bytes each per string and the enum, each token spelling at least one byte.
-MAX_TOKENS = 512
 
 
 @pytest.fixture(scope="module")
@@ -94,31 +82,11 @@ def test_history_calls_and_results_render_in_gemma4_markup(engine):
 
 @pytest.mark.parametrize("choice", ["required", "get_time"])
 def test_a_forced_call_parses(engine, choice):
-    def ask():
-        return engine.chat(ChatRequest(messages=ASK, tools=[WEATHER, TIME], tool_choice=choice,
-                                       temperature=0, max_tokens=MAX_TOKENS),
-                           None, threading.Event())
-    result = ask()
-    assert result.tool_call_errors == []
-    assert result.finish_reason == "tool_calls", result
-    call = result.tool_calls[0]
-    if choice != "required":
-        assert call.name == choice
-    args = json.loads(call.arguments)
-    required = {"get_weather": "city", "get_time": "zone"}[call.name]
-    assert isinstance(args[required], str)
-    assert args.get("unit", "celsius") in ("celsius", "fahrenheit")
-    again = ask()
-    assert [(c.name, c.arguments) for c in again.tool_calls] == \
-        [(c.name, c.arguments) for c in result.tool_calls]
+    check_forced_call(engine, choice)
 
 
 def test_a_free_answer_with_thinking_on_never_shows_the_markers(engine):
-    result = engine.chat(ChatRequest(messages=ASK, temperature=0, max_tokens=32,
-                                     think_budget=None), None, threading.Event())
-    assert result.finish_reason in ("stop", "length")
-    for marker in ("<|channel>", "<channel|>", "<turn|>"):
-        assert marker not in result.text and marker not in result.reasoning
+    check_free_answer(engine, ("<|channel>", "<channel|>", "<turn|>"), None)
 
 
 def test_llama_cpp_loads_a_split_gguf_from_its_first_part(tmp_path):

@@ -6,12 +6,10 @@ template renders the tools (as a TypeScript namespace) and the reasoning effort 
 engine; the answer is read by the harmony reader (no marker reaches the text); a forced call
 comes out under the grammar, stops at the <|call|> end-of-generation token and parses,
 whatever the noise weights pick; the same request twice answers the same."""
-import json
-import threading
-
 import pytest
 
-from prompt_text import prompt_text
+from tiny_checks import (ASK, TIME, WEATHER, check_forced_call, check_free_answer,
+                         prompt_text)
 from tiny_gpt_oss import write_tiny_gpt_oss
 from hypnos.engines.chat_format.harmony import HarmonySplitter
 from hypnos.engines.chat_format.markup_dialects import HarmonyDialect
@@ -19,20 +17,6 @@ from hypnos.engines.llama.engine import LlamaChatEngine
 from hypnos.engines.records import ChatRequest, LoadSpec
 
 pytestmark = pytest.mark.real
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 24},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The time in a zone",
-    "parameters": {"type": "object", "properties": {
-        "zone": {"type": "string", "maxLength": 24}}, "required": ["zone"]}}}
-ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
-#: Above the longest call the grammar admits (names, keys, 24 characters of at most 6 bytes
-#: each per string, bounded JSON whitespace), each token spelling at least one byte.
-MAX_TOKENS = 512
 MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
@@ -65,30 +49,9 @@ def test_the_template_renders_tools_and_effort_through_the_engine(engine):
 
 @pytest.mark.parametrize("choice", ["required", "get_time"])
 def test_a_forced_call_parses(engine, choice):
-    def ask():
-        return engine.chat(ChatRequest(messages=ASK, tools=[WEATHER, TIME], tool_choice=choice,
-                                       temperature=0, max_tokens=MAX_TOKENS),
-                           None, threading.Event())
-    result = ask()
-    assert result.tool_call_errors == []
-    assert result.finish_reason == "tool_calls", result
-    call = result.tool_calls[0]
-    if choice != "required":
-        assert call.name == choice
-    args = json.loads(call.arguments)
-    required = {"get_weather": "city", "get_time": "zone"}[call.name]
-    assert isinstance(args[required], str)
-    assert args.get("unit", "celsius") in ("celsius", "fahrenheit")
-    assert result.text == ""
-    again = ask()
-    assert [(c.name, c.arguments) for c in again.tool_calls] == \
-        [(c.name, c.arguments) for c in result.tool_calls]
+    check_forced_call(engine, choice)
 
 
 @pytest.mark.parametrize("budget", [0, None])
 def test_a_free_answer_never_shows_the_markers(engine, budget):
-    result = engine.chat(ChatRequest(messages=ASK, temperature=0, max_tokens=32,
-                                     think_budget=budget), None, threading.Event())
-    assert result.finish_reason in ("stop", "length")
-    for marker in MARKERS:
-        assert marker not in result.text and marker not in result.reasoning
+    check_free_answer(engine, MARKERS, budget)

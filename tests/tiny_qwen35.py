@@ -1,0 +1,123 @@
+"""A tiny random-weight Qwen3.5 GGUF (``qwen35``: the architecture of Qwen3.5, Qwen3.6,
+Qwen3.8 and MiniCPM-V 4.6's text model) that the pinned llama.cpp loads, carrying Qwen's
+published Qwen3.5 chat template.
+
+It writes the family's file format: a hybrid of one Gated DeltaNet (linear attention) block
+and one gated full-attention block (``full_attention_interval = 2``; the real models have
+three linear blocks per attention block), the ``ssm.*`` keys and tensors llama.cpp's
+``qwen35`` loader reads, multi-section rope, and a byte-level BPE vocabulary holding the 256
+byte symbols and the template's markers (``<|im_start|>``, ``<think>``, ``<tool_call>``,
+...). The template is ``tests/data/templates/qwen3.5.jinja`` (llama.cpp's
+``models/templates/Qwen3.5-4B.jinja``).
+
+The weights are noise: it proves the plumbing (the loader and its recurrent state, the
+template through the engine, the qwen3_coder dialect and the <think> block, forced calls under
+the grammar), never what a Qwen model would answer.
+
+    python tests/tiny_qwen35.py OUT.gguf
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tiny_gpt_oss import byte_symbols
+
+TEMPLATE = Path(__file__).resolve().parent / "data" / "templates" / "qwen3.5.jinja"
+ARCH = "qwen35"
+CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: Rendered markers (llama.cpp's Qwen conversion keeps them visible for the chat parser).
+VISIBLE = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+           "</tool_response>"]
+
+
+def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
+    """Write the model to ``path`` and return it. Deterministic for a given seed."""
+    import gguf
+    rng = np.random.default_rng(seed)
+    d, heads, heads_kv, hd, ffn = 64, 2, 1, 32, 128
+    d_state, k_heads, v_heads, d_conv = 16, 2, 4, 4
+    key_dim, value_dim = d_state * k_heads, d_state * v_heads
+    symbols = byte_symbols()
+    space = symbols[ord(" ")]
+    merged = [space + c for c in "abcdefghijklmnopqrstuvwxyz"]
+    tokens = symbols + merged + CONTROL + VISIBLE
+    types = [gguf.TokenType.NORMAL] * (len(symbols) + len(merged)) + \
+        [gguf.TokenType.CONTROL] * len(CONTROL) + [gguf.TokenType.USER_DEFINED] * len(VISIBLE)
+
+    w = gguf.GGUFWriter(str(path), ARCH)
+    w.add_name("tiny-random-qwen35")
+    w.add_context_length(4096)
+    w.add_embedding_length(d)
+    w.add_block_count(2)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(16)
+    w.add_array(f"{ARCH}.rope.dimension_sections", [4, 2, 2, 0])
+    w.add_rope_freq_base(10_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32(f"{ARCH}.full_attention_interval", 2)
+    w.add_uint32(f"{ARCH}.ssm.conv_kernel", d_conv)
+    w.add_uint32(f"{ARCH}.ssm.inner_size", value_dim)
+    w.add_uint32(f"{ARCH}.ssm.state_size", d_state)
+    w.add_uint32(f"{ARCH}.ssm.time_step_rank", v_heads)
+    w.add_uint32(f"{ARCH}.ssm.group_count", k_heads)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen35")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([f"{space} {c}" for c in "abcdefghijklmnopqrstuvwxyz"])
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+    w.add_chat_template(TEMPLATE.read_text())
+
+    def noise(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def ones(*shape: int) -> np.ndarray:
+        return np.ones(shape, dtype=np.float32)
+
+    w.add_tensor("token_embd.weight", noise(len(tokens), d))
+    w.add_tensor("output_norm.weight", ones(d))
+    for i, linear in enumerate((True, False)):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(d))
+        w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
+        if linear:                      # Gated DeltaNet
+            w.add_tensor(f"{b}.attn_qkv.weight", noise(key_dim * 2 + value_dim, d))
+            w.add_tensor(f"{b}.attn_gate.weight", noise(value_dim, d))
+            w.add_tensor(f"{b}.ssm_conv1d.weight", noise(key_dim * 2 + value_dim, d_conv))
+            w.add_tensor(f"{b}.ssm_dt.bias", noise(v_heads))
+            w.add_tensor(f"{b}.ssm_a", -ones(v_heads))
+            w.add_tensor(f"{b}.ssm_beta.weight", noise(v_heads, d))
+            w.add_tensor(f"{b}.ssm_alpha.weight", noise(v_heads, d))
+            w.add_tensor(f"{b}.ssm_norm.weight", ones(d_state))
+            w.add_tensor(f"{b}.ssm_out.weight", noise(d, value_dim))
+        else:                           # gated full attention: q carries its gate
+            w.add_tensor(f"{b}.attn_q.weight", noise(hd * heads * 2, d))
+            w.add_tensor(f"{b}.attn_k.weight", noise(hd * heads_kv, d))
+            w.add_tensor(f"{b}.attn_v.weight", noise(hd * heads_kv, d))
+            w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * heads))
+            w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
+            w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
+        w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
+        w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
+        w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+if __name__ == "__main__":
+    out = write_tiny_qwen35(Path(sys.argv[1]))
+    print(f"{out} ({out.stat().st_size} bytes)")
