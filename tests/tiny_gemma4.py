@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from tiny_gguf import Weights, finish
 
 TEMPLATE = Path(__file__).resolve().parent / "data" / "templates" / "gemma-4-it.jinja"
 ARCH = "gemma4"
@@ -79,7 +79,6 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
     first part."""
     import gguf
 
-    rng = np.random.default_rng(spec.seed)
     tokens, types, merges = vocabulary()
     layers = 2
     swa = [True, False]                  # layer 0 sliding-window, layer 1 full attention
@@ -122,11 +121,7 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
     w.add_add_space_prefix(False)
     w.add_chat_template(template if template is not None else TEMPLATE.read_text())
 
-    def noise(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
+    noise, ones = Weights(spec.seed).noise, Weights.ones
 
     w.add_tensor("token_embd.weight", noise(len(tokens), d))
     w.add_tensor("output_norm.weight", ones(d))
@@ -146,10 +141,7 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
         w.add_tensor(f"{b}.ffn_up.weight", noise(spec.ffn, d))
         w.add_tensor(f"{b}.ffn_down.weight", noise(d, spec.ffn))
         w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     if split_tensors:
         return sorted(path.parent.glob(path.stem + "-00001-of-*.gguf"))[0]
     return path

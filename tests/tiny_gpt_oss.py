@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
+from tiny_gguf import Weights, add_byte_level_vocab, finish
 
 TEMPLATE = Path(__file__).resolve().parent / "data" / "templates" / "gpt-oss.jinja"
 ARCH = "gpt-oss"
@@ -29,32 +29,10 @@ SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "
             "<|start|>", "<|end|>", "<|message|>", "<|call|>"]
 
 
-def byte_symbols() -> list[str]:
-    """GPT-2's byte-to-unicode table: the symbol byte-level BPE writes for each byte."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
-        list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
 def write_tiny_gpt_oss(path: Path, seed: int = 0) -> Path:
     """Write the model to ``path`` and return it. Deterministic for a given seed."""
     import gguf
-    rng = np.random.default_rng(seed)
     d, heads, heads_kv, hd, experts, ffn, layers = 64, 2, 1, 32, 4, 64, 2
-    symbols = byte_symbols()
-    space = symbols[ord(" ")]
-    merged = [space + c for c in "abcdefghijklmnopqrstuvwxyz"]
-    tokens = symbols + merged + SPECIALS
-    types = [gguf.TokenType.NORMAL] * (len(symbols) + len(merged)) + \
-        [gguf.TokenType.CONTROL] * len(SPECIALS)
-
     w = gguf.GGUFWriter(str(path), ARCH)
     w.add_name("tiny-random-gpt-oss")
     w.add_context_length(4096)
@@ -73,22 +51,9 @@ def write_tiny_gpt_oss(path: Path, seed: int = 0) -> Path:
     w.add_expert_used_count(2)
     w.add_uint32(f"{ARCH}.expert_feed_forward_length", ffn)
 
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-4o")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges([f"{space} {c}" for c in "abcdefghijklmnopqrstuvwxyz"])
-    w.add_bos_token_id(tokens.index("<|startoftext|>"))
-    w.add_eos_token_id(tokens.index("<|return|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(TEMPLATE.read_text())
-
-    def noise(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    def ones(*shape: int) -> np.ndarray:
-        return np.ones(shape, dtype=np.float32)
+    tokens = add_byte_level_vocab(w, "gpt-4o", SPECIALS, [], TEMPLATE.read_text(),
+                                  bos="<|startoftext|>", eos="<|return|>", pad="<|endoftext|>")
+    noise, ones = Weights(seed).noise, Weights.ones
 
     w.add_tensor("token_embd.weight", noise(len(tokens), d))
     w.add_tensor("output_norm.weight", ones(d))
@@ -114,10 +79,7 @@ def write_tiny_gpt_oss(path: Path, seed: int = 0) -> Path:
         w.add_tensor(f"{b}.ffn_up_exps.bias", noise(experts, ffn))
         w.add_tensor(f"{b}.ffn_down_exps.weight", noise(experts, d, ffn))
         w.add_tensor(f"{b}.ffn_down_exps.bias", noise(experts, d))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return path
 
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from tiny_gpt_oss import byte_symbols
+from tiny_gguf import Weights, add_byte_level_vocab, finish
 
 TEMPLATE = Path(__file__).resolve().parent / "data" / "templates" / "qwen3.5.jinja"
 ARCH = "qwen35"
@@ -36,16 +34,9 @@ VISIBLE = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response
 def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
     """Write the model to ``path`` and return it. Deterministic for a given seed."""
     import gguf
-    rng = np.random.default_rng(seed)
     d, heads, heads_kv, hd, ffn = 64, 2, 1, 32, 128
     d_state, k_heads, v_heads, d_conv = 16, 2, 4, 4
     key_dim, value_dim = d_state * k_heads, d_state * v_heads
-    symbols = byte_symbols()
-    space = symbols[ord(" ")]
-    merged = [space + c for c in "abcdefghijklmnopqrstuvwxyz"]
-    tokens = symbols + merged + CONTROL + VISIBLE
-    types = [gguf.TokenType.NORMAL] * (len(symbols) + len(merged)) + \
-        [gguf.TokenType.CONTROL] * len(CONTROL) + [gguf.TokenType.USER_DEFINED] * len(VISIBLE)
 
     w = gguf.GGUFWriter(str(path), ARCH)
     w.add_name("tiny-random-qwen35")
@@ -68,22 +59,9 @@ def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
     w.add_uint32(f"{ARCH}.ssm.time_step_rank", v_heads)
     w.add_uint32(f"{ARCH}.ssm.group_count", k_heads)
 
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges([f"{space} {c}" for c in "abcdefghijklmnopqrstuvwxyz"])
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(TEMPLATE.read_text())
-
-    def noise(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    def ones(*shape: int) -> np.ndarray:
-        return np.ones(shape, dtype=np.float32)
+    tokens = add_byte_level_vocab(w, "qwen35", CONTROL, VISIBLE, TEMPLATE.read_text(),
+                                  bos="<|endoftext|>", eos="<|im_end|>", pad="<|endoftext|>")
+    noise, ones = Weights(seed).noise, Weights.ones
 
     w.add_tensor("token_embd.weight", noise(len(tokens), d))
     w.add_tensor("output_norm.weight", ones(d))
@@ -111,10 +89,7 @@ def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
         w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
         w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
         w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return path
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from hypnos.engines.chat_format.dialects import CallParseError, ToolDialect
+from hypnos.engines.chat_format.dialects import ToolDialect
 from hypnos.engines.chat_format.markup_dialects import (_RECIPIENT, ENDS, MESSAGE,
                                                         harmony_template)
-from hypnos.engines.chat_format.stream import Piece, _partial_tail
+from hypnos.engines.chat_format.stream import ModeReader, Piece, _partial_tail, read_calls
 from hypnos.engines.records import ToolCall, ToolCallError
 
 __all__ = ["HarmonySplitter", "harmony_template"]
@@ -35,7 +35,7 @@ _CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
 
 
 @dataclass
-class HarmonySplitter:
+class HarmonySplitter(ModeReader):
     """The answer's messages as pieces. ``tools``: the dialect when tool calls are active
     (else a call is read as content); ``prefix``: text the server wrote after the generation
     prompt (a forced call's header), read as the answer's start."""
@@ -53,15 +53,6 @@ class HarmonySplitter:
         self.kind = "content"
         self.block = ""                    # a call's header and body, parsed at its end
         self.fresh = False                 # strip the first content's leading space
-
-    def feed(self, text: str) -> list[Piece]:
-        self.buf += text
-        out: list[Piece] = []
-        while True:
-            before = (self.mode, len(self.buf))
-            getattr(self, "_" + self.mode)(out)
-            if (self.mode, len(self.buf)) == before:
-                return out
 
     def finish(self) -> list[Piece]:
         out: list[Piece] = []
@@ -124,24 +115,10 @@ class HarmonySplitter:
 
     def _end_message(self, out: list[Piece]):
         if self.kind == "call":
-            self._parse(self.block, out)
+            read_calls(self.tools, self.block, self.offered, self.known, self.calls,
+                       self.errors, out)
             self.block = ""
         self.mode, self.kind = "header", "content"
-
-    def _parse(self, block: str, out: list[Piece]):
-        try:
-            calls = self.tools.parse(block, self.offered)
-        except CallParseError as exc:
-            self.errors.append(ToolCallError("unparseable_call", f"{exc}: {block[:200]!r}"))
-            return
-        for call in calls:
-            if self.known and call.name not in self.known:
-                self.errors.append(ToolCallError(
-                    "unknown_function", f"the model called {call.name!r}, which is not in tools",
-                    function=call.name))
-                continue
-            self.calls.append(call)
-            out.append(Piece("call", call=call))
 
 
 def _framing(text: str) -> bool:

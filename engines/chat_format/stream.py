@@ -62,8 +62,24 @@ class Piece:
     call: ToolCall | None = None
 
 
+class ModeReader:
+    """A reader that runs its current mode (``_<mode>(out)``) over the held-back text until
+    neither the mode nor the text changes: the modes consume what they can and switch."""
+    buf: str
+    mode: str
+
+    def feed(self, text: str) -> list[Piece]:
+        self.buf += text
+        out: list[Piece] = []
+        while True:
+            before = (self.mode, len(self.buf))
+            getattr(self, "_" + self.mode)(out)
+            if (self.mode, len(self.buf)) == before:
+                return out
+
+
 @dataclass
-class AnswerSplitter:
+class AnswerSplitter(ModeReader):
     """``think``: the thinking dialect, ``in_think``: the prompt already opened the block;
     ``tools``: the dialect when tool calls are active; ``prefix``: text the server wrote
     after the generation prompt (a forced call's opening), read as the answer's start.
@@ -92,15 +108,6 @@ class AnswerSplitter:
         elif self.prefix and self.tools is not None and any(
                 self.prefix.startswith(o) for o in self.tools.openers):
             self.mode, self.call_buf = "call", self.prefix
-
-    def feed(self, text: str) -> list[Piece]:
-        self.buf += text
-        out: list[Piece] = []
-        while True:
-            before = (self.mode, len(self.buf))
-            getattr(self, "_" + self.mode)(out)
-            if (self.mode, len(self.buf)) == before:
-                return out
 
     def finish(self) -> list[Piece]:
         """Everything still held back, at the end of the answer."""
@@ -191,16 +198,24 @@ class AnswerSplitter:
         self.strip_next = True
 
     def _parse_block(self, block: str, out: list[Piece]):
-        try:
-            calls = self.tools.parse(block, self.offered)
-        except CallParseError as exc:
-            self.errors.append(ToolCallError("unparseable_call", f"{exc}: {block[:200]!r}"))
-            return
-        for call in calls:
-            if self.known and call.name not in self.known:
-                self.errors.append(ToolCallError(
-                    "unknown_function", f"the model called {call.name!r}, which is not in tools",
-                    function=call.name))
-                continue
-            self.calls.append(call)
-            out.append(Piece("call", call=call))
+        read_calls(self.tools, block, self.offered, self.known, self.calls, self.errors, out)
+
+
+def read_calls(dialect: ToolDialect, block: str, offered: list[dict] | None,
+               known: frozenset[str], calls: list[ToolCall], errors: list[ToolCallError],
+               out: list[Piece]) -> None:
+    """Parse one call block: each call of an offered tool goes to ``calls`` and ``out``; a
+    block that does not parse, or a call to a tool not offered, goes to ``errors``."""
+    try:
+        parsed = dialect.parse(block, offered)
+    except CallParseError as exc:
+        errors.append(ToolCallError("unparseable_call", f"{exc}: {block[:200]!r}"))
+        return
+    for call in parsed:
+        if known and call.name not in known:
+            errors.append(ToolCallError(
+                "unknown_function", f"the model called {call.name!r}, which is not in tools",
+                function=call.name))
+            continue
+        calls.append(call)
+        out.append(Piece("call", call=call))
