@@ -64,6 +64,9 @@ def _model(sched, st: ModelState) -> dict:
         out["memory_truth"] = st.booked_vs_real
     if isinstance(st.engine, OffloadsLayers):   # llama.cpp: the layers it put on the GPU
         out["offloaded_layers"] = st.engine.offloaded_layers
+    split = getattr(st.engine, "split_layers", None)
+    if split:       # a model split across RPC workers: the layers llama.cpp put on each
+        out["split_layers"] = split
     return out
 
 
@@ -101,6 +104,10 @@ async def status(request: Request):
     }
     if gpu is not None:
         body["gpu"] = gpu.stats
+    workers = sched.rpc_workers
+    if workers:     # probed now, except the ones a resident model holds
+        await workers.refresh(sched.models.values())
+        body["rpc_workers"] = workers.status(sched.models.values())
     profile = app.ctx.config.server.profile
     if profile is not None:
         metric, target = PROFILES[profile]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -36,11 +36,13 @@ from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest, Tier,
                                   Topology)
+from hypnos.planner.workers import WorkerBudget
 from hypnos.service.http import errors
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -71,13 +73,15 @@ class Residency:
     def __init__(self, *, config: Config, hardware: Hardware, budgets: Budgets,
                  accelerated: frozenset[str], effects: Effects, kv_park: KvParkStore,
                  models: dict[str, ModelState], released: Wakeup,
-                 rss: Callable[[], int]):
+                 rss: Callable[[], int], rpc: RpcWorkers | None = None):
         """``models`` is the scheduler's pool (shared, not copied); ``released`` the wake-up
         notified when a lease, hold or load ends; ``rss`` reads the process's resident
-        memory (asked only when hardware.max_process_memory_bytes is set)."""
+        memory (asked only when hardware.max_process_memory_bytes is set); ``rpc``: the RPC
+        workers a chat model too large for this machine may be split onto."""
         self.config, self.hardware, self.budgets = config, hardware, budgets
         self.accelerated, self.effects, self.kv_park = accelerated, effects, kv_park
         self.models, self.released, self.rss = models, released, rss
+        self.rpc = rpc if rpc is not None else RpcWorkers(())
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self.place_lock = asyncio.Lock()
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).
@@ -109,15 +113,18 @@ class Residency:
         return replace(placement, device=placement_device(
             placement, self.hardware, st.cfg.engine in self.accelerated))
 
-    def plan(self, st: ModelState, per_slot: int | None) -> tuple[Placement, list[str]]:
-        """Placement for ``st`` and the models to evict first (`plan_load`), or the 507 it
-        refuses with: `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in
-        use), `errors.ProcessMemoryCap`."""
+    def plan(self, st: ModelState, per_slot: int | None,
+             workers: Sequence[WorkerBudget] = ()) -> tuple[Placement, list[str]]:
+        """Placement for ``st`` and the models to evict first (`plan_load`; split onto
+        ``workers`` when it does not fit alone), or the 507 it refuses with:
+        `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in use),
+        `errors.ProcessMemoryCap`."""
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         cap = self.config.hardware.max_process_memory_bytes
         decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
-                             self.budgets, rss=self.rss() if cap else 0, cap=cap)
+                             self.budgets, rss=self.rss() if cap else 0, cap=cap,
+                             workers=workers)
         if isinstance(decision, TooBig):
             raise errors.DoesNotFitAlone(
                 f"The model '{st.id}' does not fit this machine even alone: needs "
@@ -155,6 +162,8 @@ class Residency:
     async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
         """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
         async with st.load_lock:
+            if st.tier is Tier.GPU and getattr(st.engine, "lost", ""):
+                await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
                 return
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
@@ -220,7 +229,7 @@ class Residency:
         deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
         while True:
             try:
-                placement, evict = self.plan(st, per_slot)
+                placement, evict = await self._plan_any(st, per_slot)
             except errors.DoesNotFitAlone:
                 raise
             except errors.InsufficientMemory:
@@ -234,6 +243,41 @@ class Residency:
             # In the same step as the plan: no request can lease a victim before its eviction.
             held.hold(evict)
             return placement, evict
+
+    async def _plan_any(self, st: ModelState, per_slot: int | None
+                        ) -> tuple[Placement, list[str]]:
+        """`plan`, and when the model does not fit this machine alone, `plan` again with the
+        RPC workers that answer a probe now. 503 model_not_available naming the workers that
+        do not answer when the model does not fit without them."""
+        try:
+            return self.plan(st, per_slot)
+        except errors.DoesNotFitAlone:
+            if not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
+                raise
+        await self.rpc.refresh(self.models.values())
+        try:
+            return self.plan(st, per_slot, self.rpc.budgets(self.models.values()))
+        except errors.DoesNotFitAlone as exc:
+            down = self.rpc.down()
+            if not down:
+                raise
+            names = "; ".join(f"{e} ({why})" for e, why in down.items())
+            raise errors.ModelNotAvailable(
+                f"The model '{st.id}' does not fit this machine alone and the RPC workers "
+                f"that answer cannot hold the rest; not answering: {names}",
+                headers={"Retry-After": "5"}) from exc
+
+    async def drop_lost(self, st: ModelState) -> None:
+        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`): the next
+        request plans and loads it again, with the workers that answer then."""
+        async with st.load_lock:
+            lost = getattr(st.engine, "lost", "")
+            if st.tier is not Tier.GPU or not lost:
+                return
+            to = await self.unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
+        self.recent_evictions.append({
+            "model": st.id, "for_model": None, "reason": "rpc_worker_lost",
+            "detail": lost, "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
 
     async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
                             evict: list[str]) -> LoadReport:

@@ -1,0 +1,102 @@
+"""llama.cpp's RPC backend through ctypes: RPC workers as devices of one model load.
+
+The bindings expose ``llama_supports_rpc`` but not the ggml backend registry, so this module
+calls ggml's C API from the libraries llama-cpp-python ships (``libggml.so``): the "RPC"
+backend registry's ``ggml_backend_rpc_add_server`` (found through
+``ggml_backend_reg_get_proc_address``, as llama.cpp's ``--rpc`` does) gives one registry per
+endpoint, whose first device goes into ``llama_model_params.devices``.
+
+The devices are not registered globally (``ggml_backend_register``): a registered RPC device
+would be offered to every other model loaded in the process. llama.cpp's client aborts the
+process when a worker does not answer, so only the split engine's own child process calls
+this (`split_worker`).
+
+Layer placement (``llama_model_base::load_tensors``): with ``n_gpu_layers = r + 1`` the last
+``r`` layers and the output head go to the devices, in proportion to ``tensor_split``;
+giving each worker its layer count (the last one +1 for the head) puts exactly those layers
+there, since llama.cpp compares the same float quotients.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypnos.engines.errors import EngineError
+
+_ASSIGNED = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
+
+
+@dataclass(frozen=True)
+class RpcShare:
+    """One worker's part of a split load: ``layers`` consecutive layers (the last share also
+    the output head)."""
+    endpoint: str
+    layers: int
+
+
+def _ggml():
+    import llama_cpp
+    lib = Path(llama_cpp.__file__).parent / "lib" / "libggml.so"
+    if not lib.is_file():
+        raise EngineError(f"llama-cpp-python ships no {lib.name} to reach the RPC backend")
+    ggml = ctypes.CDLL(str(lib))
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    ggml.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
+    return ggml
+
+
+class RpcDevices:
+    """The ``devices`` / ``tensor_split`` / ``n_gpu_layers`` of one split load. The ctypes
+    arrays live as long as this object (keep it as long as the model)."""
+
+    def __init__(self, ll, shares: list[RpcShare]):
+        if not ll.llama_supports_rpc():
+            raise EngineError("this llama-cpp-python build has no RPC backend (build it with "
+                              "CMAKE_ARGS=-DGGML_RPC=ON: ./run.sh does)")
+        ggml = _ggml()
+        reg = ggml.ggml_backend_reg_by_name(b"RPC")
+        add = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") \
+            if reg else None
+        if not add:
+            raise EngineError("llama.cpp's RPC backend registry is missing")
+        add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)
+        devs, self.names = [], {}
+        for share in shares:
+            server = add_server(share.endpoint.encode())
+            if not server or ggml.ggml_backend_reg_dev_count(server) == 0:
+                raise EngineError(f"RPC worker {share.endpoint} offers no device")
+            dev = ggml.ggml_backend_reg_dev_get(server, 0)
+            devs.append(dev)
+            self.names[ggml.ggml_backend_dev_name(dev).decode()] = share.endpoint
+        self.shares = shares
+        self.devices = (ctypes.c_void_p * (len(devs) + 1))(*devs, None)
+        split = [float(s.layers) for s in shares]
+        split[-1] += 1.0                                    # the output head
+        self.tensor_split = (ctypes.c_float * ll.llama_max_devices())(*split)
+        self.n_gpu_layers = sum(s.layers for s in shares) + 1
+
+    def apply(self, params) -> None:
+        params.devices = ctypes.cast(self.devices, ctypes.c_void_p)
+        params.tensor_split = self.tensor_split
+        params.n_gpu_layers = self.n_gpu_layers
+        params.split_mode = 1                               # LLAMA_SPLIT_MODE_LAYER
+
+    def assigned(self, lines: list[str]) -> dict[str, int]:
+        """Layers per endpoint (and "local") as llama.cpp logged their assignment."""
+        counts: Counter[str] = Counter()
+        for line in lines:
+            m = _ASSIGNED.search(line)
+            if m:
+                counts[self.names.get(m.group(2), "local")] += 1
+        return dict(counts)

@@ -1,0 +1,80 @@
+"""The child process that owns a chat model split across RPC workers (see `split`).
+
+llama.cpp's RPC client ends the process (``GGML_ABORT``) when a worker stops answering or
+cannot be reached. In this child that ends one model, and the server reports it, instead of
+the server's death.
+
+Protocol over one ``multiprocessing`` pipe (every message a tuple):
+  parent -> ("load", LoadSpec)      child -> ("loaded", LoadReport, info) | ("error", None, *err)
+  parent -> ("chat", id, ChatRequest) | ("count", id, text) | ("prompt_tokens", id, request)
+  child  -> ("delta", id, ChatDelta)... then ("result", id, value) | ("error", id, *err)
+  parent -> ("cancel", id)          the call stops at its next token
+  parent -> ("close",)              the child frees the model and exits
+``err`` is (class name in ``engines.errors``, message, attributes), rebuilt by `split.rebuild`.
+Calls run in threads of their own (one per call; the engine queues those beyond its slots).
+"""
+from __future__ import annotations
+
+import threading
+
+
+def describe(exc: BaseException) -> tuple[str, str, dict]:
+    from hypnos.engines import errors
+    name = type(exc).__name__ if isinstance(exc, errors.EngineError) else "EngineError"
+    attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (int, str, float, type(None)))}
+    return name, str(exc) or type(exc).__name__, attrs
+
+
+def main(conn) -> None:
+    """Entry point of the child (spawned: imports nothing of the parent's state)."""
+    from hypnos.engines.llama.engine import LlamaChatEngine
+    engine = LlamaChatEngine()
+    try:
+        _, spec = conn.recv()
+        report = engine.load(spec)
+    except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
+        conn.send(("error", None, *describe(exc)))
+        return
+    conn.send(("loaded", report, {
+        "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
+        "offloaded_layers": engine.offloaded_layers, "device": engine.device,
+        "split_layers": engine.split_layers, "slots": engine.slots}))
+    lock = threading.Lock()
+    cancels: dict[int, threading.Event] = {}
+
+    def send(message) -> None:
+        with lock:
+            conn.send(message)
+
+    def run(kind: str, call: int, args: tuple) -> None:
+        try:
+            if kind == "chat":
+                value = engine.chat(args[0], lambda d: send(("delta", call, d)), cancels[call])
+            elif kind == "count":
+                value = engine.count_tokens(args[0])
+            else:
+                value = engine.prompt_tokens(args[0])
+            send(("result", call, value))
+        except Exception as exc:  # noqa: BLE001
+            send(("error", call, *describe(exc)))
+        finally:
+            cancels.pop(call, None)
+
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            break
+        if message[0] == "close":
+            break
+        if message[0] == "cancel":
+            event = cancels.get(message[1])
+            if event is not None:
+                event.set()
+            continue
+        cancels[message[1]] = threading.Event()
+        threading.Thread(target=run, args=(message[0], message[1], message[2:]),
+                         daemon=True).start()
+    for event in list(cancels.values()):
+        event.set()
+    engine.unload()
