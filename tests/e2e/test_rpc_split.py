@@ -1,0 +1,284 @@
+"""A model larger than this machine's (simulated) tier 1, split across two real llama.cpp
+``rpc-server`` workers on loopback, through a real ``hypnos serve``; and the faults.
+
+The budget is sized from the GGUF itself so that 10 of SmolLM2's 30 layers stay local and
+each worker takes 10 (the second also the output head). The workers are started with
+``hypnos rpc-worker`` (llama.cpp's rpc-server, built once per machine and cached). Greedy
+answers of the split model are compared with the same model run locally: the test asserts
+what holds on any machine (both answer, the same prompt tokens) and prints whether the texts
+are equal; the CPU backend computes the same kernels in both, but the thread counts differ.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import MODELS_DIR, require_smollm2
+
+from hypnos.bench.harness import ServerProcess, free_port
+from hypnos.cli.llama_build import rpc_server_binary
+from hypnos.engines.gguf_meta import read_gguf_meta
+from hypnos.engines.llama.rpc_probe import probe
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+CONTEXT = 2048          # the least per-slot context a request is sized for
+LOCAL_LAYERS = WORKER_LAYERS = 10
+ASK = [{"role": "user", "content": "Name three colours and say why you like them."}]
+NO_EOS = {"0": -100, "2": -100}
+BOUND_S = 60          # no request may take longer than this to end once a worker is gone
+
+
+class Worker:
+    """``hypnos rpc-worker`` on a port of 127.0.0.1, answering once started."""
+
+    def __init__(self, port: int, log_path):
+        self.port, self.endpoint = port, f"127.0.0.1:{port}"
+        self.log = open(log_path, "a")  # noqa: SIM115 (the worker writes it until stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hypnos.cli", "rpc-worker", "--port", str(port),
+             "--threads", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not probe(self.endpoint, 1.0).answers:
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                f"rpc-worker on {port} did not start (see {log_path})"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def _sizes():
+    """tier-1 budget and worker memory for LOCAL_LAYERS local, WORKER_LAYERS per worker."""
+    shape = read_gguf_meta(require_smollm2()).to_shape()
+    unit = shape.layer_bytes + -(-shape.kv_bytes_per_token * CONTEXT // shape.num_layers)
+    local = shape.non_layer_bytes + shape.workspace_bytes + LOCAL_LAYERS * unit + unit // 2
+    first = shape.workspace_bytes + WORKER_LAYERS * unit + unit // 2
+    last = shape.workspace_bytes + shape.non_layer_bytes + (30 - 2 * WORKER_LAYERS) * unit \
+        + unit // 2
+    return 2 * local, first, last
+
+
+def _config(ports: list[int]) -> str:
+    ram, first, last = _sizes()
+    workers = "".join(f'[[hardware.rpc_workers]]\nendpoint = "127.0.0.1:{p}"\n'
+                      f"memory_bytes = {m}\n" for p, m in zip(ports, (first, last),
+                                                               strict=True))
+    return f"""models_dir = "{MODELS_DIR}"
+[limits]
+repetition_loop_tokens = 0
+[hardware]
+kv_park = false
+[hardware.simulate]
+ram_bytes = {ram}
+{workers}
+[[models]]
+id = "chat"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+context_len = {CONTEXT}
+keep_warm_in_ram = false
+[[models]]
+id = "minilm"
+modality = "embeddings"
+engine = "onnx_runtime"
+weights_path = "minilm-l6-v2/model.int8.onnx"
+tokenizer_path = "minilm-l6-v2/tokenizer.json"
+"""
+
+
+@pytest.fixture(scope="module")
+def built():
+    return rpc_server_binary()       # once per machine (minutes the first time)
+
+
+def _serve(tmp, ports) -> ServerProcess:
+    path = tmp / "hypnos.toml"
+    path.write_text(_config(ports))
+    return ServerProcess(path, tmp / "server.log", env={"HYPNOS_MODELS_DIR": str(MODELS_DIR)})
+
+
+def chat(srv, **extra) -> httpx.Response:
+    return httpx.post(srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
+        "model": "chat", "messages": ASK, "max_tokens": 24, "temperature": 0, **extra})
+
+
+def embed(srv) -> httpx.Response:
+    return httpx.post(srv.base + "/v1/embeddings", timeout=BOUND_S,
+                      json={"model": "minilm", "input": "a lighthouse"})
+
+
+def workers_by_endpoint(srv) -> dict[str, dict]:
+    return {w["endpoint"]: w for w in srv.status()["rpc_workers"]}
+
+
+def test_split_across_two_workers_answers_like_the_local_model(built, tmp_path):
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    srv = _serve(tmp_path, ports)
+    try:
+        resp = chat(srv)
+        assert resp.status_code == 200, resp.text
+        split = resp.json()
+        model = next(m for m in srv.status()["models"] if m["id"] == "chat")
+        placement = model["placement"]
+        shares = placement["rpc_workers"]
+        assert placement["gpu_layers"] == LOCAL_LAYERS          # local tier-1 layers
+        assert [(s["endpoint"], s["first_layer"], s["layers"], s["output_head"])
+                for s in shares] == [(workers[0].endpoint, 10, 10, False),
+                                     (workers[1].endpoint, 20, 10, True)]
+        # What llama.cpp logged it put where: the plan (the head counted on the last worker).
+        assert model["split_layers"] == {"local": 10, workers[0].endpoint: 10,
+                                         workers[1].endpoint: 11}
+        status = workers_by_endpoint(srv)
+        for share in shares:
+            w = status[share["endpoint"]]
+            assert w["answers"] is True and w["model"] == "chat"
+            assert w["booked_bytes"] == share["booked_bytes"] > 0
+            assert w["free_bytes"] == w["budget_bytes"] - w["booked_bytes"]
+        print("\nsplit placement:", json.dumps(placement, indent=1))
+        print("split decode tokens/s:",
+              split["hypnos_telemetry"]["engine"]["decode_tokens_per_s"])
+        local = _local_answer()
+        assert split["usage"]["prompt_tokens"] == local.prompt_tokens
+        text = split["choices"][0]["message"]["content"]
+        assert text and local.text
+        print(f"local decode tokens/s: {local.timings.decode_tokens_per_s:.1f}")
+        print(f"greedy split == local: {text == local.text}\n split: {text!r}\n "
+              f"local: {local.text!r}")
+    finally:
+        srv.stop()
+        for w in workers:
+            w.kill()
+
+
+def _local_answer():
+    """The same request on the same model loaded whole in this process."""
+    from hypnos.engines.llama.engine import LlamaChatEngine
+    from hypnos.engines.records import ChatRequest, LoadSpec
+    engine = LlamaChatEngine()
+    engine.load(LoadSpec("local", require_smollm2(), context_len=CONTEXT, gpu_layers=0))
+    try:
+        return engine.chat(ChatRequest(messages=ASK, max_tokens=24, temperature=0), None,
+                           threading.Event())
+    finally:
+        engine.unload()
+
+
+def _stream_until_killed(srv, worker: Worker) -> list[dict]:
+    """Stream a long answer, kill ``worker`` after the first tokens; the chunks received."""
+    chunks: list[dict] = []
+    with httpx.stream("POST", srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
+            "model": "chat", "messages": ASK, "max_tokens": 1500, "stream": True,
+            "temperature": 0, "logit_bias": NO_EOS}) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunks.append(json.loads(line[6:]))
+            if len(chunks) == 3:
+                worker.kill()
+    return chunks
+
+
+def test_worker_lost_mid_stream_then_back(built, tmp_path):
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    srv = _serve(tmp_path, ports)
+    try:
+        started = time.monotonic()
+        chunks = _stream_until_killed(srv, workers[1])
+        assert time.monotonic() - started < BOUND_S
+        last = chunks[-1]
+        assert last["choices"][0]["finish_reason"] == "error", last
+        assert last["error"]["type"] == "model_not_available"
+        assert workers[1].endpoint in last["error"]["message"]
+        # Demoted (in the background once the stream ended): out of tier 1, the eviction
+        # recorded with its reason.
+        deadline = time.monotonic() + BOUND_S
+        while next(m for m in srv.status()["models"] if m["id"] == "chat")[
+                "current_tier"] == "tier1_gpu_vram":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        status = srv.status()
+        assert any(e["model"] == "chat" and e["reason"] == "rpc_worker_lost"
+                   for e in status["recent_evictions"])
+        lost = workers_by_endpoint(srv)[workers[1].endpoint]
+        assert lost["answers"] is False and lost["model"] is None
+        # The next request: 503 naming the worker; the other models serve.
+        again = chat(srv)
+        assert again.status_code == 503, again.text
+        assert again.json()["error"]["type"] == "model_not_available"
+        assert workers[1].endpoint in again.json()["error"]["message"]
+        assert embed(srv).status_code == 200
+        # The worker answers again: the next request loads the model again.
+        workers[1] = Worker(ports[1], tmp_path / "worker1-again.log")
+        back = chat(srv)
+        assert back.status_code == 200, back.text
+        assert back.json()["choices"][0]["message"]["content"]
+    finally:
+        srv.stop()
+        for w in workers:
+            if w.proc.poll() is None:
+                w.kill()
+
+
+def test_worker_down_at_startup(built, tmp_path):
+    ports = [free_port(), free_port()]
+    first = Worker(ports[0], tmp_path / "worker0.log")
+    srv = _serve(tmp_path, ports)
+    second = None
+    try:
+        resp = chat(srv)
+        assert resp.status_code == 503, resp.text
+        err = resp.json()["error"]
+        assert err["type"] == "model_not_available" and f"127.0.0.1:{ports[1]}" in \
+            err["message"] and "'chat'" in err["message"]
+        assert resp.headers.get("retry-after") == "5"
+        assert embed(srv).status_code == 200
+        status = workers_by_endpoint(srv)
+        assert status[first.endpoint]["answers"] is True
+        assert status[f"127.0.0.1:{ports[1]}"]["answers"] is False
+        assert "refused" in status[f"127.0.0.1:{ports[1]}"]["error"]
+        second = Worker(ports[1], tmp_path / "worker1.log")
+        ok = chat(srv)
+        assert ok.status_code == 200, ok.text
+    finally:
+        srv.stop()
+        for w in (first, second):
+            if w is not None:
+                w.kill()
+
+
+def test_probe_reads_a_worker_and_names_what_is_not_one(built, tmp_path):
+    worker = Worker(free_port(), tmp_path / "worker.log")
+    try:
+        report = probe(worker.endpoint)
+        assert report.answers and report.version.startswith("7.") and report.devices >= 1
+        assert 0 < report.free_bytes <= report.total_bytes
+    finally:
+        worker.kill()
+    gone = probe(worker.endpoint, 1.0)
+    assert not gone.answers and "refused" in gone.error
+    # An HTTP server is not a worker: no answer to HELLO in its format.
+    with subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                           str(port := free_port())], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env={**os.environ}) as http:
+        try:
+            deadline = time.monotonic() + 10
+            while (r := probe(f"127.0.0.1:{port}", 1.0)).error.endswith("refused"):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert not r.answers and r.error
+        finally:
+            http.kill()
