@@ -15,6 +15,7 @@ Calls run in threads of their own (one per call; the engine queues those beyond 
 """
 from __future__ import annotations
 
+import os
 import threading
 
 
@@ -27,6 +28,9 @@ def describe(exc: BaseException) -> tuple[str, str, dict]:
 
 def main(conn) -> None:
     """Entry point of the child (spawned: imports nothing of the parent's state)."""
+    # ggml's abort otherwise runs gdb on this process for a backtrace (seconds, pages of
+    # text): the one line saying why is what the log needs.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     from hypnos.engines.llama.engine import LlamaChatEngine
     engine = LlamaChatEngine()
     try:
