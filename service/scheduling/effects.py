@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.protocols import KeepsWeights, KVChatEngine
+from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.budgets import kept_engine_booking
@@ -70,6 +70,7 @@ class MachineEffects:
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
         kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
+        engine: Engine
         if placement.remote:        # split across RPC workers: a child process of its own
             from hypnos.engines.llama.split import SplitChatEngine
             if kept is not None:

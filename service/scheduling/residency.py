@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hypnos.engines.protocols import ReportsDevice
-from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.errors import EngineError, EngineUnavailable, WorkerLost
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
@@ -162,7 +162,7 @@ class Residency:
     async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
         """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
         async with st.load_lock:
-            if st.tier is Tier.GPU and getattr(st.engine, "lost", ""):
+            if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
                 await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
                 return
@@ -289,6 +289,8 @@ class Residency:
         except EngineUnavailable as exc:
             st.problem = str(exc)
             raise errors.ModelNotAvailable(str(exc)) from None
+        except WorkerLost as exc:       # an RPC worker went away while the model loaded
+            raise errors.ModelNotAvailable(str(exc), headers={"Retry-After": "5"}) from None
         except EngineError as exc:
             self.effects.count_load_failure(st)
             raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "cli"))
 import gpu_install  # noqa: E402
 
 CPU_INSTALL = ['pip install -q --upgrade pip setuptools wheel', 'pip install -q torch==2.13.0',
+               'python cli/llama_build.py wheel --venv ' + str(ROOT / ".venv"),
                'pip install -q -e ".[llama,stt,tts,embeddings,docs,ner,test]"']
 
 
@@ -89,8 +90,8 @@ def test_cpu_hosts_and_hypnos_gpu_cpu_install_what_they_did_before(tmp_path):
     for case, kw in (("none", {}), ("forced", {"smi": H200, "HYPNOS_GPU": "cpu"})):
         r = dry_run(tmp_path / case, **kw)
         assert r.returncode == 0, r.stderr
-        cmds = [line.split("/.venv/bin/", 1)[-1] for line in r.stdout.splitlines()
-                if line.startswith("would run:")]
+        cmds = [line.split("/.venv/bin/", 1)[-1].split("   #")[0]
+                for line in r.stdout.splitlines() if line.startswith("would run:")]
         assert cmds[0].endswith("python3 -m venv " + str(ROOT / ".venv"))
         assert cmds[1:] == CPU_INSTALL
 
