@@ -74,7 +74,9 @@ def litellm_config(nodes: dict[str, list[str]], api_key_env: str | None,
             "router_settings": {"routing_strategy": "simple-shuffle",
                                 "num_retries": retries, "allowed_fails": 0,
                                 "cooldown_time": cooldown_secs, "retry_after": 0},
-            "litellm_settings": {"drop_params": False}}
+            "litellm_settings": {"drop_params": False},
+            # The proxy's own key (it refuses to start without one): clients send it.
+            "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"}}
 
 
 def to_yaml(value, indent: int = 0) -> str:
@@ -141,7 +143,9 @@ def fleet_config(nodes: tuple[str, ...], api_key: str | None, api_key_env: str |
         print_json(config)
         return
     text = ("# Written by hypnos fleet-config from each node's /v1/models.\n"
-            "# Run: litellm --config <this file>\n" + to_yaml(config) + "\n")
+            "# Run: LITELLM_MASTER_KEY=sk-... litellm --config <this file>\n"
+            "# (clients then send that key; LITELLM_LOCAL_MODEL_COST_MAP=True keeps it offline)\n"
+            + to_yaml(config) + "\n")
     if output is None:
         click.echo(text, nl=False)
     else:
