@@ -3,10 +3,11 @@ leave first.
 
 ``plan_load`` composes the steps in order:
 
-1. **Whole**: place the model as if tier 1 were empty. When even that fails and RPC
-   workers are given, split it: its first layers in tier 1, the rest on the workers
-   (`planner.workers.place_split`). When that fails too the model does not fit this machine
-   at all: `TooBig` (no waiting cures it).
+1. **Whole**: place the model as if tier 1 were empty. When even that fails, or leaves
+   layers in host memory, and RPC workers are given, split it: its first layers in tier 1,
+   the rest on the workers (`planner.workers.place_split`; the host-memory placement stays
+   when the workers cannot hold the rest). When nothing fits the model does not fit this
+   machine at all: `TooBig` (no waiting cures it).
 2. **Evict**: free room for that placement by evicting resident models in
    `eviction_order` (leased and realtime_pinned models are never evicted).
 3. **Partial**: when evicting every evictable model still leaves too little, place the
@@ -83,7 +84,8 @@ def plan_load(request: PlacementRequest, residents: Sequence[ResidentModel], bud
     free = budgets.tier1_bytes - booked
     alone = replace(request, tier1_free_bytes=budgets.tier1_bytes)
     whole = place(alone)
-    if isinstance(whole, NoFit) and workers:
+    spills = isinstance(whole, NoFit) or whole.pinned_ram_layers > 0
+    if spills and workers:          # workers before layers computed from host memory
         split = place_split(alone, workers)
         if not isinstance(split, NoFit):
             whole = split

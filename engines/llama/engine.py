@@ -166,7 +166,8 @@ class LlamaChatEngine(SessionsMixin):
         split = spec.options.get("rpc_split")
         if split:       # RPC workers hold the last layers (a split engine's child only)
             from hypnos.engines.llama.rpc import RpcDevices, RpcShare
-            self._rpc = RpcDevices(ll, [RpcShare(e, n) for e, n in split])
+            self._rpc = RpcDevices(ll, [RpcShare(e, n) for e, n in split],
+                                   local_gpu_layers=max(0, spec.gpu_layers))
             self._rpc.apply(params)
         model = ll.llama_model_load_from_file(str(spec.weights_path).encode(), params)
         if not model:

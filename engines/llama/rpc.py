@@ -14,7 +14,8 @@ this (`split_worker`).
 Layer placement (``llama_model_base::load_tensors``): with ``n_gpu_layers = r + 1`` the last
 ``r`` layers and the output head go to the devices, in proportion to ``tensor_split``;
 giving each worker its layer count (the last one +1 for the head) puts exactly those layers
-there, since llama.cpp compares the same float quotients.
+there, since llama.cpp compares the same float quotients. With local GPU layers, this
+machine's first GPU leads the device list with its count, and every layer is on a device.
 """
 from __future__ import annotations
 
@@ -53,14 +54,33 @@ def _ggml():
     ggml.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_dev_count.argtypes = []
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_type.restype = ctypes.c_int
     return ggml
+
+
+# enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2 (an integrated GPU: Apple's Metal), ACCEL 3
+_GPU_TYPES = (1, 2)
+
+
+def _local_gpu(ggml):
+    """This machine's first GPU device (RPC devices are never registered, so not listed)."""
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        if ggml.ggml_backend_dev_type(dev) in _GPU_TYPES:
+            return dev
+    return None
 
 
 class RpcDevices:
     """The ``devices`` / ``tensor_split`` / ``n_gpu_layers`` of one split load. The ctypes
     arrays live as long as this object (keep it as long as the model)."""
 
-    def __init__(self, ll, shares: list[RpcShare]):
+    def __init__(self, ll, shares: list[RpcShare], local_gpu_layers: int = 0):
         if not ll.llama_supports_rpc():
             raise EngineError("this llama-cpp-python build has no RPC backend (build it with "
                               "CMAKE_ARGS=-DGGML_RPC=ON: ./run.sh does)")
@@ -71,20 +91,28 @@ class RpcDevices:
         if not add:
             raise EngineError("llama.cpp's RPC backend registry is missing")
         add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)
-        devs, self.names = [], {}
+        devs, self.names, split = [], {}, []
+        if local_gpu_layers > 0:
+            gpu = _local_gpu(ggml)
+            if gpu is None:
+                raise EngineError("the placement puts layers on this machine's GPU, and "
+                                  "llama.cpp lists none")
+            devs.append(gpu)
+            split.append(float(local_gpu_layers))
+            self.names[ggml.ggml_backend_dev_name(gpu).decode()] = "local_gpu"
         for share in shares:
             server = add_server(share.endpoint.encode())
             if not server or ggml.ggml_backend_reg_dev_count(server) == 0:
                 raise EngineError(f"RPC worker {share.endpoint} offers no device")
             dev = ggml.ggml_backend_reg_dev_get(server, 0)
             devs.append(dev)
+            split.append(float(share.layers))
             self.names[ggml.ggml_backend_dev_name(dev).decode()] = share.endpoint
         self.shares = shares
         self.devices = (ctypes.c_void_p * (len(devs) + 1))(*devs, None)
-        split = [float(s.layers) for s in shares]
         split[-1] += 1.0                                    # the output head
         self.tensor_split = (ctypes.c_float * ll.llama_max_devices())(*split)
-        self.n_gpu_layers = sum(s.layers for s in shares) + 1
+        self.n_gpu_layers = local_gpu_layers + sum(s.layers for s in shares) + 1
 
     def apply(self, params) -> None:
         params.devices = ctypes.cast(self.devices, ctypes.c_void_p)
@@ -93,7 +121,8 @@ class RpcDevices:
         params.split_mode = 1                               # LLAMA_SPLIT_MODE_LAYER
 
     def assigned(self, lines: list[str]) -> dict[str, int]:
-        """Layers per endpoint (and "local") as llama.cpp logged their assignment."""
+        """Layers per endpoint, "local_gpu" (this machine's GPU) and "local" (its CPU), as
+        llama.cpp logged their assignment."""
         counts: Counter[str] = Counter()
         for line in lines:
             m = _ASSIGNED.search(line)

@@ -39,9 +39,11 @@ def main(conn) -> None:
     except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
         conn.send(("error", None, *describe(exc)))
         return
+    # llama.cpp counts the workers' layers as offloaded too: the GPU ones are this machine's.
+    local_gpu = engine.split_layers.get("local_gpu", 0)
     conn.send(("loaded", report, {
         "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
-        "offloaded_layers": engine.offloaded_layers, "device": engine.device,
+        "offloaded_layers": local_gpu, "device": engine.device if local_gpu else "cpu",
         "split_layers": engine.split_layers, "slots": engine.slots}))
     lock = threading.Lock()
     cancels: dict[int, threading.Event] = {}

@@ -6,6 +6,8 @@ One layer with its KV costs 1 GiB + 53,687,092 bytes ("unit").
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hypnos.planner import (GIB, MIB, Budgets, ModelShape, NoFit, Placement, PlacementRequest,
@@ -103,3 +105,22 @@ def test_plan_load_splits_only_what_does_not_fit_alone():
     big = Budgets(tier1_bytes=64 * GIB, tier2_bytes=0, unified_memory=False)
     whole = plan_load(_req(0), [], big, rss=0, cap=None, workers=workers)
     assert isinstance(whole, LoadPlan) and not whole.placement.remote
+
+
+def test_on_a_gpu_workers_come_before_layers_in_host_memory():
+    gpu_shape = dataclasses.replace(SHAPE, gpu_capable=True)
+    budgets = Budgets(tier1_bytes=FIXED + 4 * UNIT, tier2_bytes=0,
+                      unified_memory=False)
+    req = PlacementRequest(shape=gpu_shape, tier1_free_bytes=0, context_len=8192)
+    # Alone it would spill layers into host memory; with a worker they go there instead.
+    alone = plan_load(req, [], budgets, rss=0, cap=None)
+    assert isinstance(alone, LoadPlan) and alone.placement.pinned_ram_layers > 0
+    split = plan_load(req, [], budgets, rss=0, cap=None,
+                      workers=[WorkerBudget("127.0.0.1:1", 64 * GIB)])
+    assert isinstance(split, LoadPlan) and split.placement.pinned_ram_layers == 0
+    assert split.placement.gpu_layers + split.placement.remote_layers == 10
+    # A worker too small for the rest: the host-memory placement stays.
+    small = plan_load(req, [], budgets, rss=0, cap=None,
+                      workers=[WorkerBudget("127.0.0.1:1", GIB)])
+    assert isinstance(small, LoadPlan) and not small.placement.remote
+    assert small.placement.pinned_ram_layers == alone.placement.pinned_ram_layers
