@@ -51,6 +51,8 @@ def test_an_h200_without_nvcc_builds_with_pypi_cuda_13(tmp_path):
     assert out.startswith("hypnos: GPU: cuda sm90 pypi-13.0")
     assert '"cuda-toolkit[nvcc,nvvm,cudart,cublas,cccl,crt]==13.0.2"' in out
     assert "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" in out
+    assert "-DGGML_RPC=ON" in out and "sm90-pypi-13.0-rpc" in out     # RPC workers as devices
+    assert "llama_build.py wheel" not in out          # the CUDA build replaces the CPU one
     assert "nvidia/cu13/bin/nvcc" in out and "-DCUDAToolkit_ROOT=" in out
     assert "lib64" in out and "libcuda.so stub" in out       # the three documented fixes
     # Kept out of pip's wheel cache, which keys by sdist and would hand back a CPU wheel.
