@@ -8,9 +8,10 @@ flight and every later one raises ``WorkerLost`` naming the workers that no long
 the scheduler reads to demote the model. No request hangs on a dead child: a reader thread
 sees the pipe close and fails the calls waiting on it.
 
-Not supported on a split model (it is a plain ``ChatEngine``): KV parking, sessions, keeping
-the weights in tier 2. Threading: ``chat``, ``count_tokens`` and ``prompt_tokens`` may be
-called from several threads at once; ``load``/``unload`` must not overlap them (the lease).
+Sessions are forwarded to the child (``export_session`` ...). Not supported on a split model
+(it is no ``KVChatEngine``): KV parking across a demotion, keeping the weights in tier 2.
+Threading: ``chat`` and the other calls may come from several threads at once;
+``load``/``unload`` must not overlap them (the lease).
 """
 from __future__ import annotations
 
@@ -128,12 +129,28 @@ class SplitChatEngine:
         return self._call("chat", req, on_delta=on_text, cancel=cancel)
 
     def count_tokens(self, text: str) -> int:
-        return self._call("count", text)
+        return self._call("count_tokens", text)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         return self._call("prompt_tokens", req)
 
-    def _call(self, kind: str, arg, on_delta=None, cancel: threading.Event | None = None):
+    @property
+    def max_sessions(self) -> int:
+        return self.slots
+
+    def export_session(self, slot_or_key: int | str) -> bytes:
+        return self._call("export_session", slot_or_key)
+
+    def import_session(self, blob: bytes, key: str) -> int:
+        return self._call("import_session", blob, key)
+
+    def release_session(self, key: str) -> bool:
+        return self._call("release_session", key)
+
+    def sessions(self) -> dict[str, int]:
+        return self._call("sessions")
+
+    def _call(self, kind: str, *args, on_delta=None, cancel: threading.Event | None = None):
         """Send one call and wait for its answer, forwarding its deltas. Raises WorkerLost
         once the child is gone (checked at least every ``CANCEL_CHECK_S``)."""
         if self.lost or self._conn is None:
@@ -143,7 +160,7 @@ class SplitChatEngine:
         self._calls[call] = answers
         cancelled = False
         try:
-            self._send((kind, call, arg))
+            self._send((kind, call, *args))
             while True:
                 try:
                     message = answers.get(timeout=CANCEL_CHECK_S)

@@ -6,7 +6,7 @@ the server's death.
 
 Protocol over one ``multiprocessing`` pipe (every message a tuple):
   parent -> ("load", LoadSpec)      child -> ("loaded", LoadReport, info) | ("error", None, *err)
-  parent -> ("chat", id, ChatRequest) | ("count", id, text) | ("prompt_tokens", id, request)
+  parent -> ("chat", id, ChatRequest) | (method, id, *args) for a method in ``CALLS``
   child  -> ("delta", id, ChatDelta)... then ("result", id, value) | ("error", id, *err)
   parent -> ("cancel", id)          the call stops at its next token
   parent -> ("close",)              the child frees the model and exits
@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import os
 import threading
+
+# The engine methods the parent may call besides ``chat`` (blocking, any thread).
+CALLS = frozenset({"count_tokens", "prompt_tokens", "export_session", "import_session",
+                   "release_session", "sessions"})
 
 
 def describe(exc: BaseException) -> tuple[str, str, dict]:
@@ -56,10 +60,10 @@ def main(conn) -> None:
         try:
             if kind == "chat":
                 value = engine.chat(args[0], lambda d: send(("delta", call, d)), cancels[call])
-            elif kind == "count":
-                value = engine.count_tokens(args[0])
+            elif kind in CALLS:
+                value = getattr(engine, kind)(*args)
             else:
-                value = engine.prompt_tokens(args[0])
+                raise ValueError(f"unknown call {kind!r}")
             send(("result", call, value))
         except Exception as exc:  # noqa: BLE001
             send(("error", call, *describe(exc)))

@@ -285,7 +285,8 @@ class Residency:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
             lease.evicted.append(victim)
         try:
-            report = await asyncio.to_thread(self.effects.load, st, placement)
+            with self.rpc.reserved(placement):
+                report = await asyncio.to_thread(self.effects.load, st, placement)
         except EngineUnavailable as exc:
             st.problem = str(exc)
             raise errors.ModelNotAvailable(str(exc)) from None

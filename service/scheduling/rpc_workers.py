@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hypnos.planner.types import MIB, Tier
+from hypnos.planner.types import MIB, Placement, Tier
 from hypnos.planner.workers import WorkerBudget
 from hypnos.service.config.schema import RpcWorkerConfig
 from hypnos.service.scheduling.pool import ModelState
@@ -34,6 +35,19 @@ class WorkerState:
 class RpcWorkers:
     def __init__(self, workers: Iterable[RpcWorkerConfig]):
         self.workers = {w.endpoint: WorkerState(w) for w in workers}
+        # Endpoints a load in progress is connecting to: not probed (a probe would wait
+        # behind the engine and read as "no answer").
+        self.loading: set[str] = set()
+
+    @contextmanager
+    def reserved(self, placement: Placement) -> Iterator[None]:
+        """Keep probes off ``placement``'s workers while it loads."""
+        endpoints = {share.endpoint for share in placement.remote}
+        self.loading |= endpoints
+        try:
+            yield
+        finally:
+            self.loading -= endpoints
 
     def __bool__(self) -> bool:
         return bool(self.workers)
@@ -51,7 +65,7 @@ class RpcWorkers:
     async def refresh(self, models: Iterable[ModelState]) -> None:
         """Probe every worker no resident model holds (in threads, all at once)."""
         busy = self.users(models)
-        idle = [w for e, w in self.workers.items() if e not in busy]
+        idle = [w for e, w in self.workers.items() if e not in busy and e not in self.loading]
         reports = await asyncio.gather(*(asyncio.to_thread(probe, w.cfg.endpoint,
                                                            PROBE_TIMEOUT_S) for w in idle))
         now = int(time.time() * 1000)

@@ -156,6 +156,13 @@ def test_split_across_two_workers_answers_like_the_local_model(built, tmp_path):
         print(f"local decode tokens/s: {local.timings.decode_tokens_per_s:.1f}")
         print(f"greedy split == local: {text == local.text}\n split: {text!r}\n "
               f"local: {local.text!r}")
+        # Sessions reach the split model's own engine (in its child process).
+        assert chat(srv, session_id="s1").status_code == 200
+        exported = srv.post("/v1/sessions/export", {"model": "chat", "session_id": "s1"})
+        assert exported.status_code == 200, exported.text
+        assert exported.json()["n_tok"] > split["usage"]["prompt_tokens"]
+        released = srv.post("/v1/sessions/release", {"model": "chat", "session_id": "s1"})
+        assert released.json()["released"] is True
     finally:
         srv.stop()
         for w in workers:
