@@ -7,6 +7,7 @@ from pydantic import ConfigDict, Field, model_validator
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
+from hypnos.engines.devices import llama_has_rpc
 from hypnos.engines.protocols import OffloadsLayers
 from hypnos.planner.types import Tier
 from hypnos.service.http import errors
@@ -108,6 +109,7 @@ async def status(request: Request):
     if workers:     # probed now, except the ones a resident model holds
         await workers.refresh(sched.models.values())
         body["rpc_workers"] = workers.status(sched.models.values())
+        body["rpc_backend"] = llama_has_rpc()     # llama.cpp built with GGML_RPC=ON
     profile = app.ctx.config.server.profile
     if profile is not None:
         metric, target = PROFILES[profile]

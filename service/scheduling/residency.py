@@ -254,6 +254,12 @@ class Residency:
         except errors.DoesNotFitAlone:
             if not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
                 raise
+        from hypnos.engines.devices import llama_has_rpc
+        if not llama_has_rpc():
+            raise errors.ModelNotAvailable(
+                f"The model '{st.id}' does not fit this machine alone, and this "
+                "llama-cpp-python build has no RPC backend to reach the RPC workers with "
+                "(./run.sh installs one built with GGML_RPC=ON)")
         await self.rpc.refresh(self.models.values())
         try:
             return self.plan(st, per_slot, self.rpc.budgets(self.models.values()))

@@ -140,6 +140,7 @@ def test_split_across_two_workers_answers_like_the_local_model(built, tmp_path):
         # What llama.cpp logged it put where: the plan (the head counted on the last worker).
         assert model["split_layers"] == {"local": 10, workers[0].endpoint: 10,
                                          workers[1].endpoint: 11}
+        assert srv.status()["rpc_backend"] is True
         status = workers_by_endpoint(srv)
         for share in shares:
             w = status[share["endpoint"]]
