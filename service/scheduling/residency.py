@@ -34,8 +34,8 @@ from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
-from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest, Tier,
-                                  Topology)
+from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
+                                  Priority, Tier, Topology)
 from hypnos.planner.workers import WorkerBudget
 from hypnos.service.http import errors
 from hypnos.service.config.schema import Config
@@ -261,8 +261,15 @@ class Residency:
                 "llama-cpp-python build has no RPC backend to reach the RPC workers with "
                 "(./run.sh installs one built with GGML_RPC=ON)")
         await self.rpc.refresh(self.models.values())
+        # A worker serves one model: idle split models may be evicted for their workers.
+        lend = [m.id for m in self.models.values() if m is not st and m.placement is not None
+                and m.tier is Tier.GPU and m.placement.remote and not m.in_use
+                and m.cfg.priority is not Priority.REALTIME_PINNED]
         try:
-            return self.plan(st, per_slot, self.rpc.budgets(self.models.values()))
+            placement, evict = self.plan(st, per_slot,
+                                         self.rpc.budgets(self.models.values(), lend))
+            first = self.rpc.holders(placement, self.models.values())
+            return placement, first + [m for m in evict if m not in first]
         except errors.DoesNotFitAlone as exc:
             down = self.rpc.down()
             if not down:

@@ -79,12 +79,21 @@ class RpcWorkers:
         reported = max(0, w.report.free_bytes - WORKER_RESERVE_BYTES)
         return min(w.cfg.memory_bytes, w.report.free_bytes) if w.cfg.memory_bytes else reported
 
-    def budgets(self, models: Iterable[ModelState]) -> list[WorkerBudget]:
-        """What the planner may place into now: the idle workers that answered."""
-        busy = self.users(models)
+    def budgets(self, models: Iterable[ModelState],
+                lend: Iterable[str] = ()) -> list[WorkerBudget]:
+        """What the planner may place into now: the idle workers that answered, and those
+        held by the models in ``lend`` (ids of models that would be evicted for them)."""
+        lent = set(lend)
+        busy = {e: m for e, m in self.users(models).items() if m.id not in lent}
         return [WorkerBudget(e, self.offer(w), w.cfg.bandwidth_bytes_per_s)
                 for e, w in self.workers.items()
                 if e not in busy and w.report is not None and w.report.answers]
+
+    def holders(self, placement: Placement, models: Iterable[ModelState]) -> list[str]:
+        """Ids of the resident models holding workers ``placement`` uses."""
+        users = self.users(models)
+        return list(dict.fromkeys(users[s.endpoint].id for s in placement.remote
+                                  if s.endpoint in users))
 
     def down(self) -> dict[str, str]:
         """Endpoint -> why, for the workers whose last probe got no answer."""

@@ -68,7 +68,13 @@ def _sizes():
     return 2 * local, first, last
 
 
-def _config(ports: list[int]) -> str:
+def _chat_block(model_id: str) -> str:
+    return (f'[[models]]\nid = "{model_id}"\nmodality = "text_generation"\n'
+            'engine = "ggml_llama"\nweights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
+            f"context_len = {CONTEXT}\nkeep_warm_in_ram = false\n")
+
+
+def _config(ports: list[int], chats: tuple[str, ...] = ("chat",)) -> str:
     ram, first, last = _sizes()
     workers = "".join(f'[[hardware.rpc_workers]]\nendpoint = "127.0.0.1:{p}"\n'
                       f"memory_bytes = {m}\n" for p, m in zip(ports, (first, last),
@@ -81,13 +87,7 @@ kv_park = false
 [hardware.simulate]
 ram_bytes = {ram}
 {workers}
-[[models]]
-id = "chat"
-modality = "text_generation"
-engine = "ggml_llama"
-weights_path = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-context_len = {CONTEXT}
-keep_warm_in_ram = false
+{"".join(_chat_block(c) for c in chats)}
 [[models]]
 id = "minilm"
 modality = "embeddings"
@@ -102,15 +102,15 @@ def built():
     return rpc_server_binary()       # once per machine (minutes the first time)
 
 
-def _serve(tmp, ports) -> ServerProcess:
+def _serve(tmp, ports, chats: tuple[str, ...] = ("chat",)) -> ServerProcess:
     path = tmp / "hypnos.toml"
-    path.write_text(_config(ports))
+    path.write_text(_config(ports, chats))
     return ServerProcess(path, tmp / "server.log", env={"HYPNOS_MODELS_DIR": str(MODELS_DIR)})
 
 
-def chat(srv, **extra) -> httpx.Response:
+def chat(srv, model: str = "chat", **extra) -> httpx.Response:
     return httpx.post(srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
-        "model": "chat", "messages": ASK, "max_tokens": 24, "temperature": 0, **extra})
+        "model": model, "messages": ASK, "max_tokens": 24, "temperature": 0, **extra})
 
 
 def embed(srv) -> httpx.Response:
@@ -270,6 +270,28 @@ def test_worker_down_at_startup(built, tmp_path):
         for w in (first, second):
             if w is not None:
                 w.kill()
+
+
+def test_two_split_models_take_turns_on_the_workers(built, tmp_path):
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    srv = _serve(tmp_path, ports, chats=("chat", "chat2"))
+    try:
+        for model in ("chat", "chat2", "chat"):
+            resp = chat(srv, model=model)
+            assert resp.status_code == 200, resp.text
+            tiers = {m["id"]: m["current_tier"] for m in srv.status()["models"]}
+            other = "chat2" if model == "chat" else "chat"
+            assert tiers[model] == "tier1_gpu_vram" and tiers[other] != "tier1_gpu_vram"
+            held = {w["model"] for w in srv.status()["rpc_workers"]}
+            assert held == {model}          # a worker serves one model at a time
+        evictions = srv.status()["recent_evictions"]
+        assert {(e["model"], e["for_model"]) for e in evictions} >= {("chat", "chat2"),
+                                                                      ("chat2", "chat")}
+    finally:
+        srv.stop()
+        for w in workers:
+            w.kill()
 
 
 def test_probe_reads_a_worker_and_names_what_is_not_one(built, tmp_path):
