@@ -272,6 +272,13 @@ class Residency:
             return placement, first + [m for m in evict if m not in first]
         except errors.DoesNotFitAlone as exc:
             down = self.rpc.down()
+            busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
+                           if m is not st and m.id not in lend})
+            if busy and not down:       # _plan_or_wait waits for their leases to end
+                raise errors.InsufficientMemory(
+                    f"The model '{st.id}' needs RPC workers that "
+                    f"{', '.join(repr(b) for b in busy)} hold while in use; retry later"
+                ) from exc
             if not down:
                 raise
             names = "; ".join(f"{e} ({why})" for e, why in down.items())

@@ -288,6 +288,17 @@ def test_two_split_models_take_turns_on_the_workers(built, tmp_path):
         evictions = srv.status()["recent_evictions"]
         assert {(e["model"], e["for_model"]) for e in evictions} >= {("chat", "chat2"),
                                                                       ("chat2", "chat")}
+        # While chat streams, chat2 cannot take its workers: it waits limits.swap_wait_ms
+        # (2 s) for the stream, then 507 naming the model in the way; chat's stream goes on.
+        with httpx.stream("POST", srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
+                "model": "chat", "messages": ASK, "max_tokens": 1500, "stream": True,
+                "logit_bias": NO_EOS}) as resp:
+            lines = resp.iter_lines()
+            assert any(line.startswith("data: ") for line in lines)
+            refused = chat(srv, model="chat2")
+            assert refused.status_code == 507, refused.text
+            assert "'chat'" in refused.json()["error"]["message"]
+            assert next(line for line in lines if line.startswith("data: "))
     finally:
         srv.stop()
         for w in workers:
