@@ -141,6 +141,8 @@ def test_split_across_two_workers_answers_like_the_local_model(built, tmp_path):
         assert model["split_layers"] == {"local": 10, workers[0].endpoint: 10,
                                          workers[1].endpoint: 11}
         assert srv.status()["rpc_backend"] is True
+        # The local part lives in the split model's child process: its memory is reported.
+        assert model["memory_truth"]["child_rss_bytes"] > placement["vram_weight_bytes"] // 2
         status = workers_by_endpoint(srv)
         for share in shares:
             w = status[share["endpoint"]]
