@@ -264,6 +264,9 @@ def test_worker_down_at_startup(built, tmp_path):
         assert status[first.endpoint]["answers"] is True
         assert status[f"127.0.0.1:{ports[1]}"]["answers"] is False
         assert "refused" in status[f"127.0.0.1:{ports[1]}"]["error"]
+        log = (tmp_path / "server.log").read_text()
+        assert f"RPC worker 127.0.0.1:{ports[1]} does not answer" in log
+        assert f"RPC worker {first.endpoint} answers: protocol 7." in log
         second = Worker(ports[1], tmp_path / "worker1.log")
         ok = chat(srv)
         assert ok.status_code == 200, ok.text
