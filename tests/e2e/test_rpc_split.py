@@ -166,6 +166,16 @@ def test_split_across_two_workers_answers_like_the_local_model(built, tmp_path):
         assert exported.json()["n_tok"] > split["usage"]["prompt_tokens"]
         released = srv.post("/v1/sessions/release", {"model": "chat", "session_id": "s1"})
         assert released.json()["released"] is True
+        # A client gone mid-stream: the cancel reaches the child, the lease ends.
+        with httpx.stream("POST", srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
+                "model": "chat", "messages": ASK, "max_tokens": 1500, "stream": True,
+                "logit_bias": NO_EOS}) as resp:
+            assert any(line.startswith("data: ") for line in resp.iter_lines())
+        deadline = time.monotonic() + BOUND_S
+        while next(m for m in srv.status()["models"] if m["id"] == "chat")["active_leases"]:
+            assert time.monotonic() < deadline, "the lease outlived its client"
+            time.sleep(0.05)
+        assert chat(srv).status_code == 200
     finally:
         srv.stop()
         for w in workers:
