@@ -18,6 +18,7 @@ from hypnos.service.scheduling.hardware import (available_memory, nvml_sample, p
 from hypnos.service.http.layers import read_body, require_ready
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
 from hypnos.service.http.openapi import endpoint
 
 bp = Blueprint("memory")
@@ -106,8 +107,8 @@ async def status(request: Request):
     if gpu is not None:
         body["gpu"] = gpu.stats
     workers = sched.rpc_workers
-    if workers:     # probed now, except the ones a resident model holds
-        await workers.refresh(sched.models.values())
+    if workers:     # probed (at most 5 s ago), except the ones a resident model holds
+        await workers.refresh(sched.models.values(), STATUS_PROBE_AGE_S)
         body["rpc_workers"] = workers.status(sched.models.values())
         body["rpc_backend"] = llama_has_rpc()     # llama.cpp built with GGML_RPC=ON
     profile = app.ctx.config.server.profile

@@ -23,6 +23,8 @@ from hypnos.engines.llama.rpc_probe import WorkerReport, probe
 # Left to the worker's own process when its memory is read from the worker.
 WORKER_RESERVE_BYTES = 512 * MIB
 PROBE_TIMEOUT_S = 2.0
+# /v1/memory/status reuses a probe this recent (the playground polls it every second).
+STATUS_PROBE_AGE_S = 5.0
 
 
 @dataclass
@@ -30,6 +32,8 @@ class WorkerState:
     cfg: RpcWorkerConfig
     report: WorkerReport | None = None       # the last probe (None: never probed)
     probed_unix_ms: int = 0
+    # False once a model held it since the probe: the report is from before (re-probe).
+    current: bool = False
 
 
 class RpcWorkers:
@@ -43,6 +47,8 @@ class RpcWorkers:
     def reserved(self, placement: Placement) -> Iterator[None]:
         """Keep probes off ``placement``'s workers while it loads."""
         endpoints = {share.endpoint for share in placement.remote}
+        for e in endpoints & set(self.workers):
+            self.workers[e].current = False      # what a probe said before the model took it
         self.loading |= endpoints
         try:
             yield
@@ -62,15 +68,18 @@ class RpcWorkers:
                     out[share.endpoint] = m
         return out
 
-    async def refresh(self, models: Iterable[ModelState]) -> None:
-        """Probe every worker no resident model holds (in threads, all at once)."""
+    async def refresh(self, models: Iterable[ModelState], max_age_s: float = 0.0) -> None:
+        """Probe every worker no resident model holds and no load is connecting to (in
+        threads, all at once), unless its last probe is younger than ``max_age_s``."""
         busy = self.users(models)
-        idle = [w for e, w in self.workers.items() if e not in busy and e not in self.loading]
+        oldest = int((time.time() - max_age_s) * 1000)
+        idle = [w for e, w in self.workers.items() if e not in busy and e not in self.loading
+                and (not max_age_s or not w.current or w.probed_unix_ms < oldest)]
         reports = await asyncio.gather(*(asyncio.to_thread(probe, w.cfg.endpoint,
                                                            PROBE_TIMEOUT_S) for w in idle))
         now = int(time.time() * 1000)
         for w, report in zip(idle, reports, strict=True):
-            w.report, w.probed_unix_ms = report, now
+            w.report, w.probed_unix_ms, w.current = report, now, True
 
     def offer(self, w: WorkerState) -> int:
         """Bytes the planner may book on an idle worker that answered."""
