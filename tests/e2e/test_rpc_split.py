@@ -25,6 +25,7 @@ from conftest import MODELS_DIR, require_smollm2
 
 from hypnos.bench.harness import ServerProcess, free_port
 from hypnos.cli.llama_build import rpc_server_binary
+from hypnos.engines.devices import llama_has_rpc
 from hypnos.engines.gguf_meta import read_gguf_meta
 from hypnos.engines.llama.rpc_probe import probe
 
@@ -99,6 +100,8 @@ tokenizer_path = "minilm-l6-v2/tokenizer.json"
 
 @pytest.fixture(scope="module")
 def built():
+    assert llama_has_rpc(), ("this venv's llama-cpp-python has no RPC backend; ./run.sh "
+                             "installs the GGML_RPC=ON build (cli/llama_build.py)")
     return rpc_server_binary()       # once per machine (minutes the first time)
 
 
