@@ -259,6 +259,31 @@ def test_worker_lost_mid_stream_then_back(built, tmp_path):
                 w.kill()
 
 
+def test_worker_lost_between_requests(built, tmp_path):
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    srv = _serve(tmp_path, ports)
+    try:
+        assert chat(srv).status_code == 200
+        workers[0].kill()                   # while the split model is loaded and idle
+        lost = chat(srv)                    # not streamed: the 503, naming the worker
+        assert lost.status_code == 503, lost.text
+        err = lost.json()["error"]
+        assert err["type"] == "model_not_available" and workers[0].endpoint in err["message"]
+        assert lost.headers.get("retry-after") == "5"
+        print(f"\nworker lost while idle, next request: 503 {err}")
+        again = chat(srv)
+        assert again.status_code == 503 and workers[0].endpoint in again.json()["error"][
+            "message"]
+        workers[0] = Worker(ports[0], tmp_path / "worker0-again.log")
+        assert chat(srv).status_code == 200
+    finally:
+        srv.stop()
+        for w in workers:
+            if w.proc.poll() is None:
+                w.kill()
+
+
 def test_worker_down_at_startup(built, tmp_path):
     ports = [free_port(), free_port()]
     first = Worker(ports[0], tmp_path / "worker0.log")
