@@ -113,12 +113,20 @@ class RpcDevices:
         split[-1] += 1.0                                    # the output head
         self.tensor_split = (ctypes.c_float * ll.llama_max_devices())(*split)
         self.n_gpu_layers = local_gpu_layers + sum(s.layers for s in shares) + 1
+        # How far the load is (0..1, per tensor uploaded): a hung worker stops it.
+        self.progress = 0.0
+
+        def on_progress(fraction: float, _user) -> bool:
+            self.progress = fraction
+            return True
+        self._on_progress = ll.llama_progress_callback(on_progress)
 
     def apply(self, params) -> None:
         params.devices = ctypes.cast(self.devices, ctypes.c_void_p)
         params.tensor_split = self.tensor_split
         params.n_gpu_layers = self.n_gpu_layers
         params.split_mode = 1                               # LLAMA_SPLIT_MODE_LAYER
+        params.progress_callback = self._on_progress
 
     def assigned(self, lines: list[str]) -> dict[str, int]:
         """Layers per endpoint, "local_gpu" (this machine's GPU) and "local" (its CPU), as

@@ -6,7 +6,10 @@ RPC client aborts its process when a worker is lost; here that ends the child: e
 flight and every later one raises ``WorkerLost`` naming the workers that no longer answer
 (probed once the child is gone, when they are free to answer), and ``lost`` says so, which
 the scheduler reads to demote the model. No request hangs on a dead child: a reader thread
-sees the pipe close and fails the calls waiting on it.
+sees the pipe close and fails the calls waiting on it. Nor on a hung worker (stopped, or gone
+without closing its connection, which TCP may not notice for many minutes): the child reports
+each second in which its decode loop made progress, and when a call has waited
+``spec.options["rpc_stall_secs"]`` with none, the child is killed and the model is lost.
 
 Sessions are forwarded to the child (``export_session`` ...). Not supported on a split model
 (it is no ``KVChatEngine``): KV parking across a demotion, keeping the weights in tier 2.
@@ -20,6 +23,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 
 from hypnos.engines import errors
 from hypnos.engines.errors import EngineError, WorkerLost
@@ -60,13 +64,17 @@ class SplitChatEngine:
         self.offloaded_layers = 0
         self.device = "cpu"
         self.split_layers: dict[str, int] = {}
+        self.stall_s = 120.0
+        self._progress_at = 0.0            # monotonic time of the child's last progress
+        self._stall_note = ""
 
     def load(self, spec: LoadSpec) -> LoadReport:
         """Start the child and load the model there. Blocks; raises WorkerLost when the
         child dies while loading (a worker went away), else the child's engine error."""
         self.unload()
         self.endpoints = [e for e, _ in spec.options.get("rpc_split", [])]
-        self.lost = ""
+        self.stall_s = float(spec.options.get("rpc_stall_secs", 120))
+        self.lost = self._stall_note = ""
         from hypnos.engines.llama import split_worker
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -77,7 +85,7 @@ class SplitChatEngine:
         self._conn = parent
         try:
             parent.send(("load", spec))
-            message = parent.recv()
+            message = self._await_load(parent)
         except (EOFError, OSError):
             why = self._why()
             self.unload()
@@ -92,6 +100,21 @@ class SplitChatEngine:
         threading.Thread(target=self._read, args=(parent,), daemon=True,
                          name=f"hypnos-split-read-{spec.model_id}").start()
         return report
+
+    def _await_load(self, conn):
+        """The child's answer to "load"; its progress reports reset the stall bound (a
+        hung worker stops the upload: the child is killed, EOFError follows)."""
+        progress_at = time.monotonic()
+        while True:
+            if not conn.poll(CANCEL_CHECK_S):
+                if time.monotonic() - progress_at > self.stall_s:
+                    self._stalled()
+                    progress_at = time.monotonic()      # EOF comes next
+                continue
+            message = conn.recv()
+            if message[0] != "alive":
+                return message
+            progress_at = time.monotonic()
 
     def unload(self) -> None:
         """Ask the child to free the model and exit; kill it past ``CLOSE_WAIT_S``."""
@@ -159,6 +182,7 @@ class SplitChatEngine:
         answers: queue.Queue = queue.Queue()
         self._calls[call] = answers
         cancelled = False
+        waiting_since = time.monotonic()
         try:
             self._send((kind, call, *args))
             while True:
@@ -167,6 +191,9 @@ class SplitChatEngine:
                 except queue.Empty:
                     if self.lost:
                         raise WorkerLost(self.lost) from None
+                    if time.monotonic() - max(waiting_since, self._progress_at) > self.stall_s:
+                        self._stalled()
+                        continue
                     if cancel is not None and cancel.is_set() and not cancelled:
                         cancelled = True
                         self._send(("cancel", call))
@@ -197,6 +224,9 @@ class SplitChatEngine:
                 message = conn.recv()
             except (EOFError, OSError):
                 break
+            if message[0] == "alive":
+                self._progress_at = time.monotonic()
+                continue
             answers = self._calls.get(message[1])
             if answers is not None:
                 answers.put(message)
@@ -204,6 +234,15 @@ class SplitChatEngine:
             self.lost = self._why()
             log.error("%s", self.lost)
             self._fail_all()
+
+    def _stalled(self) -> None:
+        """No progress for ``stall_s`` while a call waits: end the child (the reader thread
+        then names the workers that do not answer and fails every call)."""
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            log.error("the split model made no progress for %.0f s: ending it", self.stall_s)
+            self._stall_note = f"no progress for {self.stall_s:.0f} s"
+            proc.kill()
 
     def _fail_all(self) -> None:
         for answers in list(self._calls.values()):
@@ -217,7 +256,11 @@ class SplitChatEngine:
             proc.join(CLOSE_WAIT_S)
         gone = [(e, r.error) for e in self.endpoints
                 if not (r := probe(e, LOST_PROBE_S)).answers]
+        note = f" after {self._stall_note}" if self._stall_note else ""
         if gone:
-            return "RPC worker " + "; ".join(f"{e} stopped answering ({why})" for e, why in gone)
+            return "RPC worker " + "; ".join(f"{e} stopped answering{note} ({why})"
+                                             for e, why in gone)
         code = proc.exitcode if proc is not None else None
+        if self._stall_note:
+            return f"the split model made {self._stall_note} with its workers answering"
         return f"the split model's process ended (exit code {code}) with its workers answering"

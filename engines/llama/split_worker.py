@@ -8,6 +8,9 @@ Protocol over one ``multiprocessing`` pipe (every message a tuple):
   parent -> ("load", LoadSpec)      child -> ("loaded", LoadReport, info) | ("error", None, *err)
   parent -> ("chat", id, ChatRequest) | (method, id, *args) for a method in ``CALLS``
   child  -> ("delta", id, ChatDelta)... then ("result", id, value) | ("error", id, *err)
+  child  -> ("alive", None, mark)   each second the load or the decode loop made progress
+                                    (tensors uploaded, llama_decode calls returned), so the
+                                    parent can tell a slow load or request from a hung worker
   parent -> ("cancel", id)          the call stops at its next token
   parent -> ("close",)              the child frees the model and exits
 ``err`` is (class name in ``engines.errors``, message, attributes), rebuilt by `split.rebuild`.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 
+HEARTBEAT_S = 1.0
 # The engine methods the parent may call besides ``chat`` (blocking, any thread).
 CALLS = frozenset({"count_tokens", "prompt_tokens", "export_session", "import_session",
                    "release_session", "sessions"})
@@ -37,24 +41,43 @@ def main(conn) -> None:
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     from hypnos.engines.llama.engine import LlamaChatEngine
     engine = LlamaChatEngine()
-    try:
-        _, spec = conn.recv()
-        report = engine.load(spec)
-    except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
-        conn.send(("error", None, *describe(exc)))
-        return
-    # llama.cpp counts the workers' layers as offloaded too: the GPU ones are this machine's.
-    local_gpu = engine.split_layers.get("local_gpu", 0)
-    conn.send(("loaded", report, {
-        "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
-        "offloaded_layers": local_gpu, "device": engine.device if local_gpu else "cpu",
-        "split_layers": engine.split_layers, "slots": engine.slots}))
     lock = threading.Lock()
     cancels: dict[int, threading.Event] = {}
+    stop = threading.Event()
 
     def send(message) -> None:
         with lock:
             conn.send(message)
+
+    def progress() -> tuple[int, float]:
+        loop, rpc = engine._loop, engine._rpc
+        return (loop.steps if loop is not None else 0, rpc.progress if rpc is not None else 0.0)
+
+    def heartbeat() -> None:
+        last = None
+        while not stop.wait(HEARTBEAT_S):
+            mark = progress()
+            if mark != last:
+                last = mark
+                try:
+                    send(("alive", None, mark))
+                except OSError:
+                    return
+
+    threading.Thread(target=heartbeat, daemon=True, name="split-heartbeat").start()
+    try:
+        _, spec = conn.recv()
+        report = engine.load(spec)
+    except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
+        stop.set()
+        send(("error", None, *describe(exc)))
+        return
+    # llama.cpp counts the workers' layers as offloaded too: the GPU ones are this machine's.
+    local_gpu = engine.split_layers.get("local_gpu", 0)
+    send(("loaded", report, {
+        "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
+        "offloaded_layers": local_gpu, "device": engine.device if local_gpu else "cpu",
+        "split_layers": engine.split_layers, "slots": engine.slots}))
 
     def run(kind: str, call: int, args: tuple) -> None:
         try:
@@ -85,6 +108,7 @@ def main(conn) -> None:
         cancels[message[1]] = threading.Event()
         threading.Thread(target=run, args=(message[0], message[1], message[2:]),
                          daemon=True).start()
+    stop.set()
     for event in list(cancels.values()):
         event.set()
     engine.unload()

@@ -117,6 +117,7 @@ def validate_rpc_workers(cfg: Config, problems: list[str]) -> None:
     """Each worker endpoint is host:port, once, and (unless allow_public_rpc_workers) on
     loopback or a private network: RPC has no authentication."""
     from hypnos.engines.llama.rpc_probe import endpoint_problem
+    _check_range(problems, "hardware.rpc_stall_secs", cfg.hardware.rpc_stall_secs, 1)
     seen: set[str] = set()
     for i, w in enumerate(cfg.hardware.rpc_workers):
         key = f"hardware.rpc_workers[{i}]"

@@ -154,6 +154,9 @@ class HardwareConfig:
     # Accept rpc_workers endpoints that are not loopback or private addresses. The RPC
     # protocol has no authentication or encryption: anyone who reaches a worker can use it.
     allow_public_rpc_workers: bool = False
+    # A split model whose decode makes no progress for this long while a request waits on
+    # it (a worker hung, or gone without closing its connection) is ended as lost.
+    rpc_stall_secs: int = 120
 
 
 @dataclass

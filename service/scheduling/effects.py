@@ -64,9 +64,10 @@ class Effects(Protocol):
 class MachineEffects:
     """`Effects` on this machine: the engines of the registry, mlock, the page cache."""
 
-    def __init__(self, metrics=None, threads: int | None = None):
+    def __init__(self, metrics=None, threads: int | None = None, rpc_stall_secs: float = 120):
         self.metrics = metrics
         self.threads = threads
+        self.rpc_stall_secs = rpc_stall_secs      # hardware.rpc_stall_secs
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
         kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
@@ -82,6 +83,7 @@ class MachineEffects:
         options: dict = {"tool_format": st.cfg.tool_format}
         if placement.remote:
             options["rpc_split"] = [(s.endpoint, s.layers) for s in placement.remote]
+            options["rpc_stall_secs"] = self.rpc_stall_secs
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,

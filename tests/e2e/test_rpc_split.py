@@ -75,7 +75,7 @@ def _chat_block(model_id: str) -> str:
             f"context_len = {CONTEXT}\nkeep_warm_in_ram = false\n")
 
 
-def _config(ports: list[int], chats: tuple[str, ...] = ("chat",)) -> str:
+def _config(ports: list[int], chats: tuple[str, ...] = ("chat",), stall_secs: int = 120) -> str:
     ram, first, last = _sizes()
     workers = "".join(f'[[hardware.rpc_workers]]\nendpoint = "127.0.0.1:{p}"\n'
                       f"memory_bytes = {m}\n" for p, m in zip(ports, (first, last),
@@ -85,6 +85,7 @@ def _config(ports: list[int], chats: tuple[str, ...] = ("chat",)) -> str:
 repetition_loop_tokens = 0
 [hardware]
 kv_park = false
+rpc_stall_secs = {stall_secs}
 [hardware.simulate]
 ram_bytes = {ram}
 {workers}
@@ -105,9 +106,10 @@ def built():
     return rpc_server_binary()       # once per machine (minutes the first time)
 
 
-def _serve(tmp, ports, chats: tuple[str, ...] = ("chat",)) -> ServerProcess:
+def _serve(tmp, ports, chats: tuple[str, ...] = ("chat",), stall_secs: int = 120
+           ) -> ServerProcess:
     path = tmp / "hypnos.toml"
-    path.write_text(_config(ports, chats))
+    path.write_text(_config(ports, chats, stall_secs))
     return ServerProcess(path, tmp / "server.log", env={"HYPNOS_MODELS_DIR": str(MODELS_DIR)})
 
 
@@ -198,8 +200,9 @@ def _local_answer():
         engine.unload()
 
 
-def _stream_until_killed(srv, worker: Worker) -> list[dict]:
-    """Stream a long answer, kill ``worker`` after the first tokens; the chunks received."""
+def _stream_until_killed(srv, worker: Worker, how=signal.SIGKILL) -> list[dict]:
+    """Stream a long answer, signal ``worker`` (kill it, or stop it) after the first tokens;
+    the chunks received."""
     chunks: list[dict] = []
     with httpx.stream("POST", srv.base + "/v1/chat/completions", timeout=BOUND_S, json={
             "model": "chat", "messages": ASK, "max_tokens": 1500, "stream": True,
@@ -210,7 +213,7 @@ def _stream_until_killed(srv, worker: Worker) -> list[dict]:
                 continue
             chunks.append(json.loads(line[6:]))
             if len(chunks) == 3:
-                worker.kill()
+                worker.proc.send_signal(how)
     return chunks
 
 
@@ -257,6 +260,34 @@ def test_worker_lost_mid_stream_then_back(built, tmp_path):
         for w in workers:
             if w.proc.poll() is None:
                 w.kill()
+
+
+def test_worker_hung_mid_stream_ends_the_request(built, tmp_path):
+    """A stopped worker keeps its connection open (the kernel still answers TCP): only the
+    stall bound (hardware.rpc_stall_secs, 3 s here) ends the request."""
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    srv = _serve(tmp_path, ports, stall_secs=3)
+    try:
+        started = time.monotonic()
+        chunks = _stream_until_killed(srv, workers[0], signal.SIGSTOP)
+        took = time.monotonic() - started
+        assert took < BOUND_S
+        last = chunks[-1]
+        assert last["choices"][0]["finish_reason"] == "error", last
+        assert workers[0].endpoint in last["error"]["message"]
+        assert "no progress for 3 s" in last["error"]["message"]
+        print(f"\nhung worker: the stream ended after {took:.1f} s with {last['error']}")
+        workers[0].proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + BOUND_S
+        while (resp := chat(srv)).status_code != 200:   # it answers again once resumed
+            assert resp.status_code == 503 and time.monotonic() < deadline, resp.text
+            time.sleep(0.5)
+    finally:
+        srv.stop()
+        for w in workers:
+            w.proc.send_signal(signal.SIGCONT)
+            w.kill()
 
 
 def test_worker_lost_between_requests(built, tmp_path):
