@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -56,6 +57,58 @@ class Worker:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+
+
+class HangingRelay:
+    """127.0.0.1:port -> a worker, forwarding until ``hang_after`` bytes went to the worker,
+    then neither forwarding nor closing anything (a peer gone silent: TCP still open)."""
+
+    def __init__(self, target: int, hang_after: int):
+        self.target, self.hang_after, self.sent = target, hang_after, 0
+        self.hung = threading.Event()
+        self.closed = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.server]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            for src, dst, count in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(src, dst, count), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+        try:
+            while not self.hung.is_set():
+                data = src.recv(1 << 16)
+                if not data:                # one side closed: so does the other
+                    dst.shutdown(socket.SHUT_RDWR)
+                    return
+                if self.hung.is_set():
+                    break
+                dst.sendall(data)
+                if count:
+                    self.sent += len(data)
+                    if self.sent > self.hang_after:
+                        self.hung.set()
+        except OSError:
+            return
+        self.closed.wait()              # silent from now on, every connection left open
+
+    def close(self) -> None:
+        self.closed.set()
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
 
 def _sizes():
@@ -287,6 +340,36 @@ def test_worker_hung_mid_stream_ends_the_request(built, tmp_path):
         srv.stop()
         for w in workers:
             w.proc.send_signal(signal.SIGCONT)
+            w.kill()
+
+
+def test_worker_gone_silent_mid_load(built, tmp_path):
+    """The second worker (behind a relay) goes silent after 4 MB of the weights: the load
+    stops making progress and is ended at the stall bound; the request gets the 503 naming
+    the worker, the server keeps serving the other models."""
+    ports = [free_port(), free_port()]
+    workers = [Worker(p, tmp_path / f"worker{i}.log") for i, p in enumerate(ports)]
+    relay = HangingRelay(ports[1], hang_after=4 << 20)
+    srv = _serve(tmp_path, [ports[0], relay.port], stall_secs=3)
+    try:
+        started = time.monotonic()
+        resp = chat(srv)
+        took = time.monotonic() - started
+        assert relay.hung.is_set()
+        assert resp.status_code == 503, resp.text
+        err = resp.json()["error"]
+        assert err["type"] == "model_not_available"
+        assert f"127.0.0.1:{relay.port} stopped answering after no progress for 3 s" in \
+            err["message"]
+        print(f"\nworker silent mid-load: 503 after {took:.1f} s: {err['message']}")
+        assert embed(srv).status_code == 200
+        status = srv.status()
+        assert next(m for m in status["models"] if m["id"] == "chat")["current_tier"] != \
+            "tier1_gpu_vram"
+    finally:
+        srv.stop()
+        relay.close()
+        for w in workers:
             w.kill()
 
 
