@@ -39,76 +39,90 @@ def main(conn) -> None:
     # ggml's abort otherwise runs gdb on this process for a backtrace (seconds, pages of
     # text): the one line saying why is what the log needs.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    from hypnos.engines.llama.engine import LlamaChatEngine
-    engine = LlamaChatEngine()
-    lock = threading.Lock()
-    cancels: dict[int, threading.Event] = {}
-    stop = threading.Event()
+    child = _Child(conn)
+    if child.load():
+        child.serve()
 
-    def send(message) -> None:
-        with lock:
-            conn.send(message)
 
-    def progress() -> tuple[int, float]:
-        loop, rpc = engine._loop, engine._rpc
-        return (loop.steps if loop is not None else 0, rpc.progress if rpc is not None else 0.0)
+class _Child:
+    def __init__(self, conn) -> None:
+        from hypnos.engines.llama.engine import LlamaChatEngine
+        self.conn, self.engine = conn, LlamaChatEngine()
+        self.lock = threading.Lock()
+        self.cancels: dict[int, threading.Event] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._heartbeat, daemon=True, name="split-heartbeat").start()
 
-    def heartbeat() -> None:
+    def send(self, message) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+    def _heartbeat(self) -> None:
+        """("alive", None, mark) each second in which the load or the decode moved."""
         last = None
-        while not stop.wait(HEARTBEAT_S):
-            mark = progress()
+        while not self.stop.wait(HEARTBEAT_S):
+            loop, rpc = self.engine._loop, self.engine._rpc
+            mark = (loop.steps if loop is not None else 0,
+                    rpc.progress if rpc is not None else 0.0)
             if mark != last:
                 last = mark
                 try:
-                    send(("alive", None, mark))
+                    self.send(("alive", None, mark))
                 except OSError:
                     return
 
-    threading.Thread(target=heartbeat, daemon=True, name="split-heartbeat").start()
-    try:
-        _, spec = conn.recv()
-        report = engine.load(spec)
-    except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
-        stop.set()
-        send(("error", None, *describe(exc)))
-        return
-    # llama.cpp counts the workers' layers as offloaded too: the GPU ones are this machine's.
-    local_gpu = engine.split_layers.get("local_gpu", 0)
-    send(("loaded", report, {
-        "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
-        "offloaded_layers": local_gpu, "device": engine.device if local_gpu else "cpu",
-        "split_layers": engine.split_layers, "slots": engine.slots}))
+    def load(self) -> bool:
+        engine = self.engine
+        try:
+            _, spec = self.conn.recv()
+            report = engine.load(spec)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back as a message
+            self.stop.set()
+            self.send(("error", None, *describe(exc)))
+            return False
+        # llama.cpp counts the workers' layers as offloaded too: the GPU ones are this
+        # machine's.
+        local_gpu = engine.split_layers.get("local_gpu", 0)
+        self.send(("loaded", report, {
+            "format": engine.format, "n_ctx_per_slot": engine.n_ctx_per_slot,
+            "offloaded_layers": local_gpu, "device": engine.device if local_gpu else "cpu",
+            "split_layers": engine.split_layers, "slots": engine.slots}))
+        return True
 
-    def run(kind: str, call: int, args: tuple) -> None:
+    def run(self, kind: str, call: int, args: tuple) -> None:
+        """One call, in a thread of its own; its answer (or error) goes back."""
         try:
             if kind == "chat":
-                value = engine.chat(args[0], lambda d: send(("delta", call, d)), cancels[call])
+                value = self.engine.chat(args[0], lambda d: self.send(("delta", call, d)),
+                                         self.cancels[call])
             elif kind in CALLS:
-                value = getattr(engine, kind)(*args)
+                value = getattr(self.engine, kind)(*args)
             else:
                 raise ValueError(f"unknown call {kind!r}")
-            send(("result", call, value))
+            self.send(("result", call, value))
         except Exception as exc:  # noqa: BLE001
-            send(("error", call, *describe(exc)))
+            self.send(("error", call, *describe(exc)))
         finally:
-            cancels.pop(call, None)
+            self.cancels.pop(call, None)
 
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            break
-        if message[0] == "close":
-            break
-        if message[0] == "cancel":
-            event = cancels.get(message[1])
-            if event is not None:
-                event.set()
-            continue
-        cancels[message[1]] = threading.Event()
-        threading.Thread(target=run, args=(message[0], message[1], message[2:]),
-                         daemon=True).start()
-    stop.set()
-    for event in list(cancels.values()):
-        event.set()
-    engine.unload()
+    def serve(self) -> None:
+        """Read calls until "close" or the parent is gone, then free the model."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except EOFError:
+                break
+            if message[0] == "close":
+                break
+            if message[0] == "cancel":
+                event = self.cancels.get(message[1])
+                if event is not None:
+                    event.set()
+                continue
+            self.cancels[message[1]] = threading.Event()
+            threading.Thread(target=self.run, args=(message[0], message[1], message[2:]),
+                             daemon=True).start()
+        self.stop.set()
+        for event in list(self.cancels.values()):
+            event.set()
+        self.engine.unload()
