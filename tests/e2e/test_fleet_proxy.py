@@ -93,6 +93,7 @@ def test_proxy_routes_on_model_and_fails_over(litellm, tmp_path):
         r = client.post("/v1/chat/completions",
                         json={"model": "solo", "messages": ASK, "max_tokens": 4})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+        print(f"\nhypnos_telemetry through the proxy: {'hypnos_telemetry' in r.json()}")
         assert served(a).get("minilm") == 1 and served(b)["solo"] == 1
         for _ in range(4):
             r = client.post("/v1/chat/completions",
