@@ -19,7 +19,7 @@ cd "$(dirname "$0")"
 root=$(pwd)
 venv="$root/.venv"
 extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
-want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16)"
+want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16) llama=rpc"
 stamp="$venv/.hypnos-installed"
 if [ -n "${HYPNOS_DRY_RUN:-}" ]; then
   exec python3 cli/gpu_install.py dry-run --venv "$venv" --extras "$extras"
@@ -42,10 +42,14 @@ setup() {
     # Built into its own wheel folder (never pip's cache) and installed before the extras,
     # which then find llama-cpp-python satisfied.
     cuda*) "$venv/bin/python" cli/gpu_install.py build --venv "$venv" ;;
-    *) "$venv/bin/python" cli/gpu_install.py revert --venv "$venv" ;;
+    *) "$venv/bin/python" cli/gpu_install.py revert --venv "$venv"
+       # llama-cpp-python with the RPC backend (GGML_RPC=ON: RPC workers as devices),
+       # compiled once per machine (~8-11 min on 2 cores) into ~/.cache/hypnos/wheels/
+       # (never pip's wheel cache, which would hand back a wheel built without it).
+       case ",$extras," in
+         *,llama,*|*,all,*) "$venv/bin/python" cli/llama_build.py wheel --venv "$venv" ;;
+       esac ;;
   esac
-  # llama-cpp-python compiles llama.cpp (~11 min on 2 cores) the first time; pip's wheel
-  # cache keeps the result, so later venvs on this machine install it in seconds.
   echo "hypnos: installing into .venv (extras: $extras; the first build of llama.cpp takes minutes)" >&2
   "$venv/bin/pip" install -q -e ".[$extras,test]"
   case "$gpu" in

@@ -28,6 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llama_build import RPC_ARGS  # noqa: E402 (stdlib only, beside this file)
+from llama_build import build_wheel as build_llama_wheel  # noqa: E402
+from llama_build import wheel_dir as llama_wheel_dir  # noqa: E402
+
 LLAMA = "llama-cpp-python==0.3.36"
 PYPI_TOOLKIT = "cuda-toolkit[nvcc,nvvm,cudart,cublas,cccl,crt]==13.0.2"
 PYPI_TOOLKIT_VERSION = "13.0"
@@ -143,15 +148,17 @@ def _refuse(want: str, why: str) -> Plan:
 def wheel_dir(root: Path, plan: Plan) -> Path:
     """Where the CUDA wheel is kept: its own folder per arch and toolkit, never pip's wheel
     cache (which keys a wheel built from an sdist by the sdist, not by CMAKE_ARGS, so a CPU
-    wheel would be reused silently)."""
-    tag = f"{LLAMA.replace('==', '-')}-sm{plan.arch}-{plan.toolkit}"
+    wheel would be reused silently). "-rpc": built with the RPC backend too."""
+    tag = f"{LLAMA.replace('==', '-')}-sm{plan.arch}-{plan.toolkit}-rpc"
     return root / ".cache" / "gpu-wheels" / tag
 
 
 def cmake_args(plan: Plan, toolkit_root: str) -> str:
+    """CUDA for the card's architecture, and the RPC backend every Hypnos build has
+    (``llama_build.RPC_ARGS``: RPC workers as devices)."""
     nvcc = plan.nvcc or f"{toolkit_root}/bin/nvcc"
     args = ["-DGGML_CUDA=on", f"-DCMAKE_CUDA_ARCHITECTURES={plan.arch}",
-            f"-DCMAKE_CUDA_COMPILER={nvcc}"]
+            f"-DCMAKE_CUDA_COMPILER={nvcc}", *RPC_ARGS]
     if not plan.nvcc:
         args.append(f"-DCUDAToolkit_ROOT={toolkit_root}")
     return " ".join(args)
@@ -204,12 +211,16 @@ def runtime_commands(venv: Path) -> list[str]:
             "(run.sh sources it before starting hypnos)"]
 
 
-def base_commands(venv: Path, extras: str) -> list[str]:
-    """What run.sh installs on every host (unchanged on a CPU-only one)."""
+def base_commands(venv: Path, extras: str, cpu_llama: bool = True) -> list[str]:
+    """What run.sh installs on every host; ``cpu_llama``: llama-cpp-python's CPU build with
+    the RPC backend (``llama_build.py``), kept once per machine outside the clone."""
     pip = f"{venv}/bin/pip"
     cmds = [f"python3 -m venv {venv}", f"{pip} install -q --upgrade pip setuptools wheel"]
     if re.search(r"(^|,)(ner|all)(,|$)", extras):
         cmds.append(f"{pip} install -q torch==2.13.0")
+    if cpu_llama and re.search(r"(^|,)(llama|all)(,|$)", extras):
+        cmds.append(f"{venv}/bin/python cli/llama_build.py wheel --venv {venv}   # "
+                    f"{' '.join(RPC_ARGS)}, built once into {llama_wheel_dir(RPC_ARGS)}")
     cmds.append(f"{pip} install -q -e \".[{extras},test]\"")
     return cmds
 
@@ -218,7 +229,7 @@ def dry_run(plan: Plan, venv: Path, root: Path, extras: str) -> str:
     lines = [f"hypnos: GPU: {plan.line()} ({plan.reason})"]
     if plan.mode == "metal":
         lines.append("hypnos: llama-cpp-python's default build (Metal); no other GPU packages")
-    cmds = base_commands(venv, extras)
+    cmds = base_commands(venv, extras, cpu_llama=plan.mode != "cuda")
     if plan.mode == "cuda":
         cmds = cmds[:-1] + build_commands(plan, venv, root) + cmds[-1:] + runtime_commands(venv)
     lines += [f"would run: {c}" for c in cmds]
@@ -332,13 +343,14 @@ def runtime(venv: Path) -> None:
 
 
 def revert(venv: Path) -> None:
-    """Undo a CUDA install (HYPNOS_GPU=cpu after cuda): the CPU llama.cpp from pip's cache,
-    onnxruntime back in place of onnxruntime-gpu."""
+    """Undo a CUDA install (HYPNOS_GPU=cpu after cuda): the CPU llama.cpp with RPC from the
+    machine's build cache (``llama_build.py``), onnxruntime back in place of onnxruntime-gpu."""
     env_file = venv / ENV_FILE
     if not env_file.exists():
         return
     pip = str(venv / "bin" / "pip")
-    run([pip, "install", "-q", "--no-deps", "--force-reinstall", LLAMA])
+    wheel = build_llama_wheel(str(venv / "bin" / "python"), RPC_ARGS)
+    run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheel)])
     subprocess.run([pip, "uninstall", "-y", "-q", "onnxruntime-gpu"], check=False)
     run([pip, "install", "-q", "--force-reinstall", "onnxruntime>=1.18"])
     env_file.unlink()

@@ -12,10 +12,12 @@ import click
 
 from hypnos.cli.advise_cmd import advise
 from hypnos.cli.bench_cmd import bench
+from hypnos.cli.fleet_cmd import fleet_config
 from hypnos.cli.logs_cmd import logs
 from hypnos.cli.models_cmd import catalog_block, models
 from hypnos.cli.pool_cmd import POOL_COMMANDS
 from hypnos.cli.ready_cmd import ready
+from hypnos.cli.rpc_cmd import rpc_worker
 from hypnos.cli.serve_cmd import serve
 from hypnos.cli.tier_cmd import tier
 
@@ -41,6 +43,8 @@ cli.add_command(ready)
 cli.add_command(tier)
 cli.add_command(logs)
 cli.add_command(bench)
+cli.add_command(rpc_worker)
+cli.add_command(fleet_config)
 for _command in POOL_COMMANDS:
     models.add_command(_command)
 

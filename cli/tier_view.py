@@ -43,7 +43,24 @@ def _layers(p: dict) -> str:
              f"{p.get('ssd_layers', 0)} ssd"]
     if p.get("cpu_expert_layers"):
         parts.append(f"{p['cpu_expert_layers']} experts cpu")
+    remote = sum(share.get("layers", 0) for share in p.get("rpc_workers") or [])
+    if remote:
+        parts.append(f"{remote} rpc")
     return " / ".join(parts)
+
+
+def _rpc_workers(workers: list[dict]) -> Table:
+    """One row per RPC worker: whether it answers, the model on it, its bytes."""
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("worker", "answers", "model", "layers", "booked", "budget"):
+        table.add_column(col, no_wrap=col == "worker")
+    for w in workers:
+        answers = {True: "yes", False: "no", None: "?"}[w.get("answers")]
+        if w.get("error"):
+            answers += f" ({w['error']})"
+        table.add_row(w["endpoint"], answers, w.get("model") or "-", str(w.get("layers", 0)),
+                      gib(w.get("booked_bytes", 0)), gib(w.get("budget_bytes", 0)))
+    return table
 
 
 def _models_table(models: list[dict]) -> Table:
@@ -114,6 +131,9 @@ def tier_picture(status: dict, now_ms: float | None = None) -> Group:
         body: list = list(_tier_bars(status, tier))
         body.append(_models_table(here) if here else Text("no model", style="dim"))
         parts.append(Panel(Group(*body), title=title, title_align="left"))
+    if status.get("rpc_workers"):
+        parts.append(Panel(_rpc_workers(status["rpc_workers"]), title="RPC workers",
+                           title_align="left"))
     kv = status.get("kv_park")
     if kv:
         state = "on" if kv.get("enabled") else "off"

@@ -68,6 +68,14 @@ def compiled_backend(package: Path | None) -> str:
 
 
 @functools.cache
+def llama_has_rpc() -> bool:
+    """Whether llama-cpp-python was built with the RPC backend (GGML_RPC=ON: it ships a
+    ``ggml-rpc`` library; ``llama_supports_rpc()`` without importing the bindings)."""
+    package = package_dir("llama_cpp")
+    return package is not None and any(package.rglob("*ggml-rpc*"))
+
+
+@functools.cache
 def llama_backend() -> str:
     """llama-cpp-python's compiled backend (``compiled_backend`` of its package), once."""
     return compiled_backend(package_dir("llama_cpp"))

@@ -39,6 +39,11 @@ class ContextOverflow(EngineError):
         self.cap = cap
 
 
+class WorkerLost(EngineError):
+    """An RPC worker holding some of the model's layers stopped answering: the request ends
+    (a 503 model_not_available naming the worker) and the model is demoted."""
+
+
 # ------------------------------------------------------------------------ chat
 
 class InvalidGrammar(EngineError):

@@ -17,7 +17,8 @@ from hypnos.planner.loading import (LoadPlan, LoadRefusal, NoRoom, OverProcessCa
 from hypnos.planner.placement import allocated_context, effective_moe_offload, place
 from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, EvictionPlan, Hardware,
                                   ModelShape, MoeOffload, NoFit, Placement, PlacementRequest,
-                                  Priority, ResidentModel, Tier, Topology)
+                                  Priority, RemoteShare, ResidentModel, Tier, Topology)
+from hypnos.planner.workers import WorkerBudget, place_split, worker_order
 
 __all__ = [
     "Admitted", "DeadlineMiss", "QueueFull", "admit", "implicit_deadline",
@@ -31,4 +32,5 @@ __all__ = [
     "estimate_workspace_bytes", "eviction_order", "hardware_for", "kv_bytes_per_token",
     "metal_working_set", "non_layer_fraction", "place", "plan_eviction", "shape_from_arch",
     "KeptEngineBooking", "kept_engine_booking", "kv_park_cap", "tier2_keeps_engine",
+    "RemoteShare", "WorkerBudget", "place_split", "worker_order",
 ]

@@ -3,14 +3,18 @@ leave first.
 
 ``plan_load`` composes the steps in order:
 
-1. **Whole**: place the model as if tier 1 were empty. When even that fails the model
-   does not fit this machine at all: `TooBig` (no waiting cures it).
+1. **Whole**: place the model as if tier 1 were empty. When even that fails, or leaves
+   layers in host memory, and RPC workers are given, split it: its first layers in tier 1,
+   the rest on the workers (`planner.workers.place_split`; the host-memory placement stays
+   when the workers cannot hold the rest). When nothing fits the model does not fit this
+   machine at all: `TooBig` (no waiting cures it).
 2. **Evict**: free room for that placement by evicting resident models in
    `eviction_order` (leased and realtime_pinned models are never evicted).
 3. **Partial**: when evicting every evictable model still leaves too little, place the
    model again in what could be freed (fewer layers on the GPU, the rest in host memory),
-   and evict for that smaller placement. When that fails too: `NoRoom` (the leased models
-   are in the way; waiting for them may cure it).
+   and evict for that smaller placement (not for a split placement: it is already the
+   smallest local part that works with the workers). When that fails too: `NoRoom` (the
+   leased models are in the way; waiting for them may cure it).
 4. **Process cap**: with ``cap`` set (hardware.max_process_memory_bytes), refuse with
    `OverProcessCap` when the process would grow past it: ``rss`` (measured by the caller)
    - what the victims book + what the new placement books.
@@ -27,6 +31,7 @@ from hypnos.planner.eviction import eviction_order, plan_eviction
 from hypnos.planner.placement import place
 from hypnos.planner.types import (Budgets, NoFit, Placement, PlacementRequest,
                                   ResidentModel)
+from hypnos.planner.workers import WorkerBudget, place_split
 
 
 @dataclass(frozen=True)
@@ -66,20 +71,32 @@ LoadRefusal = TooBig | NoRoom | OverProcessCap
 
 
 def plan_load(request: PlacementRequest, residents: Sequence[ResidentModel], budgets: Budgets,
-              rss: int, cap: int | None) -> LoadPlan | LoadRefusal:
+              rss: int, cap: int | None,
+              workers: Sequence[WorkerBudget] = ()) -> LoadPlan | LoadRefusal:
     """Plan loading ``request.shape`` beside ``residents`` (the other models booking tier 1).
 
     ``request.tier1_free_bytes`` is ignored: steps 1-3 set it (the whole budget, then what
     can be freed). ``rss``: the process's resident memory now; ``cap``: 0 or None for no cap.
+    ``workers``: the RPC workers the model may be split onto when it does not fit alone.
     """
     others = list(residents)
     booked = sum(m.booked_bytes for m in others)
     free = budgets.tier1_bytes - booked
-    whole = place(replace(request, tier1_free_bytes=budgets.tier1_bytes))
+    alone = replace(request, tier1_free_bytes=budgets.tier1_bytes)
+    whole = place(alone)
+    spills = isinstance(whole, NoFit) or whole.pinned_ram_layers > 0
+    if spills and workers:          # workers before layers computed from host memory
+        split = place_split(alone, workers)
+        if not isinstance(split, NoFit):
+            whole = split
     if isinstance(whole, NoFit):
         return TooBig(whole.needed_bytes, budgets.tier1_bytes, whole.reason)
     placement, partial = whole, False
     plan = plan_eviction(whole.booked_tier1_bytes, free, others)
+    if not plan.fits and whole.remote:
+        evictable = set(eviction_order(others))
+        return NoRoom(whole.booked_tier1_bytes,
+                      free + sum(m.booked_bytes for m in others if m.model_id in evictable))
     if not plan.fits:
         evictable = set(eviction_order(others))
         freeable = free + sum(m.booked_bytes for m in others if m.model_id in evictable)

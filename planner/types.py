@@ -130,6 +130,26 @@ class PlacementRequest:
 
 
 @dataclass(frozen=True)
+class RemoteShare:
+    """The layers of a split placement on one RPC worker (llama.cpp's ``rpc-server``).
+
+    Layers ``first_layer`` .. ``first_layer + layers - 1``; ``output``: it also holds the
+    output head (llama.cpp puts the head on the device of the last layers). ``bytes`` is
+    what the placement books on the worker: those layers' weights and KV cache, a compute
+    workspace, and the head when it holds it."""
+
+    endpoint: str
+    first_layer: int
+    layers: int
+    bytes: int
+    output: bool = False
+
+    def to_wire(self) -> dict:
+        return {"endpoint": self.endpoint, "first_layer": self.first_layer,
+                "layers": self.layers, "booked_bytes": self.bytes, "output_head": self.output}
+
+
+@dataclass(frozen=True)
 class Placement:
     """The spec's LayerPlacementPlan (appendix), plus what the planner booked in all.
 
@@ -149,6 +169,13 @@ class Placement:
     # Where the forward passes run: "cuda", "metal" or "cpu" ("" until the scheduler, which
     # knows the machine, fills it in). The planner sets "cpu" for a host placement.
     device: str = ""
+    # A split placement: the last layers on RPC workers (``planner.workers``), after the
+    # ``gpu_layers`` tier 1 holds. Empty for a placement on this machine alone.
+    remote: tuple[RemoteShare, ...] = ()
+
+    @property
+    def remote_layers(self) -> int:
+        return sum(share.layers for share in self.remote)
 
     @property
     def on_host(self) -> bool:
@@ -171,6 +198,8 @@ class Placement:
             "allocated_context_len": self.allocated_context_len,
             "cpu_expert_layers": self.cpu_expert_layers,
             **({"device": self.device} if self.device else {}),
+            **({"rpc_workers": [share.to_wire() for share in self.remote]}
+               if self.remote else {}),
         }
 
 

@@ -67,7 +67,9 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
     builds = builds if builds is not None else accel.engine_builds(hardware)
     metrics = Metrics()
-    sched = Scheduler(config, hardware, effects or MachineEffects(metrics=metrics),
+    effects = effects or MachineEffects(metrics=metrics,
+                                        rpc_stall_secs=config.hardware.rpc_stall_secs)
+    sched = Scheduler(config, hardware, effects,
                       accelerated=accel.accelerated_engines(hardware, builds))
     app.ctx.builds = builds
     app.ctx.gpu_warning = accel.warn_once(hardware, builds, [m.engine for m in config.models])

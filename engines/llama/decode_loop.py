@@ -59,6 +59,8 @@ class DecodeLoop(SlotQueue):
         self.calls: collections.deque = collections.deque()
         self.cond = threading.Condition(threading.RLock())
         self.closing = False
+        # llama_decode calls that returned: read from any thread to see progress.
+        self.steps = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
@@ -162,6 +164,7 @@ class DecodeLoop(SlotQueue):
         if not entries:
             return
         rc = self.ll.llama_decode(self.ctx, self.batch)
+        self.steps += 1
         if rc != 0:
             for slot, _, _ in entries:
                 self.forget(slot)

@@ -83,6 +83,10 @@ class LlamaChatEngine(SessionsMixin):
         self._model_key: tuple | None = None
         self._template_key: str | None = None
         self.model_loads = 0
+        # A split load (``spec.options["rpc_split"]``): its RPC devices, and the layers
+        # llama.cpp logged on each ("local" for this process).
+        self._rpc = None
+        self.split_layers: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,6 +117,8 @@ class LlamaChatEngine(SessionsMixin):
                 self._model_key = key
                 self.model_loads += 1
                 self._report_device(spec.model_id, lines)
+                if self._rpc is not None:
+                    self.split_layers = self._rpc.assigned(lines)
             t1 = time.perf_counter()
             try:
                 self._ctx = self._new_context(spec)
@@ -148,7 +154,8 @@ class LlamaChatEngine(SessionsMixin):
         path = spec.weights_path
         st = os.stat(path) if path is not None and path.is_file() else None
         return (str(path), st.st_size if st else 0, st.st_mtime_ns if st else 0,
-                spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())))
+                spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())),
+                repr(spec.options.get("rpc_split")))
 
     def _load_model(self, spec: LoadSpec):
         ll = self._ll
@@ -156,6 +163,12 @@ class LlamaChatEngine(SessionsMixin):
         params.n_gpu_layers = spec.gpu_layers
         params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = bool(spec.options.get("extra_buffers", extra_buffers_ok()))
+        split = spec.options.get("rpc_split")
+        if split:       # RPC workers hold the last layers (a split engine's child only)
+            from hypnos.engines.llama.rpc import RpcDevices, RpcShare
+            self._rpc = RpcDevices(ll, [RpcShare(e, n) for e, n in split],
+                                   local_gpu_layers=max(0, spec.gpu_layers))
+            self._rpc.apply(params)
         model = ll.llama_model_load_from_file(str(spec.weights_path).encode(), params)
         if not model:
             raise EngineError(f"{spec.model_id}: llama.cpp refused {spec.weights_path.name}")

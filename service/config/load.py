@@ -113,6 +113,26 @@ def validate_model(m: ModelConfig, key: str, problems: list[str]) -> None:
                         f"got {m.tool_format!r}")
 
 
+def validate_rpc_workers(cfg: Config, problems: list[str]) -> None:
+    """Each worker endpoint is host:port, once, and (unless allow_public_rpc_workers) on
+    loopback or a private network: RPC has no authentication."""
+    from hypnos.engines.llama.rpc_probe import endpoint_problem
+    _check_range(problems, "hardware.rpc_stall_secs", cfg.hardware.rpc_stall_secs, 1)
+    seen: set[str] = set()
+    for i, w in enumerate(cfg.hardware.rpc_workers):
+        key = f"hardware.rpc_workers[{i}]"
+        if w.endpoint is None:
+            continue
+        problem = endpoint_problem(w.endpoint, cfg.hardware.allow_public_rpc_workers)
+        if problem:
+            problems.append(f"{key}.endpoint: {problem}")
+        if w.endpoint in seen:
+            problems.append(f"{key}.endpoint: duplicate endpoint {w.endpoint!r}")
+        seen.add(w.endpoint)
+        _check_range(problems, f"{key}.memory_bytes", w.memory_bytes, 1)
+        _check_range(problems, f"{key}.bandwidth_bytes_per_s", w.bandwidth_bytes_per_s, 1)
+
+
 def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.port", cfg.server.port, 0, 65535)
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
@@ -136,6 +156,7 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "limits.max_queue_per_model", cfg.limits.max_queue_per_model, 0)
     _check_range(problems, "limits.repetition_loop_tokens", cfg.limits.repetition_loop_tokens, 0)
     _check_range(problems, "limits.swap_wait_ms", cfg.limits.swap_wait_ms, 0, 3_600_000)
+    validate_rpc_workers(cfg, problems)
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
         validate_model(m, f"models[{i}]", problems)

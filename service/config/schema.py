@@ -127,6 +127,20 @@ class SimulateConfig:
 
 
 @dataclass
+class RpcWorkerConfig:
+    """One [[hardware.rpc_workers]] entry: a llama.cpp rpc-server (`hypnos rpc-worker`) whose
+    memory the planner may split a chat model's layers into when it does not fit here."""
+    # host:port of the worker. Loopback or a private address unless
+    # hardware.allow_public_rpc_workers: the RPC protocol has no authentication.
+    endpoint: str
+    # Bytes the planner may book on the worker; unset: what the worker reports free, less
+    # 512 MiB for its own process.
+    memory_bytes: int | None = None
+    # Network bandwidth to the worker (bytes/s): the planner fills the fastest workers first.
+    bandwidth_bytes_per_s: int = 1_250_000_000
+
+
+@dataclass
 class HardwareConfig:
     # Park KV state of chat slots in host memory when a model leaves tier 1 (on by default:
     # the next turn of a conversation then prefills only its new tokens).
@@ -135,6 +149,14 @@ class HardwareConfig:
     # Refuse loads (507 process_memory_cap) that would take the process above this.
     max_process_memory_bytes: int | None = None
     simulate: SimulateConfig | None = None
+    # llama.cpp RPC workers a chat model too large for this machine is split across.
+    rpc_workers: list[RpcWorkerConfig] = field(default_factory=list)
+    # Accept rpc_workers endpoints that are not loopback or private addresses. The RPC
+    # protocol has no authentication or encryption: anyone who reaches a worker can use it.
+    allow_public_rpc_workers: bool = False
+    # A split model whose decode makes no progress for this long while a request waits on
+    # it (a worker hung, or gone without closing its connection) is ended as lost.
+    rpc_stall_secs: int = 120
 
 
 @dataclass

@@ -181,6 +181,10 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
     "<what> failed"."""
     if isinstance(exc, HypnosError):
         return exc
+    if isinstance(exc, eng.WorkerLost):
+        return ModelNotAvailable(f"{exc}; the model was demoted, the next request loads it "
+                                 "again with the workers that answer",
+                                 headers={"Retry-After": "5"})
     if isinstance(exc, eng.MediaDecodeError):
         return InvalidRequest(f"A media part could not be read: {exc}", param="messages")
     if isinstance(exc, eng.ContextOverflow):

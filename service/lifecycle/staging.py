@@ -14,6 +14,22 @@ from hypnos.service.scheduling.scheduler import Scheduler
 log = logging.getLogger("hypnos.app")
 
 
+async def _report_rpc_workers(sched: Scheduler) -> None:
+    """One line per RPC worker at start-up: what it reports, or why it does not answer (a
+    model that needs it then answers 503 naming it until it does)."""
+    if not sched.rpc_workers:
+        return
+    await sched.rpc_workers.refresh(sched.models.values())
+    for endpoint, w in sched.rpc_workers.workers.items():
+        report = w.report
+        if report is not None and report.answers:
+            log.info("RPC worker %s answers: protocol %s, %d MiB free of %d", endpoint,
+                     report.version, report.free_bytes >> 20, report.total_bytes >> 20)
+        else:
+            log.warning("RPC worker %s does not answer: %s", endpoint,
+                        report.error if report else "not probed")
+
+
 async def stage_models(app: Sanic) -> None:
     """Run ``before_stage``, then move each model with an initial tier there, in config
     order. A model that fails is reported and left cold; staging goes on with the rest."""
@@ -24,6 +40,7 @@ async def stage_models(app: Sanic) -> None:
             for st in list(sched.models.values()):   # files may have arrived
                 if st.problem:
                     sched.models[st.id] = build_state(app.ctx.config, st.cfg)
+        await _report_rpc_workers(sched)
         for st in list(sched.models.values()):
             target = st.cfg.initial_tier
             if target is Tier.SSD or not st.enabled or st.problem:

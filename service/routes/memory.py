@@ -7,6 +7,7 @@ from pydantic import ConfigDict, Field, model_validator
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
+from hypnos.engines.devices import llama_has_rpc
 from hypnos.engines.protocols import OffloadsLayers
 from hypnos.planner.types import Tier
 from hypnos.service.http import errors
@@ -17,6 +18,7 @@ from hypnos.service.scheduling.hardware import (available_memory, nvml_sample, p
 from hypnos.service.http.layers import read_body, require_ready
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
 from hypnos.service.http.openapi import endpoint
 
 bp = Blueprint("memory")
@@ -64,6 +66,9 @@ def _model(sched, st: ModelState) -> dict:
         out["memory_truth"] = st.booked_vs_real
     if isinstance(st.engine, OffloadsLayers):   # llama.cpp: the layers it put on the GPU
         out["offloaded_layers"] = st.engine.offloaded_layers
+    split = getattr(st.engine, "split_layers", None)
+    if split:       # a model split across RPC workers: the layers llama.cpp put on each
+        out["split_layers"] = split
     return out
 
 
@@ -101,6 +106,11 @@ async def status(request: Request):
     }
     if gpu is not None:
         body["gpu"] = gpu.stats
+    workers = sched.rpc_workers
+    if workers:     # probed (at most 5 s ago), except the ones a resident model holds
+        await workers.refresh(sched.models.values(), STATUS_PROBE_AGE_S)
+        body["rpc_workers"] = workers.status(sched.models.values())
+        body["rpc_backend"] = llama_has_rpc()     # llama.cpp built with GGML_RPC=ON
     profile = app.ctx.config.server.profile
     if profile is not None:
         metric, target = PROFILES[profile]

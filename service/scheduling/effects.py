@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.protocols import KeepsWeights, KVChatEngine
+from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.budgets import kept_engine_booking
@@ -64,21 +64,33 @@ class Effects(Protocol):
 class MachineEffects:
     """`Effects` on this machine: the engines of the registry, mlock, the page cache."""
 
-    def __init__(self, metrics=None, threads: int | None = None):
+    def __init__(self, metrics=None, threads: int | None = None, rpc_stall_secs: float = 120):
         self.metrics = metrics
         self.threads = threads
+        self.rpc_stall_secs = rpc_stall_secs      # hardware.rpc_stall_secs
 
     def load(self, st: ModelState, placement: Placement) -> LoadReport:
         kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
-        engine = kept if kept is not None else create_engine(st.cfg.engine, st.cfg.modality)
+        engine: Engine
+        if placement.remote:        # split across RPC workers: a child process of its own
+            from hypnos.engines.llama.split import SplitChatEngine
+            if kept is not None:
+                kept.unload()
+                kept = None
+            engine = SplitChatEngine()
+        else:
+            engine = kept if kept is not None else create_engine(st.cfg.engine, st.cfg.modality)
+        options: dict = {"tool_format": st.cfg.tool_format}
+        if placement.remote:
+            options["rpc_split"] = [(s.endpoint, s.layers) for s in placement.remote]
+            options["rpc_stall_secs"] = self.rpc_stall_secs
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,
             # A host placement asks the engine for the CPU (a GPU build would offload).
             gpu_layers=0 if placement.on_host else (placement.gpu_layers or -1),
             cpu_expert_layers=placement.cpu_expert_layers,
-            chat_template=st.cfg.chat_template, threads=self.threads,
-            options={"tool_format": st.cfg.tool_format})
+            chat_template=st.cfg.chat_template, threads=self.threads, options=options)
         before, vram_before = process_rss(), vram_used()
         try:
             report = engine.load(spec)
@@ -90,6 +102,9 @@ class MachineEffects:
         st.engine = engine
         st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
                              "rss_growth_bytes": grown}
+        child_rss = getattr(engine, "child_rss", None)
+        if child_rss is not None:   # a split model's local part lives in its child process
+            st.booked_vs_real["child_rss_bytes"] = child_rss()
         if kept is not None:    # the weights were already resident (tier 2): not in the growth
             st.booked_vs_real["kept_weights_bytes"] = st.weight_bytes
         vram_after = vram_used() if vram_before is not None else None

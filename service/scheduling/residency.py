@@ -22,25 +22,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hypnos.engines.protocols import ReportsDevice
-from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.errors import EngineError, EngineUnavailable, WorkerLost
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
-from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest, Tier,
-                                  Topology)
+from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
+                                  Priority, Tier, Topology)
+from hypnos.planner.workers import WorkerBudget
 from hypnos.service.http import errors
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -71,13 +73,15 @@ class Residency:
     def __init__(self, *, config: Config, hardware: Hardware, budgets: Budgets,
                  accelerated: frozenset[str], effects: Effects, kv_park: KvParkStore,
                  models: dict[str, ModelState], released: Wakeup,
-                 rss: Callable[[], int]):
+                 rss: Callable[[], int], rpc: RpcWorkers | None = None):
         """``models`` is the scheduler's pool (shared, not copied); ``released`` the wake-up
         notified when a lease, hold or load ends; ``rss`` reads the process's resident
-        memory (asked only when hardware.max_process_memory_bytes is set)."""
+        memory (asked only when hardware.max_process_memory_bytes is set); ``rpc``: the RPC
+        workers a chat model too large for this machine may be split onto."""
         self.config, self.hardware, self.budgets = config, hardware, budgets
         self.accelerated, self.effects, self.kv_park = accelerated, effects, kv_park
         self.models, self.released, self.rss = models, released, rss
+        self.rpc = rpc if rpc is not None else RpcWorkers(())
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self.place_lock = asyncio.Lock()
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).
@@ -109,15 +113,18 @@ class Residency:
         return replace(placement, device=placement_device(
             placement, self.hardware, st.cfg.engine in self.accelerated))
 
-    def plan(self, st: ModelState, per_slot: int | None) -> tuple[Placement, list[str]]:
-        """Placement for ``st`` and the models to evict first (`plan_load`), or the 507 it
-        refuses with: `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in
-        use), `errors.ProcessMemoryCap`."""
+    def plan(self, st: ModelState, per_slot: int | None,
+             workers: Sequence[WorkerBudget] = ()) -> tuple[Placement, list[str]]:
+        """Placement for ``st`` and the models to evict first (`plan_load`; split onto
+        ``workers`` when it does not fit alone), or the 507 it refuses with:
+        `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in use),
+        `errors.ProcessMemoryCap`."""
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         cap = self.config.hardware.max_process_memory_bytes
         decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
-                             self.budgets, rss=self.rss() if cap else 0, cap=cap)
+                             self.budgets, rss=self.rss() if cap else 0, cap=cap,
+                             workers=workers)
         if isinstance(decision, TooBig):
             raise errors.DoesNotFitAlone(
                 f"The model '{st.id}' does not fit this machine even alone: needs "
@@ -155,6 +162,8 @@ class Residency:
     async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
         """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
         async with st.load_lock:
+            if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
+                await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
                 return
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
@@ -220,7 +229,7 @@ class Residency:
         deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
         while True:
             try:
-                placement, evict = self.plan(st, per_slot)
+                placement, evict = await self._plan_any(st, per_slot)
             except errors.DoesNotFitAlone:
                 raise
             except errors.InsufficientMemory:
@@ -235,16 +244,74 @@ class Residency:
             held.hold(evict)
             return placement, evict
 
+    async def _plan_any(self, st: ModelState, per_slot: int | None
+                        ) -> tuple[Placement, list[str]]:
+        """`plan`, and when the model does not fit this machine alone, `plan` again with the
+        RPC workers that answer a probe now. 503 model_not_available naming the workers that
+        do not answer when the model does not fit without them."""
+        try:
+            return self.plan(st, per_slot)
+        except errors.DoesNotFitAlone:
+            if not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
+                raise
+        from hypnos.engines.devices import llama_has_rpc
+        if not llama_has_rpc():
+            raise errors.ModelNotAvailable(
+                f"The model '{st.id}' does not fit this machine alone, and this "
+                "llama-cpp-python build has no RPC backend to reach the RPC workers with "
+                "(./run.sh installs one built with GGML_RPC=ON)")
+        await self.rpc.refresh(self.models.values())
+        # A worker serves one model: idle split models may be evicted for their workers.
+        lend = [m.id for m in self.models.values() if m is not st and m.placement is not None
+                and m.tier is Tier.GPU and m.placement.remote and not m.in_use
+                and m.cfg.priority is not Priority.REALTIME_PINNED]
+        try:
+            placement, evict = self.plan(st, per_slot,
+                                         self.rpc.budgets(self.models.values(), lend))
+            first = self.rpc.holders(placement, self.models.values())
+            return placement, first + [m for m in evict if m not in first]
+        except errors.DoesNotFitAlone as exc:
+            down = self.rpc.down()
+            busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
+                           if m is not st and m.id not in lend})
+            if busy and not down:       # _plan_or_wait waits for their leases to end
+                raise errors.InsufficientMemory(
+                    f"The model '{st.id}' needs RPC workers that "
+                    f"{', '.join(repr(b) for b in busy)} hold while in use; retry later"
+                ) from exc
+            if not down:
+                raise
+            names = "; ".join(f"{e} ({why})" for e, why in down.items())
+            raise errors.ModelNotAvailable(
+                f"The model '{st.id}' does not fit this machine alone and the RPC workers "
+                f"that answer cannot hold the rest; not answering: {names}",
+                headers={"Retry-After": "5"}) from exc
+
+    async def drop_lost(self, st: ModelState) -> None:
+        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`): the next
+        request plans and loads it again, with the workers that answer then."""
+        async with st.load_lock:
+            lost = getattr(st.engine, "lost", "")
+            if st.tier is not Tier.GPU or not lost:
+                return
+            to = await self.unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
+        self.recent_evictions.append({
+            "model": st.id, "for_model": None, "reason": "rpc_worker_lost",
+            "detail": lost, "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
+
     async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
                             evict: list[str]) -> LoadReport:
         for victim in evict:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
             lease.evicted.append(victim)
         try:
-            report = await asyncio.to_thread(self.effects.load, st, placement)
+            with self.rpc.reserved(placement):
+                report = await asyncio.to_thread(self.effects.load, st, placement)
         except EngineUnavailable as exc:
             st.problem = str(exc)
             raise errors.ModelNotAvailable(str(exc)) from None
+        except WorkerLost as exc:       # an RPC worker went away while the model loaded
+            raise errors.ModelNotAvailable(str(exc), headers={"Retry-After": "5"}) from None
         except EngineError as exc:
             self.effects.count_load_failure(st)
             raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None

@@ -45,6 +45,7 @@ from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
 from hypnos.service.observe.request_log import request_leases
 from hypnos.service.scheduling.residency import Residency
+from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
 __all__ = ["Lease", "Scheduler"]
@@ -86,10 +87,11 @@ class Scheduler:
         # Notified when a lease, hold, move, load or unload ends: what waiting loads and
         # drains sleep on (there is no polling).
         self.released = Wakeup()
+        self.rpc_workers = RpcWorkers(config.hardware.rpc_workers)
         self.residency = Residency(
             config=config, hardware=hardware, budgets=self.budgets,
             accelerated=self.accelerated, effects=effects, kv_park=self.kv_park,
-            models=self.models, released=self.released, rss=rss)
+            models=self.models, released=self.released, rss=rss, rpc=self.rpc_workers)
         self.pool = PoolChanges(models=self.models, get=self.get, residency=self.residency,
                                 kv_park=self.kv_park, released=self.released)
         self._background: set[asyncio.Task] = set()
@@ -232,6 +234,8 @@ class Scheduler:
                 finally:
                     st.running -= 1
                     st.stats.record_request((time.monotonic() - started) * 1000)
+                    if getattr(st.engine, "lost", ""):
+                        self._background_task(self.residency.drop_lost(st))
 
     def implicit_deadline_ms(self) -> float | None:
         """With limits.overload = "shed", the profile's objective is the deadline of every
@@ -306,7 +310,10 @@ class Scheduler:
                 await self.move(model_id, Tier.GPU)
             except errors.HypnosError:
                 pass
-        task = asyncio.get_running_loop().create_task(load())
+        self._background_task(load())
+
+    def _background_task(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

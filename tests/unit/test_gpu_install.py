@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "cli"))
 import gpu_install  # noqa: E402
 
 CPU_INSTALL = ['pip install -q --upgrade pip setuptools wheel', 'pip install -q torch==2.13.0',
+               'python cli/llama_build.py wheel --venv ' + str(ROOT / ".venv"),
                'pip install -q -e ".[llama,stt,tts,embeddings,docs,ner,test]"']
 
 
@@ -50,6 +51,8 @@ def test_an_h200_without_nvcc_builds_with_pypi_cuda_13(tmp_path):
     assert out.startswith("hypnos: GPU: cuda sm90 pypi-13.0")
     assert '"cuda-toolkit[nvcc,nvvm,cudart,cublas,cccl,crt]==13.0.2"' in out
     assert "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" in out
+    assert "-DGGML_RPC=ON" in out and "sm90-pypi-13.0-rpc" in out     # RPC workers as devices
+    assert "llama_build.py wheel" not in out          # the CUDA build replaces the CPU one
     assert "nvidia/cu13/bin/nvcc" in out and "-DCUDAToolkit_ROOT=" in out
     assert "lib64" in out and "libcuda.so stub" in out       # the three documented fixes
     # Kept out of pip's wheel cache, which keys by sdist and would hand back a CPU wheel.
@@ -89,8 +92,8 @@ def test_cpu_hosts_and_hypnos_gpu_cpu_install_what_they_did_before(tmp_path):
     for case, kw in (("none", {}), ("forced", {"smi": H200, "HYPNOS_GPU": "cpu"})):
         r = dry_run(tmp_path / case, **kw)
         assert r.returncode == 0, r.stderr
-        cmds = [line.split("/.venv/bin/", 1)[-1] for line in r.stdout.splitlines()
-                if line.startswith("would run:")]
+        cmds = [line.split("/.venv/bin/", 1)[-1].split("   #")[0]
+                for line in r.stdout.splitlines() if line.startswith("would run:")]
         assert cmds[0].endswith("python3 -m venv " + str(ROOT / ".venv"))
         assert cmds[1:] == CPU_INSTALL
 

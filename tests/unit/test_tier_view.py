@@ -82,3 +82,22 @@ def test_tier1_is_named_for_the_memory_the_engines_compute_from():
     text = render(cpu)
     assert "Tier 1  host memory the engines compute from (no GPU)" in text
     assert "VRAM" not in text.split("Tier 2")[0]
+
+
+def test_rpc_workers_are_drawn_with_the_split_models_layers():
+    split = dict(STATUS["models"][0], id="big")
+    split["placement"] = dict(placement("tier1_gpu_vram", gpu=10, vram=GIB),
+                              rpc_workers=[{"endpoint": "10.0.0.2:50052", "first_layer": 10,
+                                            "layers": 20, "booked_bytes": 3 * GIB,
+                                            "output_head": True}])
+    status = dict(STATUS, models=[split], rpc_workers=[
+        {"endpoint": "10.0.0.2:50052", "answers": True, "model": "big", "layers": 20,
+         "booked_bytes": 3 * GIB, "budget_bytes": 8 * GIB},
+        {"endpoint": "10.0.0.3:50052", "answers": False, "error": "connection refused",
+         "model": None, "layers": 0, "booked_bytes": 0, "budget_bytes": 0}])
+    text = render(status)
+    assert "10 gpu / 0 ram / 0 ssd / 20 rpc" in text
+    workers = text.split("RPC workers")[1]
+    first = next(line for line in workers.splitlines() if "10.0.0.2:50052" in line)
+    assert "yes" in first and "big" in first and "3.00 GiB" in first and "8.00 GiB" in first
+    assert "no (connection refused)" in workers
