@@ -31,11 +31,12 @@ class ProcessMemory:
 
 
 def process_memory(footprint: int, topology: Topology, tier1: Iterable[Placement],
-                   tier2_bytes: int) -> ProcessMemory:
+                   tier2_bytes: int, parked_bytes: int = 0) -> ProcessMemory:
     """What of the bookings lives in this process's memory: tier 2 (weights kept or pinned
-    in host RAM), each tier-1 placement's host part (``pinned_ram_bytes``), and on a host
-    computing from host memory (not `Topology.DISCRETE`) the tier-1 bookings themselves."""
-    host = tier2_bytes
+    in host RAM), the parked KV states (``parked_bytes``, under their own cap), each tier-1
+    placement's host part (``pinned_ram_bytes``), and on a host computing from host memory
+    (not `Topology.DISCRETE`) the tier-1 bookings themselves."""
+    host = tier2_bytes + parked_bytes
     for p in tier1:
         host += p.pinned_ram_bytes
         if topology is not Topology.DISCRETE:

@@ -93,10 +93,12 @@ class Residency:
                    if m.pinned is not None and m.id != leaving)
 
     def process_memory(self) -> ProcessMemory:
-        """The process's footprint (``rss``, measured now) and the bookings that live in it."""
+        """The process's footprint (``rss``, measured now) and the bookings that live in it
+        (parked KV states included)."""
         tier1 = [m.placement for m in self.models.values()
                  if m.tier is Tier.GPU and m.placement]
-        return process_memory(self.rss(), self.hardware.topology, tier1, self.tier2_booked())
+        return process_memory(self.rss(), self.hardware.topology, tier1, self.tier2_booked(),
+                              self.kv_park.used_bytes)
 
     # ------------------------------------------------------------------ requests to the planner
 

@@ -29,6 +29,9 @@ def test_the_bookings_in_process_memory_depend_on_where_tier_1_is():
     # Beside a GPU the tier-1 bytes are VRAM: only the host part and tier 2 (50 + 100).
     assert process_memory(2000 * MIB, Topology.DISCRETE, tier1, 100 * MIB).booked_bytes == \
         150 * MIB
+    # Parked KV states are host memory everywhere (their own cap books them).
+    assert process_memory(2000 * MIB, Topology.DISCRETE, tier1, 100 * MIB,
+                          parked_bytes=30 * MIB).booked_bytes == 180 * MIB
 
 
 def test_unbooked_is_the_footprint_beyond_the_bookings_never_negative():
