@@ -63,4 +63,4 @@ def usable_budgets(budgets: Budgets, unbooked: int) -> Budgets:
 def over_process_cap(footprint: int, growth: int, cap: int | None) -> bool:
     """Whether growing a process of ``footprint`` bytes (measured) by ``growth`` takes it
     past hardware.max_process_memory_bytes (``cap``; 0 or None: no cap)."""
-    return bool(cap) and footprint + growth > cap
+    return cap is not None and cap > 0 and footprint + growth > cap

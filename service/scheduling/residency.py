@@ -294,11 +294,11 @@ class Residency:
     async def unload(self, st: ModelState, to: Tier, room_for: str | None = None) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
         falls back to 3 when the tier-2 budget is full, or when pinning the files would take
-        the measured footprint past hardware.max_process_memory_bytes). A chat model on a host computing
-        from host memory keeps its engine in tier 2 (``Effects.suspend``: weights loaded,
-        context freed); otherwise tier 2 pins its files. ``room_for``: the model this
-        demotion makes room for (its tier-2 bytes are not counted against tier 2's budget:
-        its placement books them in tier 1). Caller holds st.load_lock."""
+        the measured footprint past hardware.max_process_memory_bytes). A chat model on a
+        host computing from host memory keeps its engine in tier 2 (``Effects.suspend``:
+        weights loaded, context freed); otherwise tier 2 pins its files. ``room_for``: the
+        model this demotion makes room for (its tier-2 bytes are not counted against tier 2's
+        budget: its placement books them in tier 1). Caller holds st.load_lock."""
         if st.engine is not None:
             if self.kv_park.enabled and st.enabled:
                 self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
