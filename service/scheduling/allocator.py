@@ -6,7 +6,7 @@ those arenas, not to the system: a chat model, a speech model and an embedder lo
 unloaded in turn left the process 30-40 MiB larger per cycle (bench/README.md, soak.py).
 Two remedies, both no-ops off glibc:
 
-- ``trim()`` after every unload: ``malloc_trim(0)`` returns the free pages of every arena to
+- ``trim()`` after every unload (``HYPNOS_MALLOC_TRIM=0`` turns it off): ``malloc_trim(0)`` returns the free pages of every arena to
   the system (``madvise(MADV_DONTNEED)``); it blocks for the walk (milliseconds).
 - ``cap_arenas()`` at start-up: ``mallopt(M_ARENA_MAX, n)`` so the server's many worker
   threads share a few arenas instead of fragmenting dozens. It affects arenas created after
@@ -37,11 +37,12 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def trim() -> bool:
+def trim(environ=os.environ) -> bool:
     """Give the free pages of every malloc arena back to the system. Blocks (it walks the
-    arenas); call it from a worker thread. False off glibc."""
+    arenas); call it from a worker thread. False off glibc, or with ``HYPNOS_MALLOC_TRIM=0``
+    (what bench/unload_memory.py measures it against)."""
     libc = _libc()
-    if libc is None:
+    if libc is None or environ.get("HYPNOS_MALLOC_TRIM", "1") == "0":
         return False
     libc.malloc_trim(0)
     return True

@@ -20,4 +20,5 @@ def test_zero_sets_nothing():
 
 def test_trim_and_cap_reach_glibc_where_it_is_the_libc():
     assert trim() is GLIBC
+    assert trim({"HYPNOS_MALLOC_TRIM": "0"}) is False
     assert cap_arenas(8) is GLIBC        # 8 arenas: what glibc allows a 1-core host anyway
