@@ -5,14 +5,17 @@ the way an operator leaves it running, with its memory and open files sampled ov
 streamed then cancelled after a few chunks), embeddings, speech then the transcription of
 that speech, and tier moves of whisper / Kokoro / MiniLM between tiers 2 and 3. Every
 ``--sample-secs`` the server's RSS and open file descriptors (/proc) and its booked bytes
-(/v1/memory/status) are recorded. At the end, with the traffic stopped: the booked bytes
-(tiers 1 + 2) and the process memory the server counts as unbooked
+(/v1/memory/status) are recorded. At the start, after the warm-up and at the end the traffic
+pauses and the RSS is read settled: every model moved back to the tier it started in, no
+request running (under traffic the RSS swings by a few hundred MiB with whichever models
+happen to be loaded; settled, like is compared with like). At the end, with the traffic
+stopped: the booked bytes and the process memory the server counts as unbooked
 (``process_unaccounted_bytes``) against its footprint, the leases left, then SIGTERM.
 
-Verdict (issue 21's targets): RSS drift after the warm-up < 5 % (the median of the minute
-after the warm-up against the median of the last minute), open fds once the clients have
-closed no more than at the start, no failed request, no lease left, booked + unbooked within
-5 % or 256 MiB of the footprint, exit 0 on SIGTERM.
+Verdict (issue 21's targets): settled RSS drift after the warm-up < 5 %, open fds once the
+clients have closed no more than at the start, no failed request (a tier move refused with
+429 because the model is in use is the documented answer, counted apart), no lease left,
+booked + unbooked within 5 % or 256 MiB of the footprint, exit 0 on SIGTERM.
 
     python bench/soak.py --minutes 10 [--clients 4] [--warmup-minutes W] [--sample-secs 10]
 """
@@ -20,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +53,18 @@ MIX = {"chat": 25, "chat_stream": 15, "chat_cancel": 10, "embeddings": 20,
 
 def _fds(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def fd_kinds(pid: int) -> Counter:
+    """The process's open descriptors by kind (socket, pipe, anon_inode:..., or the path)."""
+    kinds: Counter = Counter()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        kinds[target.split(":[")[0] if ":[" in target else target] += 1
+    return kinds
 
 
 def _chat_body(rng: random.Random, stream: bool) -> dict:
@@ -98,30 +115,53 @@ class Traffic:
     """``clients`` threads sending the mix until ``stop`` is set; counts per action."""
 
     def __init__(self, base: str, clients: int, seed: int):
-        self.base, self.stop = base, threading.Event()
+        self.base, self.stop, self.go = base, threading.Event(), threading.Event()
+        self.go.set()
         self.done: Counter = Counter()
         self.failed: Counter = Counter()
         self.busy = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.inflight = 0
         self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
                         for i in range(clients)]
+
+    def _enter(self) -> bool:
+        """Wait while paused; False once stopped. Counts the request about to start."""
+        while not self.stop.is_set():
+            self.go.wait(0.5)
+            with self.lock:
+                if self.go.is_set():
+                    self.inflight += 1
+                    return True
+        return False
 
     def _run(self, seed: int) -> None:
         rng = random.Random(seed)
         actions, weights = list(MIX), list(MIX.values())
         with httpx.Client(base_url=self.base, timeout=300) as client:
-            while not self.stop.is_set():
+            while self._enter():
                 action = rng.choices(actions, weights)[0]
                 try:
                     status = one_request(client, rng, action)
                 except httpx.HTTPError as exc:
                     status = type(exc).__name__
                 with self.lock:
+                    self.inflight -= 1
+                    self.lock.notify_all()
                     self.done[action] += 1
                     if action == "tier_move" and status == 429:
                         self.busy += 1      # documented: a model in use is not moved
                     elif status != 200:
                         self.failed[f"{action}:{status}"] += 1
+
+    def pause(self) -> None:
+        """Stop starting requests and wait for the running ones to end."""
+        self.go.clear()
+        with self.lock:
+            self.lock.wait_for(lambda: self.inflight == 0)
+
+    def resume(self) -> None:
+        self.go.set()
 
     def start(self) -> None:
         for t in self.threads:
@@ -131,6 +171,22 @@ class Traffic:
         self.stop.set()
         for t in self.threads:
             t.join()
+
+
+def settled(srv: ServerProcess, start_tiers: dict[str, str]) -> dict:
+    """With no request running: every model moved back to the tier it started in, then the
+    median of three RSS readings. Under traffic RSS swings with whichever models happen to
+    be loaded (a few hundred MiB on this lineup); settled, like is compared with like."""
+    for model_id, tier in start_tiers.items():
+        r = srv.post("/v1/memory/tier", {"model": model_id, "target_tier": tier})
+        r.raise_for_status()
+    readings = []
+    for _ in range(3):
+        time.sleep(0.5)
+        readings.append(srv.rss())
+    status = srv.status()
+    return {"rss": statistics.median(readings), "booked": booked(status),
+            "unbooked": status.get("process_unaccounted_bytes", 0)}
 
 
 def booked(status: dict) -> int:
@@ -160,6 +216,106 @@ def config_text(models_dir: Path) -> str:
         'models_dir = "models"', f'models_dir = "{models_dir}"')
 
 
+def run(args, warmup: float) -> dict:
+    """The soak itself: the series, the settled points and the final figures."""
+    tmp = Path(tempfile.mkdtemp(prefix="hypnos-soak-"))
+    (tmp / "hypnos.toml").write_text(config_text(args.models_dir))
+    srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log")
+    traffic = Traffic(srv.base, args.clients, args.seed)
+    out: dict = {"series": [], "traffic": traffic, "exit_code": None}
+    try:
+        t0 = time.monotonic()
+        start_tiers = {m["id"]: m["current_tier"] for m in srv.status()["models"]
+                       if m["id"] in MOVABLE}
+        out["settled_start"] = settled(srv, start_tiers)
+        out["series"].append(sample(srv, t0))
+        out["fds_start"] = out["series"][0]["fds"]
+        out["fd_kinds_start"] = fd_kinds(srv.proc.pid)
+        print(f"soak: {args.clients} clients, {args.minutes:g} min, warm-up {warmup:g} min, "
+              f"server pid {srv.proc.pid}, log {tmp / 'server.log'}", flush=True)
+        print(f"{'t (s)':>7} {'RSS MiB':>9} {'fds':>5} {'booked MiB':>11} "
+              f"{'unbooked MiB':>13}", flush=True)
+        show(out["series"][0])
+        traffic.start()
+        end, warm_at = t0 + args.minutes * 60, t0 + warmup * 60
+        while time.monotonic() < end:
+            time.sleep(min(args.sample_secs, max(0.0, end - time.monotonic())))
+            out["series"].append(sample(srv, t0))
+            show(out["series"][-1])
+            if "settled_warm" not in out and time.monotonic() >= warm_at:
+                traffic.pause()
+                out["settled_warm"] = settled(srv, start_tiers)
+                traffic.resume()
+        traffic.join()
+        out["settled_end"] = settled(srv, start_tiers)
+        time.sleep(2)           # the server closes the clients' connections
+        out["final"] = srv.status()
+        out["fds_end"] = _fds(srv.proc.pid)
+        out["fd_kinds_end"] = fd_kinds(srv.proc.pid)
+    finally:
+        traffic.stop.set()
+        traffic.resume()
+        srv.proc.terminate()
+        try:
+            out["exit_code"] = srv.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            srv.proc.kill()
+        srv.log.close()
+    return out
+
+
+def mib(n: float) -> str:
+    return f"{n / MIB:.0f}"
+
+
+def report(args, warmup: float, out: dict) -> bool:
+    """Print the figures and the verdict; True when every target is met."""
+    series, traffic, final = out["series"], out["traffic"], out["final"]
+    s0, sw, se = out["settled_start"], out["settled_warm"], out["settled_end"]
+    drift = (se["rss"] - sw["rss"]) / sw["rss"]
+    total, w = args.minutes * 60, warmup * 60
+    raw_warm = window_median(series, w, w + 60)
+    raw_drift = (window_median(series, total - 60, total) - raw_warm) / raw_warm
+    requests, failures = sum(traffic.done.values()), sum(traffic.failed.values())
+    leases = sum(m["active_leases"] for m in final["models"])
+    b, unb = booked(final), final.get("process_unaccounted_bytes", 0)
+    foot = final["process_footprint_bytes"]
+    gap = foot - (b + unb)
+    print(f"RSS settled (every model in its starting tier, no request running): start "
+          f"{mib(s0['rss'])} MiB, after warm-up {mib(sw['rss'])}, end {mib(se['rss'])}: "
+          f"drift {drift * 100:+.1f} % after warm-up (target < 5 %)")
+    print(f"RSS under traffic: peak {mib(max(x['rss'] for x in series))} MiB, median of the "
+          f"minute after warm-up {mib(raw_warm)}, of the last minute "
+          f"{mib(window_median(series, total - 60, total))} ({raw_drift * 100:+.1f} %)")
+    more = out["fd_kinds_end"] - out["fd_kinds_start"]
+    print(f"fds: start {out['fds_start']}, max {max(x['fds'] for x in series)}, end "
+          f"{out['fds_end']} (clients closed)" + (f"; more at the end: {dict(more)}"
+                                                  if more else ""))
+    print(f"requests: {requests} ({', '.join(f'{k} {v}' for k, v in traffic.done.items())}); "
+          f"failed {failures} {dict(traffic.failed) or ''}; tier moves refused while the model "
+          f"was in use (429, as documented) {traffic.busy}; leases left {leases}")
+    print(f"at the end: booked {mib(b)} MiB (tier 1 {mib(final['tier1_vram_used_bytes'])} + "
+          f"tier 2 {mib(final['tier2_pinned_ram_used_bytes'])}; in process memory "
+          f"{mib(final.get('process_booked_bytes', b))}) + unbooked {mib(unb)} = {mib(b + unb)}"
+          f" MiB against a footprint of {mib(foot)} MiB ({gap / MIB:+.0f}); tier 1 takes "
+          f"{mib(final['tier1_vram_unaccounted_bytes'])} MiB unaccounted off its budget")
+    checks = {"drift < 5 %": drift < 0.05, "fds constant": out["fds_end"] <= out["fds_start"],
+              "no failed request": failures == 0, "no lease left": leases == 0,
+              "booked + unbooked within 5 % or 256 MiB":
+                  abs(gap) <= max(0.05 * foot, 256 * MIB),
+              "exit 0 on SIGTERM": out["exit_code"] == 0}
+    bad = [k for k, ok in checks.items() if not ok]
+    print(f"verdict: {'PASS' if not bad else 'FAIL'} ({args.minutes:g} min, {requests} "
+          f"requests, drift {drift * 100:+.1f} %, fds {out['fds_start']}->{out['fds_end']}, "
+          f"failed {failures}, leases {leases}, booked+unbooked {gap / MIB:+.0f} MiB off the "
+          f"footprint, exit {out['exit_code']})" + (f"; failed: {', '.join(bad)}" if bad else ""))
+    if args.json:
+        args.json.write_text(json.dumps({
+            "series": series, "settled": [s0, sw, se], "checks": checks,
+            "final": {k: v for k, v in final.items() if k != "models"}}, indent=1))
+    return not bad
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10)
@@ -173,76 +329,7 @@ def main() -> None:
     args = ap.parse_args()
     warmup = args.warmup_minutes if args.warmup_minutes is not None else \
         min(5.0, args.minutes / 3)
-    tmp = Path(tempfile.mkdtemp(prefix="hypnos-soak-"))
-    (tmp / "hypnos.toml").write_text(config_text(args.models_dir))
-    srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log")
-    traffic = Traffic(srv.base, args.clients, args.seed)
-    series: list[dict] = []
-    exit_code = None
-    try:
-        t0 = time.monotonic()
-        series.append(sample(srv, t0))
-        fds_start = series[0]["fds"]
-        print(f"soak: {args.clients} clients, {args.minutes:g} min, warm-up {warmup:g} min, "
-              f"server pid {srv.proc.pid}, log {tmp / 'server.log'}", flush=True)
-        print(f"{'t (s)':>7} {'RSS MiB':>9} {'fds':>5} {'booked MiB':>11} "
-              f"{'unbooked MiB':>13}", flush=True)
-        show(series[0])
-        traffic.start()
-        end = t0 + args.minutes * 60
-        while time.monotonic() < end:
-            time.sleep(min(args.sample_secs, max(0.0, end - time.monotonic())))
-            series.append(sample(srv, t0))
-            show(series[-1])
-        traffic.join()
-        time.sleep(1)           # the server closes the clients' connections
-        final = srv.status()
-        rss_end, fds_end = srv.rss(), _fds(srv.proc.pid)
-        leases = sum(m["active_leases"] for m in final["models"])
-    finally:
-        traffic.stop.set()
-        srv.proc.terminate()
-        try:
-            exit_code = srv.proc.wait(30)
-        except Exception:   # noqa: BLE001 - report it as no clean exit
-            srv.proc.kill()
-        srv.log.close()
-    total, w = args.minutes * 60, warmup * 60
-    rss_warm = window_median(series, w, w + 60)
-    rss_last = window_median(series, total - 60, total)
-    drift = (rss_last - rss_warm) / rss_warm
-    peak = max(s["rss"] for s in series)
-    requests, failures = sum(traffic.done.values()), sum(traffic.failed.values())
-    b, unb = booked(final), final.get("process_unaccounted_bytes", 0)
-    foot = final["process_footprint_bytes"]
-    gap = foot - (b + unb)
-    within = abs(gap) <= max(0.05 * foot, 256 * MIB)
-    print(f"RSS: start {series[0]['rss'] / MIB:.0f} MiB, after warm-up {rss_warm / MIB:.0f}, "
-          f"end {rss_last / MIB:.0f} (peak {peak / MIB:.0f}): drift {drift * 100:+.1f} % "
-          f"after warm-up (target < 5 %)")
-    print(f"fds: start {fds_start}, max {max(s['fds'] for s in series)}, "
-          f"end {fds_end} (clients closed)")
-    print(f"requests: {requests} ({', '.join(f'{k} {v}' for k, v in traffic.done.items())}); "
-          f"failed {failures} {dict(traffic.failed) or ''}; tier moves refused while the model "
-          f"was in use (429, as documented) {traffic.busy}; leases left {leases}")
-    print(f"at the end: booked {b / MIB:.0f} MiB (tier 1 {final['tier1_vram_used_bytes'] / MIB:.0f}"
-          f" + tier 2 {final['tier2_pinned_ram_used_bytes'] / MIB:.0f}) + unbooked "
-          f"{unb / MIB:.0f} = {(b + unb) / MIB:.0f} MiB against a footprint of "
-          f"{foot / MIB:.0f} MiB ({gap / MIB:+.0f}; RSS after the status {rss_end / MIB:.0f})")
-    checks = {"drift < 5 %": drift < 0.05, "fds constant": fds_end <= fds_start,
-              "no failed request": failures == 0, "no lease left": leases == 0,
-              "booked + unbooked within 5 % or 256 MiB": within,
-              "exit 0 on SIGTERM": exit_code == 0}
-    bad = [k for k, ok in checks.items() if not ok]
-    print(f"verdict: {'PASS' if not bad else 'FAIL'} ({args.minutes:g} min, {requests} "
-          f"requests, drift {drift * 100:+.1f} %, fds {fds_start}->{fds_end}, failed "
-          f"{failures}, leases {leases}, booked+unbooked {gap / MIB:+.0f} MiB off the "
-          f"footprint, exit {exit_code})" + (f"; failed: {', '.join(bad)}" if bad else ""))
-    if args.json:
-        args.json.write_text(json.dumps({"series": series, "checks": checks,
-                                         "final": {k: v for k, v in final.items()
-                                                   if k != "models"}}, indent=1))
-    sys.exit(0 if not bad else 1)
+    sys.exit(0 if report(args, warmup, run(args, warmup)) else 1)
 
 
 if __name__ == "__main__":
