@@ -6,8 +6,9 @@ those arenas, not to the system: a chat model, a speech model and an embedder lo
 unloaded in turn left the process 30-40 MiB larger per cycle (bench/README.md, soak.py).
 Two remedies, both no-ops off glibc:
 
-- ``trim()`` after every unload (``HYPNOS_MALLOC_TRIM=0`` turns it off): ``malloc_trim(0)`` returns the free pages of every arena to
-  the system (``madvise(MADV_DONTNEED)``); it blocks for the walk (milliseconds).
+- ``trim()`` after every unload (``HYPNOS_MALLOC_TRIM=0`` turns it off): ``malloc_trim(0)``
+  returns the free pages of every arena to the system (``madvise(MADV_DONTNEED)``); it
+  blocks for the walk (milliseconds).
 - ``cap_arenas()`` at start-up: ``mallopt(M_ARENA_MAX, n)`` so the server's many worker
   threads share a few arenas instead of fragmenting dozens. It affects arenas created after
   the call: call it before threads start.
@@ -16,12 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import os
 import platform
 from functools import cache
-
-log = logging.getLogger("hypnos.memory")
 
 M_ARENA_MAX = -8            # glibc's malloc.h
 ARENA_MAX_DEFAULT = 2       # HYPNOS_MALLOC_ARENA_MAX; 0 leaves glibc's own default
@@ -62,7 +60,4 @@ def cap_arenas(n: int | None = None) -> bool:
     libc = _libc()
     if n <= 0 or libc is None:
         return False
-    ok = bool(libc.mallopt(M_ARENA_MAX, n))
-    if ok:
-        log.info("malloc arenas capped at %d (HYPNOS_MALLOC_ARENA_MAX)", n)
-    return ok
+    return bool(libc.mallopt(M_ARENA_MAX, n))
