@@ -54,6 +54,9 @@ def serve(config_path, host, port, check: bool, no_playground: bool, watch_confi
     from hypnos.service.app import create_app
     from hypnos.service.lifecycle.shutdown import install_drain
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not check:
+        from hypnos.service.scheduling.allocator import cap_arenas
+        cap_arenas()                 # before threads start (service/scheduling/allocator.py)
     cfg = resolve_config(config_path, host=host, port=port)
     if no_playground:
         cfg.server.playground = False

@@ -146,7 +146,8 @@ class HardwareConfig:
     # the next turn of a conversation then prefills only its new tokens).
     kv_park: bool = True
     kv_park_max_bytes: int | None = None
-    # Refuse loads (507 process_memory_cap) that would take the process above this.
+    # Refuse loads (507 process_memory_cap) that would take the process above this, checked
+    # against its measured resident memory; a move to tier 2 that would goes to tier 3.
     max_process_memory_bytes: int | None = None
     simulate: SimulateConfig | None = None
     # llama.cpp RPC workers a chat model too large for this machine is split across.

@@ -13,8 +13,7 @@ from hypnos.planner.types import Tier
 from hypnos.service.http import errors
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
-from hypnos.service.scheduling.hardware import (available_memory, nvml_sample, physical_memory,
-                                               process_rss)
+from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory
 from hypnos.service.http.layers import read_body, require_ready
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
@@ -84,19 +83,25 @@ async def status(request: Request):
         real_total, real_free = gpu.total, gpu.free
     else:   # tier 1 is process memory on a CPU-only or simulated host
         real_total, real_free = physical_memory(), available_memory()
-    unaccounted = max(0, (real_total - real_free) - booked1) if gpu is not None else 0
+    memory = sched.process_memory()
+    rss, unbooked = memory.footprint_bytes, memory.unbooked_bytes
+    # What the planner takes off tier 1 beyond its bookings: VRAM in use that it did not book
+    # beside a GPU; where tier 1 is host memory, the process memory no booking covers.
+    unaccounted = max(0, (real_total - real_free) - booked1) if gpu is not None else \
+        sched.tier1_unbooked(memory)
     free1 = sched.budgets.tier1_bytes - booked1
-    rss = process_rss()
     body = {
         "capabilities": _capabilities(sched),
         "tier1_vram_used_bytes": booked1, "tier1_vram_free_bytes": free1,
         "tier1_vram_real_free_bytes": real_free, "tier1_vram_real_total_bytes": real_total,
         "tier1_vram_unaccounted_bytes": unaccounted,
-        "tier1_vram_effective_free_bytes": max(0, min(free1, real_free)),
+        "tier1_vram_effective_free_bytes": max(0, min(free1 - (0 if gpu else unaccounted),
+                                                       real_free)),
         "tier2_pinned_ram_used_bytes": booked2,
         "tier2_pinned_ram_free_bytes": sched.budgets.tier2_bytes - booked2,
         "physical_pool_free_bytes": available_memory() if sched.hardware.unified else None,
         "process_footprint_bytes": rss, "process_memory_bytes": rss,
+        "process_booked_bytes": memory.booked_bytes, "process_unaccounted_bytes": unbooked,
         "process_memory_cap_bytes": app.ctx.config.hardware.max_process_memory_bytes,
         "models": [_model(sched, st) for st in sched.models.values()],
         "recent_evictions": list(sched.recent_evictions)[::-1],

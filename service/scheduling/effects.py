@@ -8,6 +8,7 @@ Every method blocks and runs in a worker thread. Tests use the one fake in tests
 """
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -17,6 +18,7 @@ from hypnos.engines.registry import create_engine
 from hypnos.planner.budgets import kept_engine_booking
 from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement
+from hypnos.service.scheduling import allocator
 from hypnos.service.scheduling.hardware import process_rss, vram_used
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
 
@@ -62,7 +64,9 @@ class Effects(Protocol):
 
 
 class MachineEffects:
-    """`Effects` on this machine: the engines of the registry, mlock, the page cache."""
+    """`Effects` on this machine: the engines of the registry, mlock, the page cache. What an
+    unload, a suspend or an unpin frees is given back to the system at once
+    (`allocator.trim`), not left in malloc's arenas."""
 
     def __init__(self, metrics=None, threads: int | None = None, rpc_stall_secs: float = 120):
         self.metrics = metrics
@@ -121,6 +125,8 @@ class MachineEffects:
         engine, st.engine = st.engine, None
         if engine is not None:
             engine.unload()
+            del engine
+            _give_back()
 
     def suspend(self, st: ModelState) -> bool:
         engine = st.engine
@@ -129,6 +135,7 @@ class MachineEffects:
             return False
         booking = kept_engine_booking(st.shape, st.placement)
         st.engine, st.pinned = None, KeptEngine(engine, booking.tier2_bytes)
+        _give_back()
         return True
 
     def park(self, st: ModelState):
@@ -149,6 +156,8 @@ class MachineEffects:
         pinned, st.pinned = st.pinned, None
         if pinned is not None:
             pinned.release()
+            del pinned
+            _give_back()
 
     def drop_pages(self, st: ModelState) -> None:
         from hypnos.engines.residency import drop_page_cache
@@ -166,3 +175,10 @@ class MachineEffects:
     @staticmethod
     def _files(st: ModelState) -> list[Path]:
         return [p for p in st.paths.values() if p.exists()]
+
+
+def _give_back() -> None:
+    """Collect the cycles an engine's Python side may leave, then return the freed pages of
+    every malloc arena to the system. Blocks (tens of milliseconds at most)."""
+    gc.collect()
+    allocator.trim()

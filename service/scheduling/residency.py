@@ -34,6 +34,8 @@ from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
 from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
+from hypnos.planner.process_memory import (ProcessMemory, over_process_cap, process_memory,
+                                           tier1_unbooked, usable_budgets)
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
                                   Priority, Tier, Topology)
 from hypnos.planner.workers import WorkerBudget
@@ -76,8 +78,9 @@ class Residency:
                  rss: Callable[[], int], rpc: RpcWorkers | None = None):
         """``models`` is the scheduler's pool (shared, not copied); ``released`` the wake-up
         notified when a lease, hold or load ends; ``rss`` reads the process's resident
-        memory (asked only when hardware.max_process_memory_bytes is set); ``rpc``: the RPC
-        workers a chat model too large for this machine may be split onto."""
+        memory (for the unbooked memory taken off tier 1 and the
+        hardware.max_process_memory_bytes check); ``rpc``: the RPC workers a chat model too
+        large for this machine may be split onto."""
         self.config, self.hardware, self.budgets = config, hardware, budgets
         self.accelerated, self.effects, self.kv_park = accelerated, effects, kv_park
         self.models, self.released, self.rss = models, released, rss
@@ -92,6 +95,14 @@ class Residency:
         tier-1 placement already books (they are freed, or move, once it is loaded)."""
         return sum(m.pinned.bytes for m in self.models.values()
                    if m.pinned is not None and m.id != leaving)
+
+    def process_memory(self) -> ProcessMemory:
+        """The process's footprint (``rss``, measured now) and the bookings that live in it
+        (parked KV states included)."""
+        tier1 = [m.placement for m in self.models.values()
+                 if m.tier is Tier.GPU and m.placement]
+        return process_memory(self.rss(), self.hardware.topology, tier1, self.tier2_booked(),
+                              self.kv_park.used_bytes)
 
     # ------------------------------------------------------------------ requests to the planner
 
@@ -122,9 +133,10 @@ class Residency:
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         cap = self.config.hardware.max_process_memory_bytes
+        memory = self.process_memory()
+        budgets = usable_budgets(self.budgets, tier1_unbooked(self.hardware, memory))
         decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
-                             self.budgets, rss=self.rss() if cap else 0, cap=cap,
-                             workers=workers)
+                             budgets, rss=memory.footprint_bytes, cap=cap, workers=workers)
         if isinstance(decision, TooBig):
             raise errors.DoesNotFitAlone(
                 f"The model '{st.id}' does not fit this machine even alone: needs "
@@ -347,11 +359,12 @@ class Residency:
 
     async def unload(self, st: ModelState, to: Tier, room_for: str | None = None) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
-        falls back to 3 when the tier-2 budget is full). A chat model on a host computing
-        from host memory keeps its engine in tier 2 (``Effects.suspend``: weights loaded,
-        context freed); otherwise tier 2 pins its files. ``room_for``: the model this
-        demotion makes room for (its tier-2 bytes are not counted against tier 2's budget:
-        its placement books them in tier 1). Caller holds st.load_lock."""
+        falls back to 3 when the tier-2 budget is full, or when pinning the files would take
+        the measured footprint past hardware.max_process_memory_bytes). A chat model on a
+        host computing from host memory keeps its engine in tier 2 (``Effects.suspend``:
+        weights loaded, context freed); otherwise tier 2 pins its files. ``room_for``: the
+        model this demotion makes room for (its tier-2 bytes are not counted against tier 2's
+        budget: its placement books them in tier 1). Caller holds st.load_lock."""
         if st.engine is not None:
             if self.kv_park.enabled and st.enabled:
                 self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
@@ -360,7 +373,9 @@ class Residency:
             if st.engine is not None:
                 await asyncio.to_thread(self.effects.unload, st)
         if to is Tier.RAM and st.pinned is None:
-            if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes:
+            if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes or \
+                    over_process_cap(self.rss(), st.weight_bytes,
+                                     self.config.hardware.max_process_memory_bytes):
                 to = Tier.SSD
             else:
                 await asyncio.to_thread(self.effects.pin, st)

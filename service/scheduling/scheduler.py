@@ -35,6 +35,7 @@ from hypnos.engines.records import LoadReport
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
+from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
 from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
 from hypnos.service.http import errors
 from hypnos.service.config.schema import PROFILES, Config
@@ -121,6 +122,14 @@ class Scheduler:
 
     def tier2_booked(self) -> int:
         return self.residency.tier2_booked()
+
+    def process_memory(self) -> ProcessMemory:
+        """The process's footprint, measured now, and the bookings that live in it."""
+        return self.residency.process_memory()
+
+    def tier1_unbooked(self, memory: ProcessMemory) -> int:
+        """What of ``memory``'s unbooked bytes the planner takes off tier 1."""
+        return tier1_unbooked(self.hardware, memory)
 
     # Pool changes (spec section 6), delegated to `PoolChanges` for the routes.
 
