@@ -9,8 +9,9 @@ would derive on the machine (see ``advisor.candidates`` for CPU engines and shap
   ``EXPERT_OFFLOAD_FACTOR``; when the interactive models (chat, vision, speech, embeddings)
   are resident together (GPU ones fully on the GPU, all within the budgets) the interactive
   part is counted again (``CORESIDENT_BONUS``). Lineups scoring alike (within
-  ``ALIKE_FRACTION`` of the best) go to the newer generation: the later release date,
-  averaged over the models weighted by what each scores. Then the higher score, then the
+  ``ALIKE_FRACTION`` of the best) go to one whose chat model calls tools, then to the newer
+  generation: the later release date, averaged over the models weighted by what each
+  scores. Then the higher score, then the
   larger weights (the better quantization of the same model), then the first found.
 - Entries the pinned engine cannot run yet (``requires_llama_cpp``) are never candidates.
 - Settings tried per lineup: the catalog defaults; one slot with an 8k context on the chat
@@ -298,11 +299,19 @@ def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
     return pick_alike(found)
 
 
+def chat_calls_tools(lineup: Lineup) -> bool:
+    """Every model serving chat in the lineup calls tools (what OpenAI clients, agents and
+    LangChain ask of a chat model); True when no model serves chat."""
+    return all("tools" in m.cand.entry.capabilities for m in lineup.models if "chat" in m.roles)
+
+
 def pick_alike(found: list[tuple[tuple, Lineup]]) -> Lineup:
-    """Among lineups scoring within ALIKE_FRACTION of the best, the newest generation; then
-    the higher (score, weights) key; then the first found."""
+    """Among lineups scoring within ALIKE_FRACTION of the best, one whose chat model calls
+    tools; then the newest generation; then the higher (score, weights) key; then the first
+    found."""
     top = max(key[0] for key, _ in found)
     alike = [(i, key, lu) for i, (key, lu) in enumerate(found)
              if key[0] >= top * (1.0 - ALIKE_FRACTION)]
-    _, _, best = max(alike, key=lambda t: (round(lineup_release(t[2]), 6), t[1], -t[0]))
+    _, _, best = max(alike, key=lambda t: (chat_calls_tools(t[2]),
+                                           round(lineup_release(t[2]), 6), t[1], -t[0]))
     return best

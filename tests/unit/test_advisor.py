@@ -320,6 +320,18 @@ def test_newer_generation_wins_when_scores_are_alike():
     assert _ids(search(_cat(big_old, new), ["chat"], _machine(24, 64))) == ["big-old:20b"]
 
 
+def test_among_alike_scores_the_chat_model_that_calls_tools_wins():
+    # The newer 11.5B calls no tools; the 12B of a year before does: alike scores, so the one
+    # an OpenAI client's tools work with wins, in either catalog order.
+    tools = _dated(MID, "tools:12b", "2025-04-29", capabilities=["tools"])
+    plain = _dated(MID, "plain:11.5b", "2026-04-02", params_b=11.5, capabilities=[])
+    for order in ((tools, plain), (plain, tools)):
+        assert _ids(search(_cat(*order), ["chat"], _machine(24, 64))) == ["tools:12b"]
+    # With both calling tools the newer generation decides again.
+    newer = {**plain, "capabilities": ["tools"]}
+    assert _ids(search(_cat(tools, newer), ["chat"], _machine(24, 64))) == ["plain:11.5b"]
+
+
 def test_an_entry_needing_a_newer_engine_is_never_picked():
     ahead = _dated(BIG, "ahead:20b", "2026-10", requires_llama_cpp="b99999")
     assert _ids(search(_cat(ahead, SMALL), ["chat"], _machine(24, 64))) == ["small:3b"]
