@@ -35,9 +35,12 @@ def process_memory(footprint: int, topology: Topology, tier1: Iterable[Placement
     """What of the bookings lives in this process's memory: tier 2 (weights kept or pinned
     in host RAM), the parked KV states (``parked_bytes``, under their own cap), each tier-1
     placement's host part (``pinned_ram_bytes``), and on a host computing from host memory
-    (not `Topology.DISCRETE`) the tier-1 bookings themselves."""
+    (not `Topology.DISCRETE`) the tier-1 bookings themselves. A model split across RPC
+    workers (``remote``) runs in a child process of its own: none of its bookings live here."""
     host = tier2_bytes + parked_bytes
     for p in tier1:
+        if p.remote:
+            continue
         host += p.pinned_ram_bytes
         if topology is not Topology.DISCRETE:
             host += p.booked_tier1_bytes

@@ -5,8 +5,8 @@ from hypnos.planner.loading import LoadPlan, NoRoom, plan_load
 from hypnos.planner.process_memory import (ProcessMemory, over_process_cap, process_memory,
                                            tier1_unbooked, usable_budgets)
 from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, Hardware, ModelShape,
-                                  Placement, PlacementRequest, Priority, ResidentModel,
-                                  Tier, Topology)
+                                  Placement, PlacementRequest, Priority, RemoteShare,
+                                  ResidentModel, Tier, Topology)
 
 CPU = Hardware(Accelerator.CPU, Topology.CPU_ONLY, 0, 16 * GIB)
 MAC = Hardware(Accelerator.METAL, Topology.UNIFIED, 0, 16 * GIB)
@@ -32,6 +32,15 @@ def test_the_bookings_in_process_memory_depend_on_where_tier_1_is():
     # Parked KV states are host memory everywhere (their own cap books them).
     assert process_memory(2000 * MIB, Topology.DISCRETE, tier1, 100 * MIB,
                           parked_bytes=30 * MIB).booked_bytes == 180 * MIB
+
+
+def test_a_model_split_across_rpc_workers_books_nothing_in_this_process():
+    """It runs in a child process of its own (engines/llama/split.py): its local layers are
+    that child's memory, not the server's."""
+    split = Placement(Tier.GPU, vram_weight_bytes=200 * MIB,
+                      remote=(RemoteShare("127.0.0.1:50052", 10, 20, 400 * MIB, True),))
+    assert process_memory(1000 * MIB, Topology.CPU_ONLY, [on_gpu(300), split],
+                          0).booked_bytes == 300 * MIB
 
 
 def test_unbooked_is_the_footprint_beyond_the_bookings_never_negative():
