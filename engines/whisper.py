@@ -48,7 +48,8 @@ class WhisperTranscriber:
     # ------------------------------------------------------------------ lifecycle
 
     def load(self, spec: LoadSpec) -> LoadReport:
-        """Build the model from ``spec.weights_path`` (a CTranslate2 folder). Blocks.
+        """Build the model from ``spec.weights_path`` (a CTranslate2 folder, or the
+        ``model.bin`` inside one). Blocks.
 
         ``spec.options`` may set ``device``, ``compute_type`` and ``beam_size``; else CUDA
         when CTranslate2 sees a device and ``spec.gpu_layers`` is not 0. ``self.device`` is
@@ -59,6 +60,9 @@ class WhisperTranscriber:
         except ImportError:
             raise EngineUnavailable("faster_whisper", "stt") from None
         folder = spec.weights_path
+        if folder is not None and folder.name == "model.bin" and folder.is_file():
+            # A catalog entry assembled file by file names its model.bin: the folder holds it.
+            folder = folder.parent
         if folder is None or not folder.is_dir():
             raise EngineError(f"faster-whisper needs a CTranslate2 model folder; "
                               f"{folder} is not a folder (model '{spec.model_id}')")
