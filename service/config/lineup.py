@@ -10,7 +10,7 @@ from hypnos.catalog.catalog import Catalog
 from hypnos.service.config.load import parse_config
 from hypnos.service.config.schema import Config
 
-HEADER = """Hypnos default lineup: one small real model per modality, all from PyPI packages.
+HEADER = """Hypnos default lineup: small real models for every modality, all from PyPI packages.
 Generated from the catalog (catalog/models.catalog.toml, lineup = true)."""
 
 
