@@ -46,6 +46,11 @@ class WorkerLost(EngineError):
 
 # ------------------------------------------------------------------------ chat
 
+class NoChatTemplate(EngineError):
+    """A chat request to a model whose GGUF carries no chat template and whose config sets
+    none (a base model): a 400 on ``messages``; ``/v1/completions`` still serves it."""
+
+
 class InvalidGrammar(EngineError):
     """ChatRequest.grammar is not valid GBNF (a 400)."""
 

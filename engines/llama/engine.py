@@ -25,7 +25,8 @@ from hypnos.engines import devices
 from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.chat_format.prepare import ChatFormat
 from hypnos.engines.chat_format.stream import StopMatcher
-from hypnos.engines.errors import ContextOverflow, EngineError, EngineUnavailable, InvalidGrammar
+from hypnos.engines.errors import (ContextOverflow, EngineError, EngineUnavailable, InvalidGrammar,
+                                   NoChatTemplate)
 from hypnos.engines.llama import log as ggml_log
 from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
@@ -64,6 +65,7 @@ class LlamaChatEngine(SessionsMixin):
         self._vocab = None
         self._loop: DecodeLoop | None = None
         self._formatter = None
+        self._no_template: str | None = None
         self.format: ChatFormat | None = None
         self._projector = None                 # vision / audio projector (mmproj), if any
         self._bos: int | None = None
@@ -211,9 +213,9 @@ class LlamaChatEngine(SessionsMixin):
         if template is None:
             raw = ll.llama_model_chat_template(self._model, None)
             template = raw.decode("utf-8") if raw else None
-        if not template:
-            raise EngineError(f"{spec.model_id}: the GGUF has no chat template; "
-                              "set chat_template for this model")
+        self._no_template = None if template else (
+            f"{spec.model_id} has no chat template (a base model: its GGUF carries none); "
+            "use /v1/completions, or set chat_template in its config")
         bos = ll.llama_vocab_bos(self._vocab)
         eos = ll.llama_vocab_eos(self._vocab)
         self._bos = bos if bos != ll.LLAMA_TOKEN_NULL and ll.llama_vocab_get_add_bos(
@@ -223,7 +225,9 @@ class LlamaChatEngine(SessionsMixin):
                 return ""
             return ll.llama_vocab_get_text(self._vocab, tok).decode("utf-8", "replace")
         self._bos_text = text(bos) if self._bos is not None else ""
-        self.format = detect(template, spec.options.get("tool_format", "auto"))
+        self.format = detect(template or "", spec.options.get("tool_format", "auto"))
+        if not template:
+            return None
         return formatter_cls(template, eos_token=text(eos), bos_token=text(bos))
 
     def unload(self) -> None:
@@ -385,6 +389,8 @@ class LlamaChatEngine(SessionsMixin):
         return self._build(ChatRequest(messages=messages, tools=tools)).prompt
 
     def _render(self, messages: list[dict], tools: list[dict] | None, variables: dict) -> str:
+        if self._formatter is None:
+            raise NoChatTemplate(self._no_template or "the model has no chat template")
         marker = self._projector.marker if self._projector is not None else None
         return prompts.render(self._formatter, messages, tools, variables, marker)
 

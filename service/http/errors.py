@@ -199,6 +199,8 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
                               param="pages" if isinstance(exc, eng.BadPageRange) else "file")
     if isinstance(exc, eng.InvalidGrammar):
         return InvalidRequest(str(exc))
+    if isinstance(exc, eng.NoChatTemplate):
+        return InvalidRequest(str(exc), param="messages")
     if isinstance(exc, eng.SessionCapacity):
         return AtSessionCapacity(str(exc), headers={"Retry-After": "30"})
     if isinstance(exc, eng.SessionBusy):
