@@ -151,6 +151,8 @@ class ChatResult:
     kv_cap: int = 0                    # tokens a slot can hold
     #: How ``ChatRequest.response_format`` was applied (Pantheon's response_format_status).
     response_format_status: str | None = None
+    #: The stop string that ended the answer (finish_reason "stop"), if one did.
+    stop_sequence: str | None = None
 
 
 OnToken = Callable[[ChatDelta], None]

@@ -31,6 +31,7 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self.buf = ""
         self.hit = False
+        self.matched: str | None = None      # the stop string that ended the answer
 
     def feed(self, text: str) -> str:
         """The text that is certainly before any stop string. After a hit, ``hit`` is True
@@ -40,9 +41,11 @@ class StopMatcher:
         if not self.stops:
             return text
         self.buf += text
-        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        found = [(i, s) for s in self.stops if (i := self.buf.find(s)) >= 0]
+        cut = min(found)[0] if found else -1
         if cut >= 0:
             self.hit = True
+            self.matched = min(found)[1]
             out, self.buf = self.buf[:cut], ""
             return out
         keep = _partial_tail(self.buf, self.stops)

@@ -360,7 +360,8 @@ class LlamaChatEngine(SessionsMixin):
                           tool_call_errors=reader.splitter.errors,
                           logprobs=reader.logprobs if req.logprobs else None,
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
-                          response_format_status=built.format_status)
+                          response_format_status=built.format_status,
+                          stop_sequence=reader.stopper.matched)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

@@ -214,8 +214,24 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
     return ServerError(f"{what} failed: {exc}")
 
 
-def error_response(exc: HypnosError):
-    return json_response(exc.body(), status=exc.status, headers=exc.headers)
+# HTTP status -> the error type of Anthropic's envelope (the /v1/messages routes).
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                   403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                   429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_body(status: int, message: str) -> dict:
+    """Anthropic's error envelope: ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_response(exc: HypnosError, request=None):
+    """The error's envelope: OpenAI's shape (the spec's), or Anthropic's on /v1/messages."""
+    body = exc.body()
+    if request is not None and request.path.startswith("/v1/messages"):
+        body = anthropic_body(exc.status, exc.message)
+    return json_response(body, status=exc.status, headers=exc.headers)
 
 
 def install_error_handlers(app: Sanic) -> None:
@@ -223,12 +239,12 @@ def install_error_handlers(app: Sanic) -> None:
     async def _hypnos(request, exc: HypnosError):
         if exc.type in ADMISSION_TYPES:
             request.app.ctx.metrics.rejected.inc()
-        return error_response(exc)
+        return error_response(exc, request)
 
     @app.exception(NotFound)
     async def _not_found(request, exc):
         return error_response(NotFoundError(
-            f"Unknown route {request.method} {request.path}; the API lives under /v1"))
+            f"Unknown route {request.method} {request.path}; the API lives under /v1"), request)
 
     @app.exception(MethodNotAllowed)
     async def _method(request, exc: MethodNotAllowed):
@@ -236,7 +252,7 @@ def install_error_handlers(app: Sanic) -> None:
         allowed = ", ".join(sorted(exc.allowed_methods or ()))
         return error_response(MethodNotAllowedError(
             f"{request.method} is not allowed on {request.path}; it takes {allowed}",
-            headers={"Allow": allowed}))
+            headers={"Allow": allowed}), request)
 
     @app.exception(PayloadTooLarge)
     async def _too_large(request, exc):
@@ -256,14 +272,14 @@ def install_error_handlers(app: Sanic) -> None:
 
     @app.exception(BadRequest, HeaderNotFound)
     async def _bad(request, exc):
-        return error_response(InvalidRequest(str(exc) or "malformed request"))
+        return error_response(InvalidRequest(str(exc) or "malformed request"), request)
 
     @app.exception(SanicException)
     async def _sanic(request, exc: SanicException):
         status = getattr(exc, "status_code", 500) or 500
         if status >= 500:
             return _server_error(request, exc)
-        return error_response(InvalidRequest(str(exc)))
+        return error_response(InvalidRequest(str(exc)), request)
 
     @app.exception(Exception)
     async def _unexpected(request, exc):
@@ -276,4 +292,4 @@ def _server_error(request, exc):
               exc_info=exc)
     return error_response(ServerError(
         f"The server failed on this request ({type(exc).__name__}); "
-        f"report it with x-request-id {rid}"))
+        f"report it with x-request-id {rid}"), request)

@@ -67,6 +67,9 @@ def _check_key(request: Request) -> None:
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()
+    if not header and request.headers.get("x-api-key"):
+        # Anthropic's clients send the key as x-api-key: the same keys and limits.
+        header = "Bearer " + request.headers["x-api-key"].strip()
     scheme, _, token = header.partition(" ")
     challenge = {"WWW-Authenticate": 'Bearer realm="hypnos"'}
     if not header:

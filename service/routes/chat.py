@@ -13,45 +13,16 @@ from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service.http import errors
 from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall
-from hypnos.service.inference.text import (chat_counter, check_text_model, choice_requests,
-                                           choice_seeds, record, run_choices, stream_choices,
-                                           text_lease, text_telemetry, usage)
-from hypnos.engines.chat_format import MEDIA_PARTS
+from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
+from hypnos.service.inference.text import (chat_counter, choice_requests, choice_seeds, record,
+                                           run_choices, stream_choices, text_lease,
+                                           text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
 from hypnos.service.http.layers import json_body, require_ready
-from hypnos.service.media.fetch import part_bytes
 from hypnos.service.wire.sessions import session_key
 from hypnos.service.http.openapi import endpoint, json_object
 
 bp = Blueprint("chat")
-
-
-def _check_model(request: Request, params: ChatParams):
-    req = params.request
-    st = check_text_model(request.app.ctx.scheduler, params.model,
-                          bool(req.tools) and req.tool_choice != "none")
-    mods = st.cfg.all_modalities
-    for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
-        if params.media.get(part) and needed not in mods:
-            raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
-                                        f"(it does not serve {needed})", param="messages")
-    images = params.media.get("image_url", 0)
-    limit = request.app.ctx.config.limits.max_images_per_request
-    if images > limit:
-        raise errors.InvalidRequest(f"The messages hold {images} images, above "
-                                    f"max_images_per_request ({limit})", param="messages")
-    return st
-
-
-async def media_bytes(params: ChatParams, limits) -> list[bytes]:
-    """Every image / audio part's bytes, in prompt order (downloads awaited)."""
-    out = []
-    for i, m in enumerate(params.request.messages):
-        if isinstance(m.get("content"), list):
-            for j, part in enumerate(m["content"]):
-                if part.get("type") in MEDIA_PARTS:
-                    out.append(await part_bytes(part, f"messages[{i}].content[{j}]", limits))
-    return out
 
 
 def _message(r: ChatResult) -> dict:
@@ -112,16 +83,12 @@ async def chat_completions(request: Request):
     params = parse_chat(body, request.app.ctx.config.limits)
     params.request.session_key = session_key(request, body)
     sched = request.app.ctx.scheduler
-    st = _check_model(request, params)
+    st = check_chat(request, params)
     if params.media:
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
-        fmt = call.engine.format
-        if params.request.tools and params.request.tool_choice != "none" and \
-                fmt is not None and fmt.tools is None:
-            raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
-                                        "format", param="tools")
+        check_tool_format(call.engine, params)
         reqs = choice_requests(params.request, params.n)
         if params.stream:
             return await _stream(request, params, call, reqs)
