@@ -189,7 +189,8 @@ class DoclingConverter:
         # package index). Tables need docling's table model, which is not part of it.
         from docling.datamodel.pipeline_options import PdfPipelineOptions
         from docling.document_converter import ImageFormatOption, PdfFormatOption
-        opts = PdfPipelineOptions(artifacts_path=self._layout_path, do_ocr=ocr != "off",
+        opts = PdfPipelineOptions(artifacts_path=self._layout_path,
+                                  do_ocr=ocr != "off" and self._ocr_files is not None,
                                   do_table_structure=False, generate_picture_images=True)
         if self._ocr_files is not None:
             from docling.datamodel.pipeline_options import OcrMode, RapidOcrOptions
@@ -286,8 +287,7 @@ class DoclingConverter:
                 size = image.size
             else:
                 image, scale = docling_ocr.render_pdf_page(handle.req.data, number)
-                page_size = native.pages[number].size
-                size = (page_size.width, page_size.height)
+                size = (image.width / scale, image.height / scale)     # as rendered (rotated)
             lines = self._reader.read(image, scale)
         name = PurePath(handle.name).stem
         document = docling_ocr.ocr_document(name, number, size, lines, native)

@@ -33,11 +33,15 @@ SCAN_SHARE = 0.5        # a picture covering this share of an OCR'd page is the 
 
 
 def model_files() -> dict[str, Path] | None:
-    """The ONNX files inside the installed rapidocr package, or None when rapidocr or one of
-    its files is missing. Does not import rapidocr (cheap: /health calls it)."""
+    """The ONNX files inside the installed rapidocr package, or None when rapidocr, one of
+    its files or onnxruntime (which runs them) is missing. Imports neither (cheap: /health
+    calls it)."""
     try:
         spec = importlib.util.find_spec("rapidocr")
+        runtime = importlib.util.find_spec("onnxruntime")
     except (ImportError, ValueError):
+        return None
+    if runtime is None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -106,7 +110,8 @@ class RapidOcrReader:
         if result is None or result.boxes is None:
             return []
         lines = []
-        for points, text, score in zip(result.boxes.tolist(), result.txts, result.scores):
+        for points, text, score in zip(result.boxes.tolist(), result.txts, result.scores,
+                                       strict=True):
             xs, ys = [p[0] / scale for p in points], [p[1] / scale for p in points]
             if text.strip():
                 lines.append(OcrLine(text.strip(), float(score),
@@ -159,8 +164,9 @@ def ocr_document(name: str, number: int, size: tuple[float, float], lines: list[
                 pictures.append((box.t, item))
     for item in order_items(lines, pictures):
         if isinstance(item, OcrLine):
-            l, t, r, b = item.box
-            box = BoundingBox(l=l, t=t, r=r, b=b, coord_origin=CoordOrigin.TOPLEFT)
+            left, top, right, bottom = item.box
+            box = BoundingBox(l=left, t=top, r=right, b=bottom,
+                              coord_origin=CoordOrigin.TOPLEFT)
             doc.add_text(label=DocItemLabel.TEXT, text=item.text, orig=item.text,
                          prov=ProvenanceItem(page_no=number,
                                              bbox=box.to_bottom_left_origin(height),
