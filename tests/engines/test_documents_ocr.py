@@ -149,3 +149,14 @@ def test_ocr_lines_are_ordered_top_to_bottom_then_left_to_right():
                                                                       below]
     assert page_scale(612, 792) == pytest.approx(2000 / 792)
     assert page_scale(100, 200) == 3.0
+
+
+async def test_a_multi_page_tiff_comes_back_one_page_per_frame():
+    frames = [scan_image((line,), size=(1000, 360)) for line in LINES]
+    buf = io.BytesIO()
+    frames[0].save(buf, "TIFF", save_all=True, append_images=frames[1:])
+    body = (await post_file(app_for(), buf.getvalue(), "scans.tiff")).json
+    assert body["page_count"] == 2 and body["ocr"] == {"engine": "rapidocr", "pages": [1, 2]}
+    first, second = (p["markdown"] for p in body["pages"])
+    assert len(found(first)) >= 2 and "QUARTERLY" not in first.upper()
+    assert re.search(r"QUARTERLY", second, re.IGNORECASE) and "HYPNOS" not in second.upper()
