@@ -7,7 +7,13 @@ a folder holding docling's layout model *and* docling's model libraries are inst
 the full layout pipeline runs (``artifacts_path`` = that folder). Which one ran is reported
 as ``OpenedDocument.pipeline``. Office and web formats go through docling's simple pipeline,
 converted whole when opened: DOCX, HTML and Markdown come back as one page numbered 1, PPTX
-as one page per slide and XLSX per sheet. Images need the layout pipeline (no text layer).
+as one page per slide and XLSX per sheet.
+
+OCR (``DocumentRequest.ocr``: auto | on | off) uses RapidOCR. Without the layout model a PDF
+page is OCR'd (``engines.docling_ocr``) when ``on``, or when ``auto`` and its native
+conversion found no text; its OCR lines replace its text layer. Images (no text layer) are
+OCR'd frame by frame then, and refused with ``off``. With the layout model docling's own
+RapidOCR stage runs (``on``: full-page OCR; ``auto``: docling's regions without text).
 
 docling is imported in ``load()`` only; without it ``load`` raises
 ``EngineUnavailable("docling", "docs")``.
@@ -16,13 +22,17 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import math
 import threading
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from hypnos.engines.errors import BadPageRange, EngineError, EngineUnavailable, UnsupportedDocument
+from hypnos.engines import docling_ocr
+from hypnos.engines.errors import (
+    BadPageRange, EngineError, EngineUnavailable, OcrUnavailable, UnsupportedDocument,
+)
 from hypnos.engines.records import (
     ConvertedPage, DocumentPicture, DocumentRequest, LoadReport, LoadSpec, OnPage,
     OpenedDocument,
@@ -35,6 +45,35 @@ TEXT_EXTENSIONS = {".html": "html", ".htm": "html", ".xhtml": "html", ".md": "md
 ZIP_PARTS = (("word/", "docx"), ("ppt/", "pptx"), ("xl/", "xlsx"))
 EXTENSION = {"pdf": ".pdf", "docx": ".docx", "pptx": ".pptx", "xlsx": ".xlsx",
              "html": ".html", "md": ".md", "image": ".png"}
+NO_LAYOUT = ("docling's layout model is not installed (no package ships it): PDFs convert "
+             "from their text layer, with no headings, tables or reading order")
+
+
+def layout_folder(weights) -> object | None:
+    """``weights`` when it is a folder docling's layout pipeline can load (its model
+    libraries installed too), else None. Imports nothing."""
+    has_models = importlib.util.find_spec("docling_ibm_models") is not None
+    return weights if weights is not None and weights.is_dir() and has_models else None
+
+
+def readiness(weights) -> dict:
+    """What a docling model over ``weights`` can do here, for /health: ``layout_model``,
+    ``ocr_engine`` (None when no OCR engine is installed) and a ``warning`` for people
+    (None when nothing is missing). Cheap: imports nothing."""
+    layout = layout_folder(weights) is not None
+    ocr = docling_ocr.ENGINE if docling_ocr.model_files() is not None else None
+    return {"layout_model": layout, "ocr_engine": ocr, "warning": _warning(layout, ocr)}
+
+
+def _warning(layout: bool, ocr: str | None) -> str | None:
+    if ocr is None:
+        lacking = "no OCR engine is installed (rapidocr: pip install 'hypnos[docs]')"
+        return f"{NO_LAYOUT}; {lacking}, so scanned pages come back empty" if not layout \
+            else f"{lacking}, so scanned pages come back empty"
+    if not layout:
+        return (f"{NO_LAYOUT}; pages without a text layer, and images, are read by "
+                f"{ocr} line by line")
+    return None
 
 
 def detect_format(data: bytes, filename: str) -> str:
@@ -78,6 +117,7 @@ def detect_format(data: bytes, filename: str) -> str:
 class _Handle:
     req: DocumentRequest
     name: str                    # file name with the extension docling detects by
+    fmt: str
     done: object = None          # the whole conversion of a format without pages
 
 
@@ -90,8 +130,11 @@ class DoclingConverter:
     kind = "docling"
 
     def __init__(self) -> None:
-        self._converters: dict[bool, object] = {}
+        self._converters: dict[str, object] = {}
         self._layout_path = None
+        self._ocr_files: dict | None = None
+        self._reader: docling_ocr.RapidOcrReader | None = None
+        self._threads: int | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -104,29 +147,34 @@ class DoclingConverter:
             from docling_core.types.doc import PictureItem, TableItem  # noqa: F401
         except ImportError as exc:
             raise EngineUnavailable("docling", "docs") from exc
-        weights = spec.weights_path
-        has_models = importlib.util.find_spec("docling_ibm_models") is not None
-        self._layout_path = weights if weights is not None and weights.is_dir() \
-            and has_models else None
+        self._layout_path = layout_folder(spec.weights_path)
+        self._ocr_files = docling_ocr.model_files()
+        self._threads = spec.threads
         with self._lock:
-            self._converters = {}
+            self._converters, self._reader = {}, None
         return LoadReport(load_mode="read", total_ms=(time.perf_counter() - t0) * 1e3)
 
     def unload(self) -> None:
         with self._lock:
-            self._converters = {}
+            self._converters, self._reader = {}, None
 
     @property
     def pipeline(self) -> str:
         return "layout" if self._layout_path is not None else "native"
 
-    def _converter(self, ocr: bool):
-        """One DocumentConverter per OCR setting, built on first use."""
-        if ocr not in self._converters:
-            self._converters[ocr] = self._build(ocr)
-        return self._converters[ocr]
+    @property
+    def ocr_engine(self) -> str | None:
+        return docling_ocr.ENGINE if self._ocr_files is not None else None
 
-    def _build(self, ocr: bool):
+    def _converter(self, ocr: str):
+        """One DocumentConverter per OCR mode, built on first use (the native pipeline,
+        which has no OCR stage, is one for all modes)."""
+        key = ocr if self._layout_path is not None else "native"
+        if key not in self._converters:
+            self._converters[key] = self._build(ocr)
+        return self._converters[key]
+
+    def _build(self, ocr: str):
         from docling.datamodel.base_models import InputFormat
         from docling.document_converter import DocumentConverter, NativePdfFormatOption
         formats = [InputFormat.PDF, InputFormat.DOCX, InputFormat.PPTX, InputFormat.XLSX,
@@ -141,8 +189,16 @@ class DoclingConverter:
         # package index). Tables need docling's table model, which is not part of it.
         from docling.datamodel.pipeline_options import PdfPipelineOptions
         from docling.document_converter import ImageFormatOption, PdfFormatOption
-        opts = PdfPipelineOptions(artifacts_path=self._layout_path, do_ocr=ocr,
+        opts = PdfPipelineOptions(artifacts_path=self._layout_path,
+                                  do_ocr=ocr != "off" and self._ocr_files is not None,
                                   do_table_structure=False, generate_picture_images=True)
+        if self._ocr_files is not None:
+            from docling.datamodel.pipeline_options import OcrMode, RapidOcrOptions
+            files = self._ocr_files
+            opts.ocr_options = RapidOcrOptions(
+                mode=OcrMode.FULL_PAGE if ocr == "on" else OcrMode.DEFAULT,
+                det_model_path=str(files["det"]), rec_model_path=str(files["rec"]),
+                cls_model_path=str(files["cls"]))
         return DocumentConverter(allowed_formats=formats + [InputFormat.IMAGE], format_options={
             InputFormat.PDF: PdfFormatOption(pipeline_options=opts),
             InputFormat.IMAGE: ImageFormatOption(pipeline_options=opts)})
@@ -151,20 +207,39 @@ class DoclingConverter:
 
     def open(self, req: DocumentRequest) -> OpenedDocument:
         fmt = detect_format(req.data, req.filename)
-        if fmt == "image" and self._layout_path is None:
-            raise UnsupportedDocument("images have no text layer: converting them needs "
-                                      "docling's layout model (the docling-layout entry)")
+        self._check_ocr(fmt, req.ocr)
         stem = PurePath(req.filename or "document").stem or "document"
-        handle = _Handle(req, stem + EXTENSION[fmt])
+        handle = _Handle(req, stem + EXTENSION[fmt], fmt)
+        pipeline = self.pipeline if fmt in PAGED else "simple"
         if fmt == "pdf":
             count = _pdf_page_count(req.data)
+        elif fmt == "image" and self._layout_path is None:
+            count, pipeline = docling_ocr.image_frames(req.data), "ocr"
         else:
             # Converted whole up front; PPTX slides and XLSX sheets come back as pages.
             handle.done = self._run(handle, None)
             count = max(1, len(handle.done.document.pages))
         pages = _page_list(req.pages, count)
-        pipeline = self.pipeline if fmt in PAGED else "simple"
-        return OpenedDocument(fmt, count, pages, pipeline, handle)
+        layout = self._layout_path is not None
+        return OpenedDocument(fmt, count, pages, pipeline, handle, layout_model=layout,
+                              ocr_engine=self.ocr_engine,
+                              warning=_warning(layout, self.ocr_engine) if fmt in PAGED
+                              else None)
+
+    def _check_ocr(self, fmt: str, mode: str) -> None:
+        """Refuse up front what OCR cannot do here (OcrUnavailable, a 400 naming ocr)."""
+        lacking = "no OCR engine is installed here (rapidocr: pip install 'hypnos[docs]')"
+        if mode == "on" and self.ocr_engine is None:
+            raise OcrUnavailable(f"ocr true asks to OCR every page, but {lacking}; send "
+                                 "ocr auto or false")
+        if fmt != "image" or self._layout_path is not None:
+            return
+        if self.ocr_engine is None:
+            raise OcrUnavailable(f"an image has no text layer: reading it needs OCR (or "
+                                 f"docling's layout model), and {lacking}")
+        if mode == "off":
+            raise OcrUnavailable("an image has no text layer: with ocr false nothing can be "
+                                 "read from it; send ocr auto or true")
 
     def convert_pages(self, doc: OpenedDocument, on_page: OnPage,
                       cancel: threading.Event) -> list[ConvertedPage]:
@@ -174,17 +249,51 @@ class DoclingConverter:
             if cancel.is_set():
                 break
             t0 = time.perf_counter()
-            if handle.done is None:
-                document = self._run(handle, number).document
-            else:
-                document = handle.done.document
-                if len(document.pages) > 1:
-                    document = document.filter(page_nrs={number})
-            page = _page_from(document, number, handle.req)
+            page = self._page(handle, number)
             page.ms = (time.perf_counter() - t0) * 1e3
             out.append(page)
             on_page(page)
         return out
+
+    def _page(self, handle: _Handle, number: int) -> ConvertedPage:
+        """One page: docling's conversion, or OCR's lines where the request's mode wants
+        them (see the module's docstring). Blocks."""
+        req = handle.req
+        if handle.done is not None:
+            document = handle.done.document
+            if len(document.pages) > 1:
+                document = document.filter(page_nrs={number})
+            return _page_from(document, number, req)
+        if handle.fmt == "image":
+            return self._ocr_page(handle, number, None)
+        result = self._run(handle, number)
+        if self._layout_path is not None:
+            page = _page_from(result.document, number, req)
+            scores = result.confidence.pages.get(number)
+            page.ocr = scores is not None and not math.isnan(scores.ocr_score)
+            return page
+        if self.ocr_engine is None or not docling_ocr.needs_ocr(req.ocr, result.document):
+            return _page_from(result.document, number, req)
+        return self._ocr_page(handle, number, result.document)
+
+    def _ocr_page(self, handle: _Handle, number: int, native) -> ConvertedPage:
+        """Page ``number`` read by RapidOCR: a PDF page rendered (``native``: its docling
+        conversion, whose pictures are kept) or an image's frame (``native`` None)."""
+        with self._lock:
+            if self._reader is None:
+                self._reader = docling_ocr.RapidOcrReader(self._ocr_files, self._threads)
+            if native is None:
+                image, scale = docling_ocr.image_frame(handle.req.data, number), 1.0
+                size = image.size
+            else:
+                image, scale = docling_ocr.render_pdf_page(handle.req.data, number)
+                size = (image.width / scale, image.height / scale)     # as rendered (rotated)
+            lines = self._reader.read(image, scale)
+        name = PurePath(handle.name).stem
+        document = docling_ocr.ocr_document(name, number, size, lines, native)
+        page = _page_from(document, number, handle.req)
+        page.ocr = True
+        return page
 
     def _run(self, handle: _Handle, page: int | None):
         """One docling conversion (one page of a PDF, or a whole unpaged document)."""

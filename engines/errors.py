@@ -96,8 +96,17 @@ class AudioDecodeError(EngineError):
 
 
 class UnsupportedDocument(EngineError):
-    """The document's format is not one the engine reads, or the file is corrupt (a 400)."""
+    """The document's format is not one the engine reads, or the file is corrupt (a 400
+    naming ``param``)."""
+    param = "file"
 
 
 class BadPageRange(UnsupportedDocument):
     """The requested pages are not in the document (a 400 naming ``pages``)."""
+    param = "pages"
+
+
+class OcrUnavailable(UnsupportedDocument):
+    """The document needs OCR this server cannot do, or ``ocr`` forbids the only way to read
+    it (a 400 naming ``ocr``)."""
+    param = "ocr"

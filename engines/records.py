@@ -213,7 +213,7 @@ class DocumentRequest:
     data: bytes
     filename: str                       # its extension picks the format where bytes can't
     pages: tuple[int, int] | None = None   # 1-based inclusive range; None = all
-    ocr: bool = True
+    ocr: str = "auto"                   # auto (pages with no text layer) | on (every page) | off
     want_json: bool = False             # each page's docling document as a dict
     want_pictures: bool = False         # picture bytes (else only counted)
 
@@ -240,6 +240,7 @@ class ConvertedPage:
     tables: int = 0
     ms: float = 0.0
     json: dict | None = None
+    ocr: bool = False                   # the page's text came from OCR
 
 
 @dataclass
@@ -251,6 +252,9 @@ class OpenedDocument:
     pages: list[int]                    # the page numbers convert_pages will yield
     pipeline: str                       # native | layout | simple: which docling pipeline
     handle: object = None
+    layout_model: bool = False          # docling's layout model is loaded
+    ocr_engine: str | None = None       # the OCR engine pages may go through (None: none here)
+    warning: str | None = None          # what this conversion cannot do here, for people
 
 
 OnPage = Callable[[ConvertedPage], None]

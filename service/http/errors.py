@@ -195,8 +195,7 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
         return InvalidRequest(f"The '{param}' upload is not audio that can be decoded: {exc}",
                               param=param)
     if isinstance(exc, eng.UnsupportedDocument):
-        return InvalidRequest(f"The document cannot be converted: {exc}",
-                              param="pages" if isinstance(exc, eng.BadPageRange) else "file")
+        return InvalidRequest(f"The document cannot be converted: {exc}", param=exc.param)
     if isinstance(exc, eng.InvalidGrammar):
         return InvalidRequest(str(exc))
     if isinstance(exc, eng.NoChatTemplate):

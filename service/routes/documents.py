@@ -20,7 +20,9 @@ from sanic.response import raw
 
 from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service.http import errors
-from hypnos.service.wire.documents import ConvertBody, ConvertParams, check_document, parse_convert
+from hypnos.service.wire.documents import (
+    ConvertBody, ConvertParams, DocumentBody, check_document, parse_convert,
+)
 from hypnos.service.inference.capabilities import DOCUMENTS, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.http.layers import require_ready
@@ -29,6 +31,7 @@ from hypnos.service.media.fetch import fetch_url
 from hypnos.service.inference.pictures import check_vision_model, describe_page
 from hypnos.service.media.picture_store import PictureStore, PicturesTooLarge, StoredDocument
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
+from hypnos.service.wire.model import body_schema
 
 bp = Blueprint("documents")
 KEEPALIVE_SECS = 10.0
@@ -63,7 +66,7 @@ class Conversion:
     def page_body(self, page: ConvertedPage) -> dict:
         self.pages.append(page)
         body = {"page": page.page, "markdown": page.markdown, "pictures": len(page.pictures),
-                "tables": page.tables, "ms": round(page.ms, 1)}
+                "tables": page.tables, "ms": round(page.ms, 1), "ocr": page.ocr}
         if page.json is not None:
             body["json"] = page.json
         if self.stored is not None:
@@ -82,9 +85,16 @@ class Conversion:
             out["pictures_expire_at"] = self.stored.expires_iso
         return out
 
+    def capability(self) -> dict:
+        """What the engine could do for this document: the OCR engine, the layout model."""
+        doc = self.doc
+        return {"ocr_engine": doc.ocr_engine, "layout_model": doc.layout_model,
+                "warning": doc.warning}
+
     def final_body(self, pages: list[dict]) -> dict:
         inference_ms = (time.monotonic() - self.started) * 1000
         n = len(self.pages)
+        ocr_pages = [p.page for p in self.pages if p.ocr]
         engine = {"pages": n, "ms_per_page": round(inference_ms / n, 1) if n else 0.0,
                   "queue_ms": self.call.queue_ms}
         return {**self.head(), "model": self.params.model,
@@ -94,6 +104,8 @@ class Conversion:
                 "usage": {"pages": n, "pictures": sum(len(p.pictures) for p in self.pages),
                           "tables": sum(p.tables for p in self.pages),
                           "pictures_described": self.described},
+                "ocr": {"engine": self.doc.ocr_engine, "pages": ocr_pages} if ocr_pages
+                else None, **self.capability(),
                 "hypnos_telemetry": self.call.telemetry(engine, inference_ms=inference_ms)}
 
 
@@ -114,7 +126,9 @@ async def _fetch(request: Request, params: ConvertParams) -> None:
 
 _CONVERT_FIELDS = {"model": {"type": "string", "minLength": 1}, "url": {"type": "string"},
                    "output_format": {"enum": ["markdown", "json"]},
-                   "filename": {"type": "string"}, "describe_pictures": {"type": "string"}}
+                   "filename": {"type": "string"}, "describe_pictures": {"type": "string"},
+                   "ocr": {"type": "string", "default": "auto",
+                           "description": "auto, true or false (also 1/0, yes/no, on/off)"}}
 CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
     "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
     **_CONVERT_FIELDS}}
@@ -124,7 +138,8 @@ CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
 @endpoint("Convert a document (multipart upload, or JSON with base64 file or url); events per "
           "page when stream is true", body=ConvertBody, form=CONVERT_FORM,
           errors=INFERENCE_ERRORS,
-          ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
+          ok={"application/json": body_schema(DocumentBody),
+              "text/event-stream": {"type": "string"}})
 async def convert(request: Request):
     require_ready(request)
     params = parse_convert(request)
@@ -156,7 +171,8 @@ async def _stream(conv: Conversion):
     response = await conv.request.respond(content_type="text/event-stream", headers={
         "cache-control": "no-cache", **conv.call.wait_headers()})
     started = {"object": "document.started", "page_count": doc.page_count,
-               "pages": doc.pages, "format": doc.format, "pipeline": doc.pipeline}
+               "pages": doc.pages, "format": doc.format, "pipeline": doc.pipeline,
+               **conv.capability()}
     if conv.stored is not None:
         started["id"] = conv.stored.id
     await response.send(_event(started))

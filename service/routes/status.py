@@ -18,17 +18,35 @@ from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 
 bp = Blueprint("status")
 
+DOCUMENTS_HEALTH = {
+    "type": "object", "description": "each docling model in service: what it can do here",
+    "additionalProperties": {
+        "type": "object", "required": ["layout_model", "ocr_engine", "warning"],
+        "properties": {"layout_model": {"type": "boolean"},
+                       "ocr_engine": {"type": ["string", "null"]},
+                       "warning": {"type": ["string", "null"]}}}}
+
+
+def documents_health(sched) -> dict:
+    """Model id -> docling_convert.readiness for each enabled docling model (cheap: checks
+    files, imports nothing)."""
+    from hypnos.engines.docling_convert import readiness
+    return {st.id: readiness(st.paths.get("weights_path")) for st in sched.models.values()
+            if st.enabled and st.cfg.engine == "docling"}
+
 
 @bp.get("/health")
 @endpoint("Liveness: always 200 while the process serves; backend and accelerator say what "
           "the engine builds compute on",
           ok=json_object("status", "service", "version", "backend", "accelerator",
                          status={"const": "ok"}, backend={"enum": ["cuda", "metal", "cpu"]},
-                         accelerator={"type": "boolean"}))
+                         accelerator={"type": "boolean"}, documents=DOCUMENTS_HEALTH))
 async def health(request: Request):
+    sched = request.app.ctx.scheduler
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
                           "uptime_secs": int(time.monotonic() - request.app.ctx.started),
-                          **status_fields(request.app.ctx.scheduler, request.app.ctx.builds)})
+                          **status_fields(sched, request.app.ctx.builds),
+                          **({"documents": docs} if (docs := documents_health(sched)) else {})})
 
 
 @bp.get("/ready")

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
@@ -43,6 +43,22 @@ def parse_bool(value, name: str, default: bool) -> bool:
         return value.strip().lower() in TRUE
     raise errors.InvalidRequest(f"'{name}' must be a boolean (true/false, 1/0, yes/no, "
                                 f"on/off), got {value!r}", param=name)
+
+
+OCR_WORDS = {"auto": "auto", **dict.fromkeys(TRUE, "on"), **dict.fromkeys(FALSE, "off")}
+
+
+def parse_ocr(value) -> str:
+    """``ocr``: "auto" (the default), true or false -- JSON booleans, or in a multipart part
+    auto and the words parse_bool takes -- into the engine's auto | on | off."""
+    if value is None or value == "":
+        return "auto"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in OCR_WORDS:
+        return OCR_WORDS[value.strip().lower()]
+    raise errors.InvalidRequest(f"'ocr' must be auto, true or false (auto: OCR the pages "
+                                f"that have no text layer), got {value!r}", param="ocr")
 
 
 def parse_pages(value) -> tuple[int, int] | None:
@@ -121,7 +137,11 @@ class ConvertBody(Wire):
     filename: str | None = None
     describe_pictures: str | None = None
     pages: Annotated[int, Field(ge=1)] | Annotated[str, Field(pattern=PAGES)] | None = None
-    ocr: FLAG = None
+    ocr: Annotated[bool | Literal["auto"], Says(
+        "'ocr' must be auto, true or false (auto: OCR the pages that have no text layer), "
+        "got {got}")] | None = Field(None, description=(
+            "auto (default): OCR the pages that have no text layer (scans) and images; "
+            "true: OCR every page, its OCR text replacing the text layer; false: never"))
     return_pictures: FLAG = None
     stream: FLAG = None
 
@@ -166,10 +186,53 @@ def _common(fields: dict, data: bytes | None, upload_name: str | None,
     filename = _text(fields.get("filename"), "filename") or upload_name or ""
     doc = DocumentRequest(data=data or b"", filename=filename,
                           pages=parse_pages(fields.get("pages")),
-                          ocr=parse_bool(fields.get("ocr"), "ocr", True),
+                          ocr=parse_ocr(fields.get("ocr")),
                           want_json=fmt == "json")
     keep = parse_bool(fields.get("return_pictures"), "return_pictures", False)
     doc.want_pictures = keep or describe is not None
     return ConvertParams(model=model, document=doc, output_format=fmt, url=url,
                          stream=parse_bool(fields.get("stream"), "stream", False),
                          return_pictures=keep, describe_pictures=describe)
+
+
+# ------------------------------------------------------------------ the response (documented)
+
+class OcrReport(BaseModel):
+    """Which OCR engine read which pages of this conversion."""
+    engine: str = Field(description="the OCR engine that ran: rapidocr")
+    pages: list[int] = Field(description="the converted pages whose text came from OCR")
+
+
+class ConvertedPageBody(BaseModel):
+    page: int
+    markdown: str
+    pictures: int
+    tables: int
+    ms: float
+    ocr: bool = Field(description="this page's text came from OCR")
+    json_: dict | None = Field(None, alias="json", description="output_format json only")
+    picture_urls: list[str] | None = Field(None, description="return_pictures only")
+
+
+class DocumentBody(BaseModel):
+    """A conversion's result (the stream's last event, with pages empty)."""
+    object: Literal["document"]
+    model: str
+    filename: str | None
+    format: str
+    pipeline: str = Field(description="native | layout | simple | ocr: what converted it "
+                          "(ocr: an image read by OCR alone, without docling's layout model)")
+    page_count: int
+    pages: list[ConvertedPageBody]
+    markdown: str
+    usage: dict
+    ocr: OcrReport | None = Field(description="null when no page went through OCR")
+    ocr_engine: str | None = Field(description="the OCR engine this server has for such "
+                                   "pages (null: none is installed)")
+    layout_model: bool = Field(description="docling's layout model converted it (false: "
+                               "no package ships it; PDFs convert from their text layer)")
+    warning: str | None = Field(description="what this conversion could not do here, for "
+                                "people (null when nothing is missing)")
+    hypnos_telemetry: dict
+    id: str | None = Field(None, description="return_pictures only")
+    pictures_expire_at: str | None = Field(None, description="return_pictures only")
