@@ -91,9 +91,10 @@ Block = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | Thin
 
 
 class MessageParam(Wire):
-    role: Annotated[Literal["user", "assistant"], Says(
-        "'{at}' must be \"user\" or \"assistant\" (the system prompt is the top-level "
-        "'system')", param="messages")]
+    """``system`` inside the conversation is Claude Code's mid-conversation system message
+    (its ``mid-conversation-system`` beta): kept in place as a system message."""
+    role: Annotated[Literal["user", "assistant", "system"], Says(
+        "'{at}' must be \"user\", \"assistant\" or \"system\"", param="messages")]
     content: Annotated[str | list[Block], Says(
         "'{at}' must be a string or an array of content blocks (text, image, tool_use, "
         "tool_result, thinking)", param="messages")]
@@ -291,7 +292,9 @@ def chat_messages(wire: MessagesBody | CountTokensBody) -> list[dict]:
         out.append({"role": "system", "content": system})
     calls: set[str] = set()
     for i, msg in enumerate(wire.messages):
-        if msg.role == "user":
+        if msg.role == "system":
+            out.append({"role": "system", "content": _text_of(msg.content)})
+        elif msg.role == "user":
             out.extend(_user_messages(msg, i, calls))
         else:
             out.append(_assistant_message(msg, i, calls))
