@@ -360,7 +360,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=("plan", "dry-run", "build", "runtime", "revert"))
     ap.add_argument("--venv", type=Path, default=Path(".venv").resolve())
-    ap.add_argument("--extras", default="llama,stt,tts,embeddings,docs,ner")
+    ap.add_argument("--extras", default="llama,stt,tts,embeddings,docs")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
     if args.action == "revert":
