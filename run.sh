@@ -133,7 +133,7 @@ case "$cmd" in
   models)
     shift
     # A subcommand of `hypnos models` goes through as it is; anything else is a spec to pull.
-    # (tests/unit/test_docs_tree.py checks this list against the click group.)
+    # (tests/unit/test_run_sh.py checks this list against the click group.)
     case "${1:-}" in
       ""|-*|list|pull|add|replace|remove|enable|disable|moe-offload) exec hypnos models "$@" ;;
     esac
