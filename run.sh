@@ -1,25 +1,49 @@
 #!/usr/bin/env bash
 # Hypnos launcher. First use: creates .venv and installs Hypnos with the extras this machine
-# can run; later runs reuse it (reinstalling only when pyproject.toml changed).
+# can run; later runs reuse it (reinstalling only when pyproject.toml changed or an extra is
+# missing).
 #   ./run.sh serve                 start the server on the default lineup (pulls missing models)
 #   ./run.sh models <spec>...      = hypnos models pull <spec>...
+#   ./run.sh models <subcommand>   = hypnos models <subcommand> (list, pull, add, enable, ...)
 #   ./run.sh test [pytest args]    run the test suite
 #   ./run.sh lint                  ruff and mypy with the venv's tools (.ci/lint)
 #   ./run.sh <anything else>       = hypnos <anything else>
-# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs,ner); "ner" (GLiNER)
-# installs CPU torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
-# stable-diffusion.cpp (minutes).
+# HYPNOS_EXTRAS picks the extras (default: llama,stt,tts,embeddings,docs: what the default
+# lineup runs). `test` adds "ner" (GLiNER; tests/engines/test_entities.py), which installs CPU
+# torch 2.13.0 first so pip never fetches a CUDA build; "images" compiles
+# stable-diffusion.cpp (minutes). The venv keeps every extra it ever got: the stamp records
+# them, and a command whose extras are all there installs nothing.
 # HYPNOS_GPU=auto|cuda|cpu (default auto): with an NVIDIA GPU (nvidia-smi) llama.cpp is compiled
 # with CUDA for the card, onnxruntime-gpu replaces onnxruntime, and the cuBLAS/cuDNN that
-# faster-whisper and onnxruntime load are installed (cli/gpu_install.py; README "On an NVIDIA
-# GPU"). A CPU-only host installs exactly what it did before. HYPNOS_DRY_RUN=1 prints what
-# would be installed and exits.
+# faster-whisper and onnxruntime load are installed (cli/gpu_install.py; docs/gpu.md). A
+# CPU-only host installs exactly what it did before. HYPNOS_DRY_RUN=1 prints what would be
+# installed and exits.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
 venv="$root/.venv"
-extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs,ner}"
-want="extras=$extras $(sha256sum pyproject.toml | cut -c1-16) llama=rpc"
+cmd="${1:-}"
+
+# Whether the comma list $1 holds every extra of the comma list $2 ("all" holds them all).
+has_extras() {
+  local e
+  case ",$1," in *,all,*) return 0 ;; esac
+  for e in ${2//,/ }; do
+    case ",$1," in *,"$e",*) ;; *) return 1 ;; esac
+  done
+}
+# The comma list $1 followed by the extras of $2 it lacks.
+with_extras() {
+  local out="$1" e
+  for e in ${2//,/ }; do
+    case ",$out," in *,"$e",*) ;; *) out="${out:+$out,}$e" ;; esac
+  done
+  echo "$out"
+}
+
+extras="${HYPNOS_EXTRAS:-llama,stt,tts,embeddings,docs}"
+if [ "$cmd" = test ] && ! has_extras "$extras" ner; then extras=$(with_extras "$extras" ner); fi
+want="$(sha256sum pyproject.toml | cut -c1-16) llama=rpc"
 stamp="$venv/.hypnos-installed"
 if [ -n "${HYPNOS_DRY_RUN:-}" ]; then
   exec python3 cli/gpu_install.py dry-run --venv "$venv" --extras "$extras"
@@ -32,9 +56,17 @@ setup() {
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip setuptools wheel
   fi
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    return
+  # The stamp: "extras=<installed extras> <want>". Nothing to do when it is this install
+  # and holds the extras asked for; else install those and the ones already there.
+  local had="" rest=""
+  if [ -f "$stamp" ]; then
+    read -r had rest < "$stamp" || true
+    had="${had#extras=}"
+    if [ "$rest" = "$want" ] && has_extras "$had" "$extras"; then
+      return
+    fi
   fi
+  extras=$(with_extras "$had" "$extras")
   case ",$extras," in
     *,ner,*|*,all,*) "$venv/bin/pip" install -q torch==2.13.0 ;;
   esac
@@ -55,7 +87,7 @@ setup() {
   case "$gpu" in
     cuda*) "$venv/bin/python" cli/gpu_install.py runtime --venv "$venv" ;;
   esac
-  echo "$want" > "$stamp"
+  echo "extras=$extras $want" > "$stamp"
 }
 
 # The playground's browser tests drive Debian's Chromium through Playwright (never a
@@ -84,7 +116,6 @@ install_man
 export PATH="$venv/bin:$PATH"
 # A CUDA install: the CUDA, cuBLAS and cuDNN libraries the engines load, for the server.
 if [ -f "$venv/hypnos-gpu.env" ]; then . "$venv/hypnos-gpu.env"; fi
-cmd="${1:-}"
 case "$cmd" in
   test)
     shift
@@ -101,7 +132,11 @@ case "$cmd" in
     ;;
   models)
     shift
-    if [ "${1:-}" = "list" ] || [ "${1:-}" = "pull" ]; then exec hypnos models "$@"; fi
+    # A subcommand of `hypnos models` goes through as it is; anything else is a spec to pull.
+    # (tests/unit/test_run_sh.py checks this list against the click group.)
+    case "${1:-}" in
+      ""|-*|list|pull|add|replace|remove|enable|disable|moe-offload) exec hypnos models "$@" ;;
+    esac
     exec hypnos models pull "$@"
     ;;
   "")

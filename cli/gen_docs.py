@@ -1,4 +1,5 @@
-"""Generate ``completions/`` and ``man/`` from the click command tree and the config schema.
+"""Generate ``completions/`` and ``man/`` from the click command tree and the config schema,
+and docs/api.md from the server's OpenAPI document (``cli/api_doc.py``).
 
     python -m hypnos.cli.gen_docs        # rewrite the files
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import click
 from click.shell_completion import get_completion_class
 
+from hypnos.cli import api_doc
 from hypnos.cli.config_doc import config_keys
 from hypnos.cli.main import cli
 
@@ -183,7 +185,7 @@ def man_pages() -> dict[str, str]:
 
 
 def generated() -> dict[str, str]:
-    return {**completion_scripts(), **man_pages()}
+    return {**completion_scripts(), **man_pages(), api_doc.OUTPUT: api_doc.api_markdown()}
 
 
 def main() -> None:

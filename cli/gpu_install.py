@@ -204,8 +204,8 @@ def build_commands(plan: Plan, venv: Path, root: Path) -> list[str]:
 
 def runtime_commands(venv: Path) -> list[str]:
     pip = f"{venv}/bin/pip"
-    return [f"{pip} uninstall -y onnxruntime   # onnxruntime and onnxruntime-gpu overwrite "
-            "each other",
+    return [f"{pip} uninstall -y onnxruntime onnxruntime-gpu   # the two overwrite each other: "
+            "gpu installed whole, after",
             f"{pip} install -q onnxruntime-gpu {' '.join(shlex.quote(p) for p in RUNTIME_LIBS)}",
             f"write {venv}/{ENV_FILE}: LD_LIBRARY_PATH = site-packages/nvidia/*/lib "
             "(run.sh sources it before starting hypnos)"]
@@ -336,7 +336,11 @@ def build(plan: Plan, venv: Path, root: Path) -> None:
 
 def runtime(venv: Path) -> None:
     pip = str(venv / "bin" / "pip")
-    subprocess.run([pip, "uninstall", "-y", "-q", "onnxruntime"], check=False)
+    # Both go first: a reinstall (a new extra, a changed pyproject) has put onnxruntime back
+    # over onnxruntime-gpu's files, and removing it alone would leave onnxruntime-gpu
+    # "installed" with those files gone.
+    subprocess.run([pip, "uninstall", "-y", "-q", "onnxruntime", "onnxruntime-gpu"],
+                   check=False)
     run([pip, "install", "-q", "onnxruntime-gpu", *RUNTIME_LIBS])
     (venv / ENV_FILE).write_text("export LD_LIBRARY_PATH=\"" + ":".join(lib_dirs(venv))
                                  + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n")
@@ -360,7 +364,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=("plan", "dry-run", "build", "runtime", "revert"))
     ap.add_argument("--venv", type=Path, default=Path(".venv").resolve())
-    ap.add_argument("--extras", default="llama,stt,tts,embeddings,docs,ner")
+    ap.add_argument("--extras", default="llama,stt,tts,embeddings,docs")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
     if args.action == "revert":

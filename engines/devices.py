@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REINSTALL = "reinstall for the GPU with HYPNOS_GPU=cuda ./run.sh (README: On an NVIDIA GPU)"
+REINSTALL = "reinstall for the GPU with HYPNOS_GPU=cuda ./run.sh (docs/gpu.md)"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""docs/admin.sh, the README's example script, run against a real `hypnos serve` that it
+"""docs/admin.sh, the example script of docs/cli.md, run against a real `hypnos serve` that it
 starts waiting for before the port is even open."""
 import os
 import re
@@ -17,8 +17,8 @@ KEY = "admin-script-key"
 CONFIG = lineup_config(model_block("minilm", "embeddings"), server=f'api_keys = ["{KEY}"]')
 
 
-def test_the_readme_shows_the_script_as_it_is():
-    assert SCRIPT.read_text() in (ROOT / "README.md").read_text()
+def test_the_cli_page_shows_the_script_as_it_is():
+    assert SCRIPT.read_text() in (ROOT / "docs" / "cli.md").read_text()
 
 
 @pytest.fixture

@@ -13,9 +13,11 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "cli"))
 import gpu_install  # noqa: E402
 
-CPU_INSTALL = ['pip install -q --upgrade pip setuptools wheel', 'pip install -q torch==2.13.0',
+# The default extras (./run.sh serve): no GLiNER, so no torch; `./run.sh test` adds "ner"
+# (tests/unit/test_run_sh.py).
+CPU_INSTALL = ['pip install -q --upgrade pip setuptools wheel',
                'python cli/llama_build.py wheel --venv ' + str(ROOT / ".venv"),
-               'pip install -q -e ".[llama,stt,tts,embeddings,docs,ner,test]"']
+               'pip install -q -e ".[llama,stt,tts,embeddings,docs,test]"']
 
 
 def _bin(tmp_path, smi: str | None = None, nvcc: str | None = None):
