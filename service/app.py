@@ -25,6 +25,7 @@ from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.http.errors import install_error_handlers
+from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
 from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog
@@ -83,6 +84,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     quotas = QuotaBook(state_path(config.source) if config.source is not None else None)
     app.ctx.limiter = Limiter(quotas, metrics=metrics)
     app.ctx.request_log = RequestLog(config.server.request_log)
+    app.ctx.keep_alive = KeepAlive(sched)
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

@@ -66,6 +66,8 @@ class LlamaChatEngine(SessionsMixin):
         self._loop: DecodeLoop | None = None
         self._formatter = None
         self._no_template: str | None = None
+        #: The GGUF (or the config) carries a chat template; False for a base model.
+        self.has_template = True
         self.format: ChatFormat | None = None
         self._projector = None                 # vision / audio projector (mmproj), if any
         self._bos: int | None = None
@@ -213,6 +215,7 @@ class LlamaChatEngine(SessionsMixin):
         if template is None:
             raw = ll.llama_model_chat_template(self._model, None)
             template = raw.decode("utf-8") if raw else None
+        self.has_template = bool(template)
         self._no_template = None if template else (
             f"{spec.model_id} has no chat template (a base model: its GGUF carries none); "
             "use /v1/completions, or set chat_template in its config")

@@ -226,10 +226,13 @@ def anthropic_body(status: int, message: str) -> dict:
 
 
 def error_response(exc: HypnosError, request=None):
-    """The error's envelope: OpenAI's shape (the spec's), or Anthropic's on /v1/messages."""
+    """The error's envelope: OpenAI's shape (the spec's), Anthropic's on /v1/messages,
+    Ollama's on /api/*."""
     body = exc.body()
     if request is not None and request.path.startswith("/v1/messages"):
         body = anthropic_body(exc.status, exc.message)
+    elif request is not None and request.path.startswith("/api/"):
+        body = {"error": exc.message}          # Ollama's envelope
     return json_response(body, status=exc.status, headers=exc.headers)
 
 

@@ -63,7 +63,8 @@ def _check_key(request: Request) -> None:
     ring = request.app.ctx.keys
     cfg = request.app.ctx.config.server
     path = request.path
-    if not ring.enabled or path in OPEN_PATHS or not (path.startswith("/v1") or (
+    if not ring.enabled or path in OPEN_PATHS or not (
+            path.startswith(("/v1", "/api/")) or (
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()

@@ -55,6 +55,7 @@ def install_drain(app: Sanic) -> None:
         # Regression: a stream aborted past the grace left its llama.cpp thread decoding while
         # the interpreter shut down, and the process died of SIGSEGV instead of exiting 0. The
         # loop still runs here, so the cancelled handlers stop their engines and let go.
+        app.ctx.keep_alive.close()            # no keep_alive timer moves a model from here
         deadline = time.monotonic() + ENGINE_STOP_SECS
         while in_flight(app) and time.monotonic() < deadline:
             await asyncio.sleep(POLL_SECS)

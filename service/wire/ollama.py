@@ -1,0 +1,227 @@
+"""Ollama's API (/api/*): the bodies declared once, and their translation into the requests
+the inference layer already runs. ``/api/chat`` becomes a chat body (the same lease, tools,
+grammars, thinking and vision as /v1/chat/completions), ``/api/generate`` a raw completion
+(or a chat turn when ``system`` is sent without ``raw``), ``/api/embed`` an embeddings call.
+
+``options`` map as Ollama documents them: ``num_predict`` → max_tokens (-1 or absent: the
+server's default), ``num_ctx`` → the per-request context, ``temperature``, ``top_k``,
+``top_p``, ``min_p``, ``seed``, ``stop``, ``repeat_penalty``. ``format`` is ``"json"`` (any
+JSON object) or a JSON schema (the structured-output grammar). ``keep_alive`` is parsed into
+seconds (`keep_alive_secs`): the route applies it to the model's tier after the answer.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.wire.model import Says, Wire, validate
+
+DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Options(Wire):
+    num_predict: int | None = None
+    num_ctx: Annotated[int, Field(ge=1, le=1 << 22)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    repeat_penalty: Annotated[float, Field(ge=0, le=10)] | None = None
+
+
+class OllamaToolCall(Wire):
+    function: dict[str, Any]
+
+
+class OllamaMessage(Wire):
+    role: Annotated[str, Says("'{at}' must be system, user, assistant or tool",
+                              param="messages")]
+    content: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+    thinking: str | None = None
+    tool_name: str | None = None
+
+
+Format = Annotated[str | dict[str, Any], Says(
+    "'format' must be \"json\" or a JSON schema object")]
+KeepAlive = Annotated[str | int | float, Says(
+    "'keep_alive' must be a duration such as \"5m\", \"30s\", 0 or -1")]
+
+
+class ChatBody(Wire):
+    model: Annotated[str, Field(min_length=1), Says("'model' is required")]
+    messages: Annotated[list[OllamaMessage], Says("'messages' must be an array of messages")] \
+        | None = None
+    tools: list[dict[str, Any]] | None = None
+    format: Format | None = None
+    options: Annotated[Options, Says("'options' must be an object of model options "
+                                     "(num_ctx, num_predict, temperature, ...)")] | None = None
+    stream: bool | None = None
+    keep_alive: KeepAlive | None = None
+    think: bool | str | None = None
+
+
+class GenerateBody(Wire):
+    model: Annotated[str, Field(min_length=1), Says("'model' is required")]
+    prompt: str | None = None
+    suffix: str | None = None
+    system: str | None = None
+    raw: bool | None = None
+    images: list[str] | None = None
+    format: Format | None = None
+    options: Options | None = None
+    stream: bool | None = None
+    keep_alive: KeepAlive | None = None
+    think: bool | str | None = None
+
+
+class EmbedBody(Wire):
+    model: Annotated[str, Field(min_length=1), Says("'model' is required")]
+    input: Annotated[str | list[str], Says("'input' must be a string or an array of strings")] \
+        | None = None
+    prompt: str | None = None          # /api/embeddings (the older route)
+    keep_alive: KeepAlive | None = None
+    truncate: bool | None = None
+
+
+class ModelBody(Wire):
+    """/api/show, /api/pull, /api/delete: ``model`` (``name`` in older clients)."""
+    model: str | None = None
+    name: str | None = None
+    stream: bool | None = None
+
+    @property
+    def id(self) -> str:
+        value = self.model or self.name
+        if not value:
+            raise InvalidRequest("'model' is required", param="model")
+        return value
+
+
+def keep_alive_secs(value) -> float | None:
+    """Seconds from Ollama's keep_alive: a number of seconds or a duration string; a
+    negative value keeps the model loaded (None: the server's own tier policy)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        secs = float(value)
+    else:
+        m = DURATION.match(str(value))
+        if not m:
+            raise InvalidRequest(f"'keep_alive' is {value!r}, not a duration such as \"5m\"",
+                                 param="keep_alive")
+        secs = float(m.group(1)) * UNITS[m.group(2)]
+    return None if secs < 0 else secs
+
+
+def _sampling(options: Options | None) -> dict:
+    if options is None:
+        return {}
+    out: dict = {}
+    if options.num_predict is not None and options.num_predict > 0:
+        out["max_tokens"] = options.num_predict
+    for key in ("temperature", "top_k", "top_p", "min_p", "seed", "stop", "num_ctx"):
+        value = getattr(options, key)
+        if value is not None:
+            out[key] = value
+    if options.repeat_penalty is not None:
+        out["repetition_penalty"] = options.repeat_penalty
+    return out
+
+
+def _format(value) -> dict:
+    if value is None or value == "":
+        return {}
+    if value == "json":
+        return {"response_format": {"type": "json_object"}}
+    if isinstance(value, dict):
+        if value.get("type") not in ("object", "array") and "properties" not in value:
+            raise InvalidRequest("'format' must be \"json\" or a JSON schema of an object",
+                                 param="format")
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "format", "schema": value}}}
+    raise InvalidRequest(f"'format' is {value!r}: \"json\" or a JSON schema object",
+                         param="format")
+
+
+def _think(value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, bool):
+        return {"think": value}
+    if value in ("low", "medium", "high"):
+        return {"reasoning_effort": value}
+    raise InvalidRequest("'think' must be true, false, \"low\", \"medium\" or \"high\"",
+                         param="think")
+
+
+def _image_parts(images: list[str] | None) -> list[dict]:
+    return [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}}
+            for b64 in images or ()]
+
+
+def _chat_message(m: OllamaMessage, i: int) -> dict:
+    if m.role not in ("system", "user", "assistant", "tool"):
+        raise InvalidRequest(f"'messages[{i}].role' is {m.role!r}: system, user, assistant "
+                             "or tool", param="messages")
+    content: Any = m.content or ""
+    if m.images:
+        content = [{"type": "text", "text": m.content or ""}, *_image_parts(m.images)]
+    out: dict = {"role": m.role, "content": content}
+    if m.role == "assistant" and m.tool_calls:
+        out["tool_calls"] = [{"id": f"call_{i}_{k}", "type": "function", "function": {
+            "name": c.function.get("name", ""),
+            "arguments": json.dumps(c.function.get("arguments") or {})}}
+            for k, c in enumerate(m.tool_calls)]
+    if m.role == "assistant" and m.thinking:
+        out["reasoning_content"] = m.thinking
+    return out
+
+
+def chat_body(body: dict) -> tuple[ChatBody, dict]:
+    """The validated /api/chat body and the /v1/chat/completions body it becomes."""
+    wire = validate(ChatBody, body)
+    if not wire.messages:
+        raise InvalidRequest("'messages' must hold at least one message", param="messages")
+    chat: dict = {"model": wire.model, "stream": False,
+                  "messages": [_chat_message(m, i) for i, m in enumerate(wire.messages)],
+                  **_sampling(wire.options), **_format(wire.format), **_think(wire.think)}
+    if wire.tools:
+        chat["tools"] = wire.tools
+    return wire, chat
+
+
+def generate_chat_body(wire: GenerateBody) -> dict:
+    """/api/generate as a chat turn (the prompt under the model's template, ``system``
+    first), the default when ``raw`` is not set and the model has a template."""
+    messages = ([{"role": "system", "content": wire.system}] if wire.system else []) + [
+        {"role": "user", "content": ([{"type": "text", "text": wire.prompt or ""},
+                                      *_image_parts(wire.images)]
+                                     if wire.images else wire.prompt or "")}]
+    return {"model": wire.model, "messages": messages, **_sampling(wire.options),
+            **_format(wire.format), **_think(wire.think)}
+
+
+def parse_generate(body: dict) -> GenerateBody:
+    wire = validate(GenerateBody, body)
+    if wire.suffix:
+        raise InvalidRequest("'suffix' (fill in the middle) is not served", param="suffix")
+    return wire
+
+
+def embed_texts(wire: EmbedBody) -> list[str]:
+    texts = wire.input if wire.input is not None else wire.prompt
+    if isinstance(texts, str):
+        texts = [texts]
+    if not texts or not all(isinstance(t, str) and t for t in texts):
+        raise InvalidRequest("'input' must be a non-empty string or array of non-empty "
+                             "strings", param="input")
+    return list(texts)

@@ -1,0 +1,85 @@
+"""The dialects' translations into the chat body, model-free: Anthropic Messages
+(service/wire/messages.py) and Ollama (service/wire/ollama.py)."""
+import json
+
+import pytest
+
+from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.wire.messages import to_chat_body
+from hypnos.service.wire.ollama import chat_body, keep_alive_secs
+
+
+@pytest.mark.parametrize("value, secs", [
+    (None, None), (0, 0.0), ("0", 0.0), ("5m", 300.0), ("30s", 30.0), ("1h", 3600.0),
+    ("250ms", 0.25), (90, 90.0), (-1, None), ("-1m", None)])
+def test_keep_alive_durations(value, secs):
+    assert keep_alive_secs(value) == secs
+
+
+@pytest.mark.parametrize("value", ["soon", "5 minutes", "m5"])
+def test_keep_alive_refuses_what_is_not_a_duration(value):
+    with pytest.raises(InvalidRequest) as err:
+        keep_alive_secs(value)
+    assert err.value.param == "keep_alive"
+
+
+def test_ollama_options_format_and_tool_history():
+    _wire, chat = chat_body({
+        "model": "m", "format": {"type": "object", "properties": {"a": {"type": "string"}}},
+        "options": {"num_predict": 7, "num_ctx": 2048, "repeat_penalty": 1.1, "stop": ["x"]},
+        "messages": [{"role": "user", "content": "hi", "images": ["QUJD"]},
+                     {"role": "assistant", "content": "", "tool_calls": [
+                         {"function": {"name": "f", "arguments": {"a": 1}}}]},
+                     {"role": "tool", "content": "done"}]})
+    assert chat["max_tokens"] == 7 and chat["num_ctx"] == 2048 and chat["stop"] == ["x"]
+    assert chat["repetition_penalty"] == 1.1
+    assert chat["response_format"]["json_schema"]["schema"]["properties"] == {
+        "a": {"type": "string"}}
+    user, assistant, tool = chat["messages"]
+    assert user["content"][1]["image_url"]["url"] == "data:image/png;base64,QUJD"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"a": 1}
+    assert tool == {"role": "tool", "content": "done"}
+
+
+def test_messages_blocks_become_chat_messages():
+    _wire, chat = to_chat_body({
+        "model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
+        "tool_choice": {"type": "tool", "name": "get"}, "stop_sequences": ["END"],
+        "thinking": {"type": "enabled", "budget_tokens": 64},
+        "tools": [{"name": "get", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "use the tool"},
+                {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"c": "x"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "rain",
+                 "is_error": True},
+                {"type": "text", "text": "and now?"}]}]})
+    system, first, assistant, result, follow = chat["messages"]
+    assert system == {"role": "system", "content": "Be brief."}
+    assert assistant["reasoning_content"] == "use the tool"
+    assert assistant["tool_calls"][0]["id"] == "toolu_1"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"c": "x"}
+    assert result == {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: rain"}
+    assert follow["content"] == [{"type": "text", "text": "and now?"}]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "get"}}
+    assert chat["stop"] == ["END"] and chat["max_tokens"] == 9
+    assert chat["think"] is True and chat["reasoning_budget"] == 64
+
+
+@pytest.mark.parametrize("choice, expected", [
+    ({"type": "auto"}, "auto"), ({"type": "any"}, "required"), ({"type": "none"}, "none")])
+def test_messages_tool_choice(choice, expected):
+    _wire, chat = to_chat_body({"model": "m", "max_tokens": 1, "tool_choice": choice,
+                                "tools": [{"name": "t"}], "messages": [
+                                    {"role": "user", "content": "x"}]})
+    assert chat["tool_choice"] == expected
+
+
+def test_messages_refuses_a_result_for_no_call_and_a_missing_max_tokens():
+    with pytest.raises(InvalidRequest, match="tool_use_id"):
+        to_chat_body({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]})
+    with pytest.raises(InvalidRequest, match="max_tokens"):
+        to_chat_body({"model": "m", "messages": [{"role": "user", "content": "x"}]})
