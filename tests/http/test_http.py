@@ -225,7 +225,8 @@ async def test_advisor_route():
 
 
 async def test_every_route_answers_bad_input_with_the_envelope():
-    """Walk every registered route with a malformed body: never a 500, always the envelope."""
+    """Walk every registered route with a malformed body: never a 500, always the envelope
+    of the route's dialect (OpenAI's; Anthropic's on /v1/messages; Ollama's on /api/*)."""
     app = app_for()
     app.router.finalize() if not app.router.finalized else None
     seen = 0
@@ -241,8 +242,12 @@ async def test_every_route_answers_bad_input_with_the_envelope():
             seen += 1
             walked[(method, "/" + route.path.lstrip("/"))] = resp.status
             assert resp.status < 500, f"{method} {path}: {resp.status} {resp.text}"
-            if resp.status >= 400:
+            if resp.status >= 400 and path.startswith("/api/"):     # Ollama's envelope
+                assert isinstance(resp.json["error"], str) and resp.json["error"]
+            elif resp.status >= 400:
                 assert_envelope(resp, resp.status, resp.json["error"]["type"])
+                if path.startswith("/v1/messages"):                # Anthropic's
+                    assert resp.json["type"] == "error"
     assert seen >= 9
     for path in ("/v1/documents/convert", "/v1/entities", "/v1/images/generations",
                  "/v1/images/edits"):
