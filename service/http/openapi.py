@@ -36,7 +36,8 @@ PLAIN = {"text/plain": {"schema": {"type": "string"}}}
 TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 403: "not an admin key", 404: "unknown model or resource",
-                422: "prompt past the context window", 429: "queue full or rate limited",
+                409: "session made for other weights", 422: "prompt past the context window",
+                429: "queue full or rate limited",
                 499: "cancelled", 500: "engine failure", 503: "not available or staging",
                 504: "engine timeout", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}

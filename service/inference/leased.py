@@ -8,7 +8,9 @@
 (``capabilities.require``), then holds one scheduler lease for the block. ``call.run`` runs a
 blocking engine call in a worker thread with the cancel flag set when the client goes away,
 adds its time to ``inference_ms``, and turns an engine error into the HTTP error the one map
-(``errors.from_engine``) gives. Nothing else in the service calls ``scheduler.lease``.
+(``errors.from_engine``) gives; what the scheduler refuses (``scheduling.refusals``) leaves
+as the HTTP error ``errors.from_refusal`` gives. Nothing else in the service calls
+``scheduler.lease``.
 """
 from __future__ import annotations
 
@@ -106,9 +108,10 @@ async def leased_by(sched, model_id: str, family: Family, *, param: str | None =
     ``Scheduler.lease``)."""
     if not checked:
         require(sched, model_id, family)
-    async with sched.lease(model_id, deadline_ms=deadline_ms, context_len=context_len,
-                           fit=fit) as lease:
-        yield LeasedCall(sched, lease, param)
+    with errors.refusals_as_http():
+        async with sched.lease(model_id, deadline_ms=deadline_ms, context_len=context_len,
+                               fit=fit) as lease:
+            yield LeasedCall(sched, lease, param)
 
 
 def leased(request, model_id: str, family: Family, **kw):

@@ -70,7 +70,8 @@ async def export(request: Request):
 
 
 @bp.post("/v1/sessions/restore")
-@endpoint("Restore an exported session", body=RestoreBody, errors=(404, 429, 503))
+@endpoint("Restore an exported session", body=RestoreBody,
+          errors=(404, 409, 429, 500, 503, 507))
 async def restore(request: Request):
     require_ready(request)
     body = read_body(request, RestoreBody)

@@ -33,17 +33,18 @@ from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
-from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
+from hypnos.planner.loading import LoadPlan, LoadRefusal, NoRoom, TooBig, plan_load
 from hypnos.planner.process_memory import (ProcessMemory, over_process_cap, process_memory,
                                            tier1_unbooked, usable_budgets)
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
                                   Priority, Tier, Topology)
 from hypnos.planner.workers import WorkerBudget
-from hypnos.service.http import errors
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
+                                                WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
@@ -125,11 +126,10 @@ class Residency:
             placement, self.hardware, st.cfg.engine in self.accelerated))
 
     def plan(self, st: ModelState, per_slot: int | None,
-             workers: Sequence[WorkerBudget] = ()) -> tuple[Placement, list[str]]:
-        """Placement for ``st`` and the models to evict first (`plan_load`; split onto
-        ``workers`` when it does not fit alone), or the 507 it refuses with:
-        `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in use),
-        `errors.ProcessMemoryCap`."""
+             workers: Sequence[WorkerBudget] = ()) -> LoadPlan | LoadRefusal:
+        """`plan_load` for ``st`` beside the other models in tier 1 (split onto ``workers``
+        when it does not fit alone): the plan, its placement given its device, or the
+        planner's refusal as a value."""
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         cap = self.config.hardware.max_process_memory_bytes
@@ -137,23 +137,9 @@ class Residency:
         budgets = usable_budgets(self.budgets, tier1_unbooked(self.hardware, memory))
         decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
                              budgets, rss=memory.footprint_bytes, cap=cap, workers=workers)
-        if isinstance(decision, TooBig):
-            raise errors.DoesNotFitAlone(
-                f"The model '{st.id}' does not fit this machine even alone: needs "
-                f"{decision.needed_bytes / 2**30:.2f} GiB, tier 1 has "
-                f"{decision.tier1_bytes / 2**30:.2f} GiB ({decision.reason})")
-        if isinstance(decision, NoRoom):
-            raise errors.InsufficientMemory(
-                f"The model '{st.id}' needs {decision.needed_bytes / 2**30:.2f} GiB of tier 1 "
-                f"and only {decision.freeable_bytes / 2**30:.2f} GiB can be freed beside the "
-                "models in use; retry later")
-        if isinstance(decision, OverProcessCap):
-            raise errors.ProcessMemoryCap(
-                f"Loading '{st.id}' would take the process to "
-                f"{decision.projected_bytes / 2**30:.2f} GiB, above "
-                f"hardware.max_process_memory_bytes ({decision.cap_bytes / 2**30:.2f} GiB)")
-        assert isinstance(decision, LoadPlan)
-        return self.with_device(st, decision.placement), list(decision.evict)
+        if not isinstance(decision, LoadPlan):
+            return decision
+        return replace(decision, placement=self.with_device(st, decision.placement))
 
     def honest(self, st: ModelState, placement: Placement) -> Placement:
         """After a load on a real discrete GPU: an engine that reports it computes on the CPU
@@ -222,53 +208,52 @@ class Residency:
                 if st.tier is Tier.GPU and st.engine is not None:
                     return          # another request loaded it while this one waited
                 with self.holding() as held:
-                    placement, evict = await self._plan_or_wait(st, per_slot, held)
+                    plan = await self._plan_or_wait(st, per_slot, held)
                     from_tier = st.tier
-                    report = await self._load_planned(st, lease, placement, evict)
+                    report = await self._load_planned(st, lease, plan.placement, plan.evict)
         finally:
             self.released.notify()      # a load ended: plans waiting on it may now fit
         lease.phases = report
         st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
 
     async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
-                            held: HeldRequests) -> tuple[Placement, list[str]]:
-        """Plan ``st``'s load. When it does not fit beside busy models, group the swap: hold
-        their new requests (``held``; released once this load is done) and wait up to
-        limits.swap_wait_ms, woken each time a lease ends, for the requests they already
-        admitted to finish. The requests of the resident model that were queued finish
-        first, and the ones arriving later wait one swap instead of starving ``st``. Past
-        the bound: 507 as before. Caller holds place_lock."""
+                            held: HeldRequests) -> LoadPlan:
+        """Plan ``st``'s load. When it does not fit beside busy models (`NoRoom`,
+        `WorkersBusy`), group the swap: hold their new requests (``held``; released once this
+        load is done) and wait up to limits.swap_wait_ms, woken each time a lease ends, for
+        the requests they already admitted to finish. The requests of the resident model
+        that were queued finish first, and the ones arriving later wait one swap instead of
+        starving ``st``. Past the bound, or for a refusal no waiting cures: `LoadRefused`.
+        Caller holds place_lock."""
         deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
         while True:
-            try:
-                placement, evict = await self._plan_any(st, per_slot)
-            except errors.DoesNotFitAlone:
-                raise
-            except errors.InsufficientMemory:
+            decision = await self._plan_any(st, per_slot)
+            if isinstance(decision, LoadPlan):
+                # In the same step as the plan: no request can lease a victim before its
+                # eviction.
+                held.hold(decision.evict)
+                return decision
+            if isinstance(decision, (NoRoom, WorkersBusy)):
                 busy = [m.id for m in self.models.values()
                         if m is not st and m.tier is Tier.GPU and m.in_use]
-                if not busy or time.monotonic() >= deadline:
-                    raise
-                held.hold(busy)
-                await self.released.wait(timeout=deadline - time.monotonic())
-                continue
-            # In the same step as the plan: no request can lease a victim before its eviction.
-            held.hold(evict)
-            return placement, evict
+                if busy and time.monotonic() < deadline:
+                    held.hold(busy)
+                    await self.released.wait(timeout=deadline - time.monotonic())
+                    continue
+            raise LoadRefused(st.id, decision)
 
-    async def _plan_any(self, st: ModelState, per_slot: int | None
-                        ) -> tuple[Placement, list[str]]:
-        """`plan`, and when the model does not fit this machine alone, `plan` again with the
-        RPC workers that answer a probe now. 503 model_not_available naming the workers that
-        do not answer when the model does not fit without them."""
-        try:
-            return self.plan(st, per_slot)
-        except errors.DoesNotFitAlone:
-            if not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
-                raise
+    async def _plan_any(self, st: ModelState, per_slot: int | None) -> LoadPlan | Refusal:
+        """`plan`, and when the model does not fit this machine alone (`TooBig`), `plan`
+        again with the RPC workers that answer a probe now. `WorkersBusy` when models in use
+        hold the workers it needs; `NotServable` naming the workers that do not answer when
+        the model does not fit without them, or when this build cannot reach them."""
+        decision = self.plan(st, per_slot)
+        if not isinstance(decision, TooBig) or \
+                not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
+            return decision
         from hypnos.engines.devices import llama_has_rpc
         if not llama_has_rpc():
-            raise errors.ModelNotAvailable(
+            raise NotServable(
                 f"The model '{st.id}' does not fit this machine alone, and this "
                 "llama-cpp-python build has no RPC backend to reach the RPC workers with "
                 "(./run.sh installs one built with GGML_RPC=ON)")
@@ -277,27 +262,23 @@ class Residency:
         lend = [m.id for m in self.models.values() if m is not st and m.placement is not None
                 and m.tier is Tier.GPU and m.placement.remote and not m.in_use
                 and m.cfg.priority is not Priority.REALTIME_PINNED]
-        try:
-            placement, evict = self.plan(st, per_slot,
-                                         self.rpc.budgets(self.models.values(), lend))
-            first = self.rpc.holders(placement, self.models.values())
-            return placement, first + [m for m in evict if m not in first]
-        except errors.DoesNotFitAlone as exc:
-            down = self.rpc.down()
-            busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
-                           if m is not st and m.id not in lend})
-            if busy and not down:       # _plan_or_wait waits for their leases to end
-                raise errors.InsufficientMemory(
-                    f"The model '{st.id}' needs RPC workers that "
-                    f"{', '.join(repr(b) for b in busy)} hold while in use; retry later"
-                ) from exc
-            if not down:
-                raise
-            names = "; ".join(f"{e} ({why})" for e, why in down.items())
-            raise errors.ModelNotAvailable(
-                f"The model '{st.id}' does not fit this machine alone and the RPC workers "
-                f"that answer cannot hold the rest; not answering: {names}",
-                headers={"Retry-After": "5"}) from exc
+        split = self.plan(st, per_slot, self.rpc.budgets(self.models.values(), lend))
+        if isinstance(split, LoadPlan):
+            first = self.rpc.holders(split.placement, self.models.values())
+            return replace(split, evict=(*first, *(m for m in split.evict if m not in first)))
+        if not isinstance(split, TooBig):
+            return split
+        down = self.rpc.down()
+        busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
+                       if m is not st and m.id not in lend})
+        if busy and not down:       # _plan_or_wait waits for their leases to end
+            return WorkersBusy(tuple(busy))
+        if not down:
+            return split
+        names = "; ".join(f"{e} ({why})" for e, why in down.items())
+        raise NotServable(
+            f"The model '{st.id}' does not fit this machine alone and the RPC workers "
+            f"that answer cannot hold the rest; not answering: {names}", retry_after_s=5)
 
     async def drop_lost(self, st: ModelState) -> None:
         """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`): the next
@@ -312,21 +293,19 @@ class Residency:
             "detail": lost, "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
 
     async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
-                            evict: list[str]) -> LoadReport:
+                            evict: Sequence[str]) -> LoadReport:
         for victim in evict:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
             lease.evicted.append(victim)
         try:
             with self.rpc.reserved(placement):
                 report = await asyncio.to_thread(self.effects.load, st, placement)
-        except EngineUnavailable as exc:
-            st.problem = str(exc)
-            raise errors.ModelNotAvailable(str(exc)) from None
-        except WorkerLost as exc:       # an RPC worker went away while the model loaded
-            raise errors.ModelNotAvailable(str(exc), headers={"Retry-After": "5"}) from None
         except EngineError as exc:
-            self.effects.count_load_failure(st)
-            raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
+            if isinstance(exc, EngineUnavailable):
+                st.problem = str(exc)
+            elif not isinstance(exc, WorkerLost):   # a worker gone: the next try may work
+                self.effects.count_load_failure(st)
+            raise LoadFailed(st.id, exc) from None
         if st.pinned is not None:
             await asyncio.to_thread(self.effects.unpin, st)
         parked = self.kv_park.take(st.id)

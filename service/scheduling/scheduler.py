@@ -5,10 +5,10 @@ engine. Reading a lease top-down:
 
 1. **Gates**: while the model is being replaced or removed (`PoolChanges`), or while
    another model's swap holds its new requests (`Residency`), the lease waits.
-2. **Admission** (`planner.admission.admit`): 429 when the model's queue is full, 503 when
-   the estimated wait exceeds the deadline. An admitted request is counted (``leases``)
-   from here to the end of its response (streams included); a counted model is never
-   evicted.
+2. **Admission** (`planner.admission.admit`): `Busy` when the model's queue is full,
+   `OverDeadline` when the estimated wait exceeds the deadline. An admitted request is
+   counted (``leases``) from here to the end of its response (streams included); a counted
+   model is never evicted.
 3. **Residency** (`Residency.ensure`): the model is loaded into tier 1 when it is not
    there, paying any eviction; the load decision is `planner.loading.plan_load`. A load
    that does not fit beside busy models waits (up to limits.swap_wait_ms) for their
@@ -18,8 +18,9 @@ engine. Reading a lease top-down:
    model and notifies ``released``, the `Wakeup` every waiting load and drain sleeps on.
 
 Effects (engine load/unload, pinning, dropping pages) go through `Effects`, so tests drive
-the scheduler with a fake engine. Threading: every method runs on the event loop; blocking
-effects run in worker threads.
+the scheduler with a fake engine. What it refuses it raises as a `refusals.Refused` (typed,
+no HTTP here; the HTTP layer maps each to its status). Threading: every method runs on the
+event loop; blocking effects run in worker threads.
 """
 from __future__ import annotations
 
@@ -37,13 +38,14 @@ from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_de
 from hypnos.planner.context import context_window
 from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
 from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
-from hypnos.service.http import errors
 from hypnos.service.config.schema import PROFILES, Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.hardware import process_rss
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
+from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
+                                                OverDeadline, Refused, UnknownModel)
 from hypnos.service.observe.request_log import request_leases
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
@@ -109,11 +111,11 @@ class Scheduler:
     def get(self, model_id: str, *, enabled_only: bool = True) -> ModelState:
         st = self.models.get(model_id)
         if st is None:
-            raise errors.ModelNotFound(f"The model '{model_id}' does not exist; "
-                                       "GET /v1/models lists the models in service")
+            raise UnknownModel(f"The model '{model_id}' does not exist; "
+                               "GET /v1/models lists the models in service")
         if enabled_only and not st.enabled:
-            raise errors.ModelDisabled(f"The model '{model_id}' is disabled; "
-                                       f"POST /v1/models/{model_id}/enable puts it back")
+            raise DisabledModel(f"The model '{model_id}' is disabled; "
+                                f"POST /v1/models/{model_id}/enable puts it back")
         return st
 
     def tier1_booked(self) -> int:
@@ -155,8 +157,8 @@ class Scheduler:
     # ------------------------------------------------------------------ leases
 
     async def _pass_gates(self, model_id: str) -> None:
-        """Wait while ``model_id`` is being changed (then served by the replacement, or 404
-        once removed) or while a grouped swap to another model holds its new requests
+        """Wait while ``model_id`` is being changed (then served by the replacement, or
+        `UnknownModel` once removed) or while a grouped swap to another model holds its new requests
         (then queued behind it)."""
         while (gate := self.pool.gate(model_id) or self.residency.held.get(model_id)) \
                 is not None:
@@ -197,28 +199,26 @@ class Scheduler:
         the model is then rebuilt for that, still under this one lease. What ``fit`` raises
         ends the lease.
 
-        Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
-        or model_not_available, 507 (does not fit beside leased models, or above the process
-        memory cap).
+        Raises a `Refused`: UnknownModel, DisabledModel, Busy (queue full), OverDeadline,
+        NotServable, LoadRefused (does not fit, beside the leased models or at all, or above
+        the process memory cap), LoadFailed (the engine's load raised).
         """
         await self._pass_gates(model_id)
         st = self.get(model_id)
         if st.problem:
-            raise errors.ModelNotAvailable(st.problem)
+            raise NotServable(st.problem)
         limit = self.config.limits.max_queue_per_model
         decision = admit(leases=st.leases, slots=st.cfg.slots, max_queue=limit,
                          estimated_wait_ms=st.estimated_wait_ms(),
                          deadline_ms=self.implicit_deadline_ms() if deadline_ms is None
                          else deadline_ms)
         if isinstance(decision, QueueFull):
-            raise errors.ModelBusy(
-                f"The model '{model_id}' has {decision.queued} requests queued "
-                f"(max_queue_per_model {limit}); retry later")
+            raise Busy(f"The model '{model_id}' has {decision.queued} requests queued "
+                       f"(max_queue_per_model {limit}); retry later")
         if isinstance(decision, DeadlineMiss):
-            raise errors.DeadlineUnmeetable(
+            raise OverDeadline(
                 f"Estimated wait {decision.estimated_wait_ms:.0f} ms exceeds the deadline "
-                f"{decision.deadline_ms:.0f} ms",
-                headers={"Retry-After": str(decision.retry_after_s)})
+                f"{decision.deadline_ms:.0f} ms", retry_after_s=decision.retry_after_s)
         with self._counted(st):
             lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=decision.estimated_wait_ms)
             seen = request_leases.get()
@@ -291,11 +291,11 @@ class Scheduler:
 
     async def move(self, model_id: str, target: Tier, context_len: int | None = None,
                    *, allow_disabled: bool = False) -> ModelState:
-        """POST /v1/memory/tier and startup staging. 429 while leased, 507 when it cannot fit.
-        Blocks for as long as the load takes."""
+        """POST /v1/memory/tier and startup staging. `Busy` while leased, a load's refusals
+        (`Scheduler.lease`) when it cannot load. Blocks for as long as the load takes."""
         st = self.get(model_id, enabled_only=not allow_disabled)
         if st.in_use:
-            raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when it is idle")
+            raise Busy(f"The model '{model_id}' is in use; retry when it is idle")
         lease = Lease(st, previous_tier=st.tier)
         # A move is a lease of its own: nothing evicts the model meanwhile.
         with self._counted(st, touch=False):
@@ -317,7 +317,7 @@ class Scheduler:
         async def load():
             try:
                 await self.move(model_id, Tier.GPU)
-            except errors.HypnosError:
+            except Refused:
                 pass
         self._background_task(load())
 

@@ -8,11 +8,14 @@ import threading
 import pytest
 
 from fakes import FakeEffects
+from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
 from hypnos.service.http import errors
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,
+                                                UnknownModel)
 from hypnos.service.scheduling.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -75,10 +78,11 @@ async def test_leased_model_is_never_evicted_507_instead():
     sched = make([(model("a"), 600), (model("b"), 600)], fx)
     async with sched.lease("a"):
         fx.serving.add("a")
-        with pytest.raises(errors.InsufficientMemory) as exc:
+        with pytest.raises(LoadRefused) as exc:
             async with sched.lease("b"):
                 pass
-        assert exc.value.status == 507
+        assert isinstance(exc.value.refusal, NoRoom)
+        assert errors.from_refusal(exc.value).status == 507
         fx.serving.discard("a")
     assert ("unload", "a") not in fx.log
     assert sched.models["b"].leases == 0 and sched.models["a"].leases == 0
@@ -86,9 +90,11 @@ async def test_leased_model_is_never_evicted_507_instead():
 
 async def test_model_too_big_for_the_machine_is_507():
     sched = make([(model("huge"), 5000)])
-    with pytest.raises(errors.InsufficientMemory, match="does not fit this machine"):
+    with pytest.raises(LoadRefused, match="does not fit this machine") as exc:
         async with sched.lease("huge"):
             pass
+    assert isinstance(exc.value.refusal, TooBig)
+    assert isinstance(errors.from_refusal(exc.value), errors.InsufficientMemory)
 
 
 async def test_eviction_prefers_low_priority():
@@ -107,9 +113,10 @@ async def test_realtime_pinned_is_never_evicted():
     sched = make([(model("rt", Priority.REALTIME_PINNED), 600), (model("b"), 600)])
     async with sched.lease("rt"):
         pass
-    with pytest.raises(errors.InsufficientMemory):
+    with pytest.raises(LoadRefused) as exc:
         async with sched.lease("b"):
             pass
+    assert isinstance(exc.value.refusal, NoRoom)
 
 
 async def test_queue_beyond_max_is_model_busy():
@@ -123,7 +130,7 @@ async def test_queue_beyond_max_is_model_busy():
     first = asyncio.create_task(hold())
     second = asyncio.create_task(hold())      # queued behind the one slot
     await asyncio.sleep(0.05)
-    with pytest.raises(errors.ModelBusy):
+    with pytest.raises(Busy):
         async with sched.lease("a"):
             pass
     gate.set()
@@ -161,7 +168,7 @@ async def test_move_refused_while_leased_and_moves_when_idle():
     fx = FakeEffects()
     sched = make([(model("a"), 100)], fx)
     async with sched.lease("a"):
-        with pytest.raises(errors.ModelBusy):
+        with pytest.raises(Busy):
             await sched.move("a", Tier.SSD)
     await sched.move("a", Tier.RAM)
     assert sched.models["a"].tier is Tier.RAM and sched.models["a"].pinned is not None
@@ -173,11 +180,11 @@ async def test_move_refused_while_leased_and_moves_when_idle():
 
 async def test_unknown_and_disabled_models():
     sched = make([(model("a"), 100)])
-    with pytest.raises(errors.ModelNotFound):
+    with pytest.raises(UnknownModel):
         async with sched.lease("nope"):
             pass
     sched.models["a"].enabled = False
-    with pytest.raises(errors.ModelDisabled):
+    with pytest.raises(DisabledModel):
         async with sched.lease("a"):
             pass
 
@@ -187,10 +194,10 @@ async def test_deadline_unmeetable_when_the_estimate_is_longer():
     st = sched.models["a"]
     st.stats.load_ms[Tier.SSD] = 5000.0
     st.cfg.keep_warm_in_ram = False
-    with pytest.raises(errors.DeadlineUnmeetable) as exc:
+    with pytest.raises(OverDeadline) as exc:
         async with sched.lease("a", deadline_ms=100):
             pass
-    assert "Retry-After" in exc.value.headers
+    assert "Retry-After" in errors.from_refusal(exc.value).headers
     async with sched.lease("a", deadline_ms=60000):
         pass
 
@@ -322,7 +329,7 @@ async def test_a_hold_does_not_take_a_queue_place():
             second = asyncio.create_task(_lease_once(sched, "a"))
             await asyncio.sleep(0.01)
             assert sched.models["a"].leases == 2       # one running, one queued
-            with pytest.raises(errors.ModelBusy):
+            with pytest.raises(Busy):
                 await _lease_once(sched, "a")
         await second
     st = sched.models["a"]
@@ -337,10 +344,12 @@ async def test_process_memory_cap_is_the_507_process_memory_cap():
     rss = [950 * MIB]
     sched = make([(model("a"), 100)], fx, rss=lambda: rss[0])
     sched.config.hardware.max_process_memory_bytes = 1000 * MIB
-    with pytest.raises(errors.ProcessMemoryCap) as exc:
+    with pytest.raises(LoadRefused) as exc:
         async with sched.lease("a"):
             pass
-    assert (exc.value.status, exc.value.type) == (507, "process_memory_cap")
+    assert isinstance(exc.value.refusal, OverProcessCap)
+    http = errors.from_refusal(exc.value)
+    assert (http.status, http.type) == (507, "process_memory_cap")
     assert "1.03 GiB" in exc.value.message and "(0.98 GiB)" in exc.value.message
     assert fx.log == [] and sched.models["a"].leases == 0
     assert sched.models["a"].tier is Tier.SSD

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hypnos.service.http import errors
+from hypnos.service.scheduling.refusals import LoadRefused
 from fakes import FakeEffects
 from test_scheduler import make, model
 
@@ -96,7 +96,7 @@ async def test_past_the_bound_it_is_507_and_the_held_requests_go_on():
     later_a = asyncio.create_task(request(sched, fx, "a", 0.0, done))     # held meanwhile
     await asyncio.sleep(0.05)
     assert not later_a.done()
-    with pytest.raises(errors.InsufficientMemory):
+    with pytest.raises(LoadRefused):
         await b
     assert 0.3 <= time.monotonic() - asked < 1.0
     await asyncio.wait_for(later_a, 1)          # released by the 507, served by "a"
@@ -109,7 +109,7 @@ async def test_zero_wait_keeps_the_immediate_507():
     sched, fx = two_models(swap_wait_ms=0)
     async with sched.lease("a"):
         started = time.monotonic()
-        with pytest.raises(errors.InsufficientMemory):
+        with pytest.raises(LoadRefused):
             async with sched.lease("b"):
                 pass
         assert time.monotonic() - started < 0.2
