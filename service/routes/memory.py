@@ -57,7 +57,7 @@ def _model(sched, st: ModelState) -> dict:
     }
     if st.stats.service_ms is not None:
         out["service_ms"] = round(st.stats.service_ms, 1)
-    if sched.is_changing(st.id):
+    if sched.pool.is_changing(st.id):
         out["changing"] = True     # a PUT / DELETE drains it; new requests wait
     if st.problem:
         out["problem"] = st.problem

@@ -1,10 +1,9 @@
 """Changes to the model pool while the server runs (spec section 6): replace or remove a
 model (PUT / DELETE /v1/models/{id}), enable / disable it, change its MoE offload.
 
-`PoolChanges` is a collaborator the scheduler holds (``scheduler.pool``); it unloads only
-through the scheduler's `Residency`, and waits for a drain on the scheduler's release
-`Wakeup` (notified each time a lease or hold ends). The scheduler keeps thin delegating
-methods (``changing``, ``swap``, ``set_enabled``, ...) for the routes.
+`PoolChanges` is a collaborator the scheduler holds (``scheduler.pool``: the routes and the
+config watch call it there); it unloads only through the scheduler's `Residency`, and waits
+for a drain on the scheduler's release `Wakeup` (notified each time a lease or hold ends).
 
 Threading: every method runs on the event loop and blocks (awaits) for as long as the drain
 or the unload takes.

@@ -1,6 +1,8 @@
 """Residency: moving models between the tiers (load into tier 1, demote to 2 or 3).
 
-`Residency.ensure` is what a lease calls to make its model resident. Reading top-down:
+`Residency.ensure` is what a lease calls to make its model resident; it returns what it did
+(a `LoadOutcome`: the tier left, the switch time, the evictions, the load's phases) and
+writes nothing of the caller's. Reading top-down:
 
 - ``ensure``: under the model's ``load_lock``, nothing to do when it is in tier 1 with a
   large enough context; a larger context drains the model's slots and rebuilds it; else
@@ -25,7 +27,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.errors import EngineError, EngineUnavailable, WorkerLost
@@ -42,14 +43,12 @@ from hypnos.planner.workers import WorkerBudget
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.lease import LoadOutcome
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
                                                 WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from hypnos.service.scheduling.scheduler import Lease
 
 
 class HeldRequests:
@@ -157,24 +156,24 @@ class Residency:
 
     # ------------------------------------------------------------------ making resident
 
-    async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
-        """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
+    async def ensure(self, st: ModelState, context_len: int | None) -> LoadOutcome | None:
+        """Make ``st`` resident in tier 1 with at least ``context_len`` per slot; what the
+        promotion did, or None when it was resident already."""
         async with st.load_lock:
             if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
                 await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
-                return
+                return None
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
                 for _ in range(st.cfg.slots):
                     await st.slots.acquire()
                 try:
                     await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
-                    await self._promote(st, lease, context_len)
+                    return await self._promote(st, context_len)
                 finally:
                     for _ in range(st.cfg.slots):
                         st.slots.release()
-                return
-            await self._promote(st, lease, context_len)
+            return await self._promote(st, context_len)
 
     def _needs_rebuild(self, st: ModelState, context_len: int | None) -> bool:
         if not context_len or st.placement is None or st.shape.num_layers == 0:
@@ -182,15 +181,14 @@ class Residency:
         per_slot = st.placement.allocated_context_len // max(1, st.cfg.slots)
         return context_len > per_slot
 
-    async def _promote(self, st: ModelState, lease: Lease, per_slot: int | None) -> None:
-        lease.previous_tier = st.tier
-        started = time.monotonic()
+    async def _promote(self, st: ModelState, per_slot: int | None) -> LoadOutcome:
+        previous, started = st.tier, time.monotonic()
         # Shielded: a client that hangs up during a cold start must not leave an engine
         # built but unbooked. The load finishes and is booked; the caller sees its cancel.
-        task = asyncio.ensure_future(self._load_locked(st, lease, per_slot, started))
+        task = asyncio.ensure_future(self._load_locked(st, per_slot, started))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        await asyncio.shield(task)
-        lease.tier_switch_ms = (time.monotonic() - started) * 1000
+        evicted, report = await asyncio.shield(task)
+        return LoadOutcome(previous, (time.monotonic() - started) * 1000, evicted, report)
 
     @contextmanager
     def holding(self) -> Iterator[HeldRequests]:
@@ -201,20 +199,22 @@ class Residency:
         finally:
             held.release()
 
-    async def _load_locked(self, st: ModelState, lease: Lease, per_slot: int | None,
-                           started: float) -> None:
+    async def _load_locked(self, st: ModelState, per_slot: int | None, started: float
+                           ) -> tuple[tuple[str, ...], LoadReport | None]:
+        """The models evicted and the load's report (nothing: another request loaded it
+        while this one waited)."""
         try:
             async with self.place_lock:
                 if st.tier is Tier.GPU and st.engine is not None:
-                    return          # another request loaded it while this one waited
+                    return (), None
                 with self.holding() as held:
                     plan = await self._plan_or_wait(st, per_slot, held)
                     from_tier = st.tier
-                    report = await self._load_planned(st, lease, plan.placement, plan.evict)
+                    report = await self._load_planned(st, plan.placement, plan.evict)
         finally:
             self.released.notify()      # a load ended: plans waiting on it may now fit
-        lease.phases = report
         st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
+        return plan.evict, report
 
     async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
                             held: HeldRequests) -> LoadPlan:
@@ -292,11 +292,10 @@ class Residency:
             "model": st.id, "for_model": None, "reason": "rpc_worker_lost",
             "detail": lost, "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
 
-    async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
+    async def _load_planned(self, st: ModelState, placement: Placement,
                             evict: Sequence[str]) -> LoadReport:
         for victim in evict:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
-            lease.evicted.append(victim)
         try:
             with self.rpc.reserved(placement):
                 report = await asyncio.to_thread(self.effects.load, st, placement)

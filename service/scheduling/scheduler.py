@@ -29,19 +29,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 
-from hypnos.engines.protocols import Engine
-from hypnos.engines.records import LoadReport
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
 from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
-from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
+from hypnos.planner.types import Budgets, Hardware, NoFit, Placement, Tier
 from hypnos.service.config.schema import PROFILES, Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.hardware import process_rss
 from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
 from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
@@ -51,23 +49,7 @@ from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
-__all__ = ["Lease", "Scheduler"]
-
-
-@dataclass
-class Lease:
-    """What a request holds while it runs, and what its telemetry reports."""
-    model: ModelState
-    previous_tier: Tier
-    tier_switch_ms: float = 0.0
-    evicted: list[str] = field(default_factory=list)
-    phases: LoadReport | None = None
-    queue_ms: float = 0.0
-    estimated_wait_ms: float | None = None
-
-    @property
-    def engine(self) -> Engine | None:
-        return self.model.engine
+__all__ = ["Scheduler"]
 
 
 class Scheduler:
@@ -132,27 +114,6 @@ class Scheduler:
     def tier1_unbooked(self, memory: ProcessMemory) -> int:
         """What of ``memory``'s unbooked bytes the planner takes off tier 1."""
         return tier1_unbooked(self.hardware, memory)
-
-    # Pool changes (spec section 6), delegated to `PoolChanges` for the routes.
-
-    def is_changing(self, model_id: str) -> bool:
-        return self.pool.is_changing(model_id)
-
-    def changing(self, model_id: str):
-        return self.pool.changing(model_id)
-
-    async def drain_and_install(self, model_id: str, new: ModelState | None,
-                                drain_secs: float) -> None:
-        await self.pool.drain_and_install(model_id, new, drain_secs)
-
-    async def swap(self, model_id: str, new: ModelState | None, drain_secs: float) -> None:
-        await self.pool.swap(model_id, new, drain_secs)
-
-    async def set_enabled(self, model_id: str, enabled: bool) -> ModelState:
-        return await self.pool.set_enabled(model_id, enabled)
-
-    async def set_moe_offload(self, model_id: str, mode: MoeOffload) -> str:
-        return await self.pool.set_moe_offload(model_id, mode)
 
     # ------------------------------------------------------------------ leases
 
@@ -226,14 +187,14 @@ class Scheduler:
                 seen.append(lease)
             started = time.monotonic()
             if fit is None:
-                await self.residency.ensure(st, lease, context_len)
+                lease.add(await self.residency.ensure(st, context_len))
             else:
-                await self.residency.ensure(st, lease,
-                                            None if st.tier is Tier.GPU else context_len)
+                lease.add(await self.residency.ensure(
+                    st, None if st.tier is Tier.GPU else context_len))
                 async with st.load_lock:   # no rebuild swaps the engine mid-count
                     need = await fit(st.engine)
                 if need is not None:
-                    await self.residency.ensure(st, lease, need)
+                    lease.add(await self.residency.ensure(st, need))
             waited = time.monotonic()
             async with st.slots:
                 st.running += 1
@@ -296,11 +257,10 @@ class Scheduler:
         st = self.get(model_id, enabled_only=not allow_disabled)
         if st.in_use:
             raise Busy(f"The model '{model_id}' is in use; retry when it is idle")
-        lease = Lease(st, previous_tier=st.tier)
         # A move is a lease of its own: nothing evicts the model meanwhile.
         with self._counted(st, touch=False):
             if target is Tier.GPU:
-                await self.residency.ensure(st, lease, context_len)
+                await self.residency.ensure(st, context_len)
             else:
                 async with st.load_lock:
                     if st.tier is not target:
