@@ -168,7 +168,7 @@ def record(request, call: LeasedCall, results: list[ChatResult]) -> None:
     for the prompt once and every choice's completion."""
     first = results[0]
     if first.timings.prefill_tokens_per_s:
-        call.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+        call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
     request.app.ctx.metrics.chat(call.model.id, first.timings)
     request.ctx.result = dataclasses.replace(
         first, completion_tokens=sum(r.completion_tokens for r in results))

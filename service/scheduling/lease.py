@@ -1,8 +1,8 @@
 """What a request holds while it runs (`Lease`), and what making its model resident did
 (`LoadOutcome`, returned by `Residency.ensure`, added to the lease by the scheduler).
 
-Both are plain records: a lease is written by the scheduler on the event loop; routes and
-telemetry read it.
+Both are plain records: a lease is written by the scheduler on the event loop (and its
+``prefill_tokens_per_s`` by the inference layer under it); routes and telemetry read it.
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ class Lease:
     phases: LoadReport | None = None
     queue_ms: float = 0.0
     estimated_wait_ms: float | None = None
+    # The prefill speed the request measured (chat), set under the lease by the inference
+    # layer; the scheduler keeps it in the model's statistics when the lease ends.
+    prefill_tokens_per_s: float | None = None
 
     @property
     def engine(self) -> Engine | None:

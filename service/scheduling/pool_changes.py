@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from hypnos.planner.types import MoeOffload, Tier
 from hypnos.service.scheduling.kv_park import KvParkStore
@@ -104,7 +105,7 @@ class PoolChanges:
         idle resident model is unloaded, its next request loads it with the new placement),
         "next_load" when it is busy."""
         st = self.get(model_id, enabled_only=False)
-        st.cfg.moe_offload = mode
+        st.cfg = replace(st.cfg, moe_offload=mode)   # this model's; the loaded config's stays
         if st.in_use:
             return "next_load"
         if st.tier is Tier.GPU:

@@ -44,7 +44,7 @@ from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import LoadOutcome
-from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.pool import KeptEngine, ModelState
 from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
                                                 WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
@@ -296,20 +296,25 @@ class Residency:
                             evict: Sequence[str]) -> LoadReport:
         for victim in evict:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
+        kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
         try:
             with self.rpc.reserved(placement):
-                report = await asyncio.to_thread(self.effects.load, st, placement)
-        except EngineError as exc:
+                loaded = await asyncio.to_thread(self.effects.load, st, placement, kept)
+        except BaseException as exc:
+            if kept is not None:        # a failed load frees the kept weights too
+                st.pinned = None
+            if not isinstance(exc, EngineError):
+                raise
             if isinstance(exc, EngineUnavailable):
                 st.problem = str(exc)
             elif not isinstance(exc, WorkerLost):   # a worker gone: the next try may work
                 self.effects.count_load_failure(st)
             raise LoadFailed(st.id, exc) from None
-        if st.pinned is not None:
-            await asyncio.to_thread(self.effects.unpin, st)
+        st.engine, st.booked_vs_real, report = loaded.engine, loaded.memory_truth, loaded.report
+        await self._unpin(st)       # the kept engine's emptied holder, or the pinned files
         parked = self.kv_park.take(st.id)
         if parked is not None:
-            tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
+            tokens, ms = await asyncio.to_thread(self.effects.restore, st, loaded.engine, parked)
             report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
         st.placement, st.tier, st.last_load = self.honest(st, placement), Tier.GPU, report
         return report
@@ -345,23 +350,41 @@ class Residency:
         budget: its placement books them in tier 1). Caller holds st.load_lock."""
         if st.engine is not None:
             if self.kv_park.enabled and st.enabled:
-                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
+                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st, st.engine))
             if to is Tier.RAM and self._keeps_engine(st, room_for):
-                await asyncio.to_thread(self.effects.suspend, st)
-            if st.engine is not None:
-                await asyncio.to_thread(self.effects.unload, st)
+                kept = await asyncio.to_thread(self.effects.suspend, st, st.engine)
+                if kept is not None:
+                    st.engine, st.pinned = None, kept
+            await self._free_engine(st)
         if to is Tier.RAM and st.pinned is None:
             if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes or \
                     over_process_cap(self.rss(), st.weight_bytes,
                                      self.config.hardware.max_process_memory_bytes):
                 to = Tier.SSD
             else:
-                await asyncio.to_thread(self.effects.pin, st)
+                st.pinned = await asyncio.to_thread(self.effects.pin, st)
         if to is Tier.SSD:
-            if st.pinned is not None:
-                await asyncio.to_thread(self.effects.unpin, st)
+            await self._unpin(st)
             await asyncio.to_thread(self.effects.drop_pages, st)
         st.tier = to
         st.placement = None if to is not Tier.GPU else st.placement
         self.released.notify()          # an unload ended
         return to
+
+    async def _free_engine(self, st: ModelState) -> None:
+        """Unload ``st``'s engine, if any (it is gone from the record at once)."""
+        engine, st.engine = st.engine, None
+        if engine is not None:
+            await asyncio.to_thread(self.effects.unload, st, engine)
+
+    async def _unpin(self, st: ModelState) -> None:
+        """Release what tier 2 holds for ``st``, if anything (gone from the record at once)."""
+        pinned, st.pinned = st.pinned, None
+        if pinned is not None:
+            await asyncio.to_thread(self.effects.unpin, st, pinned)
+
+    async def release_all(self) -> None:
+        """Shutdown: free every engine and everything tier 2 holds."""
+        for st in self.models.values():
+            await self._free_engine(st)
+            await self._unpin(st)

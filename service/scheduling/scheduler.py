@@ -88,6 +88,11 @@ class Scheduler:
     # ------------------------------------------------------------------ pool
 
     def add(self, state: ModelState) -> None:
+        """Put ``state`` in the pool: a new model, or in place of one of the same id that
+        nothing uses (staging re-checks the models whose files were missing at start)."""
+        old = self.models.get(state.id)
+        assert old is None or not old.in_use and old.engine is None and old.pinned is None, \
+            f"{state.id} is in use"
         self.models[state.id] = state
 
     def get(self, model_id: str, *, enabled_only: bool = True) -> ModelState:
@@ -204,6 +209,8 @@ class Scheduler:
                 finally:
                     st.running -= 1
                     st.stats.record_request((time.monotonic() - started) * 1000)
+                    if lease.prefill_tokens_per_s:
+                        st.stats.prefill_tps = lease.prefill_tokens_per_s
                     if getattr(st.engine, "lost", ""):
                         self._background_task(self.residency.drop_lost(st))
 
@@ -287,8 +294,4 @@ class Scheduler:
         task.add_done_callback(self._background.discard)
 
     async def shutdown(self) -> None:
-        for st in self.models.values():
-            if st.engine is not None:
-                await asyncio.to_thread(self.effects.unload, st)
-            if st.pinned is not None:
-                await asyncio.to_thread(self.effects.unpin, st)
+        await self.residency.release_all()

@@ -220,8 +220,9 @@ class _Parked:
 
 async def test_kv_parking_round_trip_through_an_eviction():
     fx = FakeEffects()
-    fx.park = lambda st: (fx.log.append(("park", st.id)), _Parked(10 * MIB))[1]
-    fx.restore = lambda st, parked: (fx.log.append(("restore", st.id)), (parked.tokens, 1.5))[1]
+    fx.park = lambda st, engine: (fx.log.append(("park", st.id)), _Parked(10 * MIB))[1]
+    fx.restore = lambda st, engine, parked: (fx.log.append(("restore", st.id)),
+                                             (parked.tokens, 1.5))[1]
     sched = make([(model("a"), 600), (model("b"), 600)], fx)
     sched.kv_park.configure(True, 64 * MIB)
     async with sched.lease("a"):
@@ -280,13 +281,13 @@ class SlowUnloadEffects(FakeEffects):
         self.first: str | None = None
         self.active: set[str] = set()
 
-    def unload(self, st):
+    def unload(self, st, engine):
         import time
         self.first = self.first or st.id
         self.unloading.set()
         self.active.add(st.id)
         time.sleep(0.2)
-        super().unload(st)
+        super().unload(st, engine)
         self.active.discard(st.id)
 
 
