@@ -8,10 +8,12 @@ it back logs ``("resume", id)`` after ``("load", id)``.
 It records every effect in ``log`` and proves "a model was never unloaded while it was
 serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it
 meanwhile lands in ``violations``. ``engine``: the engine a load installs (a route test's
-failing engine); else an idle stand-in.
+failing engine); else an idle stand-in. `Gated` holds chosen loads and unloads until a test
+lets them go, so a test orders events instead of timing them.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -92,3 +94,35 @@ class FakeEffects:
 
     def count_load_failure(self, st) -> None:
         pass
+
+
+class Gated(FakeEffects):
+    """`FakeEffects` whose load or unload of a model waits while the gate ``close`` returned
+    for it is not set (a threading.Event: the effect runs in a worker thread); ``began``
+    returns once that effect has started."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gates: dict[tuple[str, str], threading.Event] = {}
+        self.started: dict[tuple[str, str], threading.Event] = {}
+
+    def close(self, op: str, mid: str) -> threading.Event:
+        self.started[op, mid] = threading.Event()
+        gate = self.gates[op, mid] = threading.Event()
+        return gate
+
+    async def began(self, op: str, mid: str) -> None:
+        assert await asyncio.to_thread(self.started[op, mid].wait, 10), (op, mid)
+
+    def _wait(self, op: str, mid: str) -> None:
+        if (op, mid) in self.gates:
+            self.started[op, mid].set()
+            assert self.gates[op, mid].wait(10), (op, mid)
+
+    def load(self, st, placement, kept):
+        self._wait("load", st.id)
+        return super().load(st, placement, kept)
+
+    def unload(self, st, engine):
+        self._wait("unload", st.id)
+        super().unload(st, engine)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from hypnos.engines.protocols import ReportsDevice
@@ -42,6 +42,7 @@ from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, Placement
 from hypnos.planner.workers import WorkerBudget
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
+from hypnos.service.scheduling.held import HeldRequests, holding
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import LoadOutcome
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
@@ -49,26 +50,6 @@ from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServ
                                                 WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
-
-
-class HeldRequests:
-    """New requests of some models held while another model's swap is planned and loaded
-    (``hold``); `Residency.holding` releases them all when the load is done or failed."""
-
-    def __init__(self, gates: dict[str, asyncio.Event]):
-        self._gates = gates
-        self._mine: list[str] = []
-
-    def hold(self, model_ids) -> None:
-        for model_id in model_ids:
-            if model_id not in self._gates:
-                self._gates[model_id] = asyncio.Event()
-                self._mine.append(model_id)
-
-    def release(self) -> None:
-        for model_id in self._mine:       # their waiting requests queue behind this load
-            self._gates.pop(model_id).set()
-        self._mine.clear()
 
 
 class Residency:
@@ -161,19 +142,30 @@ class Residency:
         promotion did, or None when it was resident already."""
         async with st.load_lock:
             if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
-                await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
+                async with self._drained(st):   # a lost RPC worker: plan and load again
+                    await self.unload(st, Tier.SSD)
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
                 return None
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
-                for _ in range(st.cfg.slots):
-                    await st.slots.acquire()
-                try:
+                async with self._drained(st):
                     await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
                     return await self._promote(st, context_len)
-                finally:
-                    for _ in range(st.cfg.slots):
-                        st.slots.release()
             return await self._promote(st, context_len)
+
+    @asynccontextmanager
+    async def _drained(self, st: ModelState) -> AsyncIterator[None]:
+        """Every execution slot of ``st`` taken for the block: the requests running on its
+        engine have ended, and none starts before the block ends. Caller holds
+        st.load_lock (a request holding a slot never waits for it)."""
+        taken = 0
+        try:
+            for _ in range(st.cfg.slots):
+                await st.slots.acquire()
+                taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                st.slots.release()
 
     def _needs_rebuild(self, st: ModelState, context_len: int | None) -> bool:
         if not context_len or st.placement is None or st.shape.num_layers == 0:
@@ -190,15 +182,6 @@ class Residency:
         evicted, report = await asyncio.shield(task)
         return LoadOutcome(previous, (time.monotonic() - started) * 1000, evicted, report)
 
-    @contextmanager
-    def holding(self) -> Iterator[HeldRequests]:
-        """New requests held while one swap is planned and loaded; released on exit."""
-        held = HeldRequests(self.held)
-        try:
-            yield held
-        finally:
-            held.release()
-
     async def _load_locked(self, st: ModelState, per_slot: int | None, started: float
                            ) -> tuple[tuple[str, ...], LoadReport | None]:
         """The models evicted and the load's report (nothing: another request loaded it
@@ -207,7 +190,7 @@ class Residency:
             async with self.place_lock:
                 if st.tier is Tier.GPU and st.engine is not None:
                     return (), None
-                with self.holding() as held:
+                with holding(self.held) as held:
                     plan = await self._plan_or_wait(st, per_slot, held)
                     from_tier = st.tier
                     report = await self._load_planned(st, plan.placement, plan.evict)
@@ -281,9 +264,10 @@ class Residency:
             f"that answer cannot hold the rest; not answering: {names}", retry_after_s=5)
 
     async def drop_lost(self, st: ModelState) -> None:
-        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`): the next
-        request plans and loads it again, with the workers that answer then."""
-        async with st.load_lock:
+        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`), once the
+        requests running on it have ended (they fail fast on a lost engine): the next request
+        plans and loads it again, with the workers that answer then."""
+        async with st.load_lock, self._drained(st):    # not under a request still running
             lost = getattr(st.engine, "lost", "")
             if st.tier is not Tier.GPU or not lost:
                 return

@@ -122,12 +122,16 @@ class Scheduler:
 
     # ------------------------------------------------------------------ leases
 
+    def _gate(self, model_id: str) -> asyncio.Event | None:
+        """What new requests of ``model_id`` wait on now: its change (`PoolChanges`), or a
+        grouped swap to another model that holds them (`Residency.held`); None: nothing."""
+        return self.pool.gate(model_id) or self.residency.held.get(model_id)
+
     async def _pass_gates(self, model_id: str) -> None:
         """Wait while ``model_id`` is being changed (then served by the replacement, or
-        `UnknownModel` once removed) or while a grouped swap to another model holds its new requests
-        (then queued behind it)."""
-        while (gate := self.pool.gate(model_id) or self.residency.held.get(model_id)) \
-                is not None:
+        `UnknownModel` once removed) or while a grouped swap to another model holds its new
+        requests (then queued behind it)."""
+        while (gate := self._gate(model_id)) is not None:
             await gate.wait()
 
     @contextmanager
@@ -260,7 +264,10 @@ class Scheduler:
     async def move(self, model_id: str, target: Tier, context_len: int | None = None,
                    *, allow_disabled: bool = False) -> ModelState:
         """POST /v1/memory/tier and startup staging. `Busy` while leased, a load's refusals
-        (`Scheduler.lease`) when it cannot load. Blocks for as long as the load takes."""
+        (`Scheduler.lease`) when it cannot load. Waits at the gates like a lease (a model
+        being changed, or held by another model's swap), then blocks for as long as the
+        load takes."""
+        await self._pass_gates(model_id)
         st = self.get(model_id, enabled_only=not allow_disabled)
         if st.in_use:
             raise Busy(f"The model '{model_id}' is in use; retry when it is idle")
@@ -276,9 +283,12 @@ class Scheduler:
 
     def prefetch(self, model_id: str) -> None:
         """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy
-        or failing models are ignored; the current request never waits for this."""
+        or failing models are ignored, and so is one behind a gate (being changed, or held
+        by a swap that may just have evicted it); the current request never waits for
+        this."""
         st = self.models.get(model_id)
-        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use:
+        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use \
+                or self._gate(model_id) is not None:
             return
 
         async def load():

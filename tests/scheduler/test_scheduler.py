@@ -3,11 +3,10 @@
 The fake records every effect and proves "a model was never unloaded while it was serving".
 """
 import asyncio
-import threading
 
 import pytest
 
-from fakes import FakeEffects
+from fakes import FakeEffects, Gated
 from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
@@ -253,18 +252,21 @@ def test_kv_park_store_cap_drops_the_oldest_and_off_drops_all():
 async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
     """Regression: a client hanging up mid-load left an engine built with the model still
     in tier 3, unbooked, and the next request loaded it a second time."""
-    fx = FakeEffects(load_delay=0.2)
+    fx = Gated()
+    gate = fx.close("load", "a")
     sched = make([(model("a"), 100)], fx)
 
     async def one():
         async with sched.lease("a"):
             pass
     task = asyncio.create_task(one())
-    await asyncio.sleep(0.05)
+    await fx.began("load", "a")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.3)
+    gate.set()
+    async with sched.residency.place_lock:     # the shielded load ends (booked) under it
+        pass
     st = sched.models["a"]
     assert st.tier is Tier.GPU and st.placement is not None and st.leases == 0
     async with sched.lease("a") as lease:
@@ -272,48 +274,37 @@ async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
     assert fx.log.count(("load", "a")) == 1
 
 
-class SlowUnloadEffects(FakeEffects):
-    """Unloads take a while (a big model's pages dropped), so a request can arrive meanwhile."""
-
-    def __init__(self):
-        super().__init__()
-        self.unloading = threading.Event()
-        self.first: str | None = None
-        self.active: set[str] = set()
-
-    def unload(self, st, engine):
-        import time
-        self.first = self.first or st.id
-        self.unloading.set()
-        self.active.add(st.id)
-        time.sleep(0.2)
-        super().unload(st, engine)
-        self.active.discard(st.id)
-
-
 async def test_victim_leased_during_an_earlier_eviction_is_not_unloaded():
     """A victim that a request (or a hold) asks for while the first victim is being unloaded
-    is never unloaded under it: the request waits for the swap, then loads it again."""
-    fx = SlowUnloadEffects()
-    sched = make([(model("a"), 400), (model("b"), 400), (model("c"), 800)], fx)
+    is never unloaded under it: the hold waits for the swap, then the request loads it
+    again. "c" needs both "a" (low priority: evicted first) and "b" evicted."""
+    fx = Gated()
+    sched = make([(model("a", Priority.LOW), 400), (model("b"), 400), (model("c"), 800)], fx)
     for mid in ("a", "b"):
         async with sched.lease(mid):
             pass
+    gate = fx.close("unload", "a")
     big = asyncio.create_task(_lease_once(sched, "c"))
-    while not fx.unloading.is_set():
-        await asyncio.sleep(0.005)
-    other = "b" if fx.first == "a" else "a"     # still resident, next on the list
-    async with sched.hold(other):       # a prompt being counted: no unload under it
-        for _ in range(30):
-            assert other not in fx.active
-            await asyncio.sleep(0.01)
-    async with sched.lease(other):
-        fx.serving.add(other)
-        await asyncio.sleep(0.4)
-        fx.serving.discard(other)
-    await big
+    await fx.began("unload", "a")
+
+    async def count_a_prompt():       # a hold: no unload under it
+        async with sched.hold("b"):
+            fx.log.append(("hold", "b"))
+            assert sched.models["b"].tier is not Tier.GPU
+    hold = asyncio.create_task(count_a_prompt())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not hold.done() and ("unload", "b") not in fx.log     # it waits for the swap
+    gate.set()
+    await asyncio.gather(big, hold)
+    async with sched.lease("b"):
+        fx.serving.add("b")
+        await asyncio.sleep(0)
+        fx.serving.discard("b")
+    assert fx.log.index(("unload", "b")) < fx.log.index(("hold", "b"))
     assert fx.violations == []
-    assert sched.models[other].tier is Tier.GPU
+    assert [m for op, m in fx.log if op == "load"] == ["a", "b", "c", "b"]
+    assert sched.models["b"].tier is Tier.GPU
 
 
 async def _lease_once(sched, mid):
