@@ -18,6 +18,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sanic import Sanic
@@ -67,11 +68,14 @@ class Endpoint:
     other: dict = field(default_factory=dict)
 
 
-def endpoint(summary: str, **kw) -> Callable:
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def endpoint(summary: str, **kw: Any) -> Callable[[H], H]:
     """Declare a handler's contract; put it under the ``@bp.<method>(path)`` line."""
     spec = Endpoint(summary, **kw)
 
-    def mark(handler):
+    def mark(handler: H) -> H:
         setattr(handler, ATTR, spec)
         return handler
     return mark

@@ -46,7 +46,7 @@ async def export(sched, st, key: str) -> tuple[bytes, int]:
 async def restore(sched, st, key: str, blob: bytes) -> int:
     """Load the model if needed and bind ``blob`` to ``key``; the restored token count."""
     async with leased_by(sched, st.id, CHAT, param="blob", checked=True) as call:
-        return await call.run(lambda b, k, _cancel: call.engine.import_session(b, k), blob, key)
+        return await call.run(lambda b, k, _cancel: call.sessions.import_session(b, k), blob, key)
 
 
 async def release(sched, st, key: str) -> None:

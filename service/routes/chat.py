@@ -117,7 +117,7 @@ async def chat_completions(request: Request):
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
-        fmt = call.engine.format
+        fmt = call.chat.format
         if params.request.tools and params.request.tool_choice != "none" and \
                 fmt is not None and fmt.tools is None:
             raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "

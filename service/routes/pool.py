@@ -90,6 +90,7 @@ async def checked_model(request: Request, body: PoolBody, model_id: str | None) 
     st, problems = await asyncio.to_thread(startup_checks, request.app.ctx.config, m, tested)
     if problems:
         raise errors.InvalidRequest("; ".join(problems), param="config")
+    assert st is not None           # no problems: the state was built
     return st, text
 
 

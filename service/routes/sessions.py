@@ -11,7 +11,7 @@ import asyncio
 import base64
 import re
 import binascii
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import Field
 from sanic import Blueprint, Request
@@ -104,7 +104,10 @@ async def release(request: Request):
 POSITIVE = re.compile(r"^0*[1-9][0-9]*(\.[0-9]*)?$|^0*\.[0-9]*[1-9][0-9]*$")
 
 
-def _positive(request: Request, name: str, default: float | None) -> float | None:
+D = TypeVar("D", bound=float | None)    # a parameter's default: a number, or None
+
+
+def _positive(request: Request, name: str, default: D) -> float | D:
     raw = request.get_args(keep_blank_values=True).get(name)    # "?tokens=" is not a number
     if raw is None:
         return default

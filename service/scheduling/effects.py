@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine
+from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine, SplitsLayers
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.budgets import kept_engine_booking
@@ -109,9 +109,8 @@ class MachineEffects:
         report = engine.load(spec)
         truth = {"booked_bytes": placement.booked_tier1_bytes,
                  "rss_growth_bytes": process_rss() - before}
-        child_rss = getattr(engine, "child_rss", None)
-        if child_rss is not None:   # a split model's local part lives in its child process
-            truth["child_rss_bytes"] = child_rss()
+        if isinstance(engine, SplitsLayers):  # its local part lives in its child process
+            truth["child_rss_bytes"] = engine.child_rss()
         if kept is not None:    # the weights were already resident (tier 2): not in the growth
             truth["kept_weights_bytes"] = st.weight_bytes
         vram_after = vram_used() if vram_before is not None else None

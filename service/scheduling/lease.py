@@ -40,8 +40,12 @@ class Lease:
     prefill_tokens_per_s: float | None = None
 
     @property
-    def engine(self) -> Engine | None:
-        return self.model.engine
+    def engine(self) -> Engine:
+        """The model's engine, loaded while the lease holds its slot (an unload of a leased
+        model first takes every slot)."""
+        engine = self.model.engine
+        assert engine is not None, f"{self.model.id} has no engine under a lease"
+        return engine
 
     def add(self, outcome: LoadOutcome | None) -> None:
         """Report a promotion made under this lease (None: the model was resident): the last

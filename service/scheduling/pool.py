@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from hypnos.engines.protocols import Engine
+from hypnos.engines.protocols import Engine, SplitsLayers
 from hypnos.engines.records import LoadReport
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config.schema import ModelConfig
@@ -154,6 +154,12 @@ class ModelState:
                              self.placement.booked_tier1_bytes if self.placement else 0,
                              self.reload_estimate_ms(), self.stats.requests_per_minute(),
                              leased=self.in_use or self.load_lock.locked())
+
+    @property
+    def lost(self) -> str:
+        """Why its engine is lost (an RPC worker of a split model went away); "" when it is
+        not, or when nothing is loaded."""
+        return self.engine.lost if isinstance(self.engine, SplitsLayers) else ""
 
     @property
     def in_use(self) -> bool:

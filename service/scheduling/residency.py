@@ -141,7 +141,7 @@ class Residency:
         """Make ``st`` resident in tier 1 with at least ``context_len`` per slot; what the
         promotion did, or None when it was resident already."""
         async with st.load_lock:
-            if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
+            if st.tier is Tier.GPU and st.lost:
                 async with self._drained(st):   # a lost RPC worker: plan and load again
                     await self.unload(st, Tier.SSD)
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
@@ -268,7 +268,7 @@ class Residency:
         requests running on it have ended (they fail fast on a lost engine): the next request
         plans and loads it again, with the workers that answer then."""
         async with st.load_lock, self._drained(st):    # not under a request still running
-            lost = getattr(st.engine, "lost", "")
+            lost = st.lost
             if st.tier is not Tier.GPU or not lost:
                 return
             to = await self.unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from hypnos.engines.protocols import Engine
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
@@ -49,7 +50,11 @@ from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
-__all__ = ["Scheduler"]
+__all__ = ["Fit", "Scheduler"]
+
+# A lease's check on the loaded engine (`Scheduler.lease`): the per-slot context it needs
+# when what is loaded will not do, None when it will.
+Fit = Callable[[Engine], Awaitable[int | None]]
 
 
 class Scheduler:
@@ -158,7 +163,8 @@ class Scheduler:
 
     @asynccontextmanager
     async def lease(self, model_id: str, *, deadline_ms: float | None = None,
-                    context_len: int | None = None, fit=None):
+                    context_len: int | None = None, fit: Fit | None = None
+                    ) -> AsyncIterator[Lease]:
         """Admit a request, make its model resident (paying any promotion), hold a slot.
 
         ``context_len`` is the per-slot context the request needs. With ``fit`` (an async
@@ -201,7 +207,7 @@ class Scheduler:
                 lease.add(await self.residency.ensure(
                     st, None if st.tier is Tier.GPU else context_len))
                 async with st.load_lock:   # no rebuild swaps the engine mid-count
-                    need = await fit(st.engine)
+                    need = await fit(lease.engine)
                 if need is not None:
                     lease.add(await self.residency.ensure(st, need))
             waited = time.monotonic()
@@ -215,7 +221,7 @@ class Scheduler:
                     st.stats.record_request((time.monotonic() - started) * 1000)
                     if lease.prefill_tokens_per_s:
                         st.stats.prefill_tps = lease.prefill_tokens_per_s
-                    if getattr(st.engine, "lost", ""):
+                    if st.lost:
                         self._background_task(self.residency.drop_lost(st))
 
     def implicit_deadline_ms(self) -> float | None:
@@ -226,7 +232,7 @@ class Scheduler:
         return implicit_deadline(self.config.limits.overload, objective)
 
     @asynccontextmanager
-    async def hold(self, model_id: str):
+    async def hold(self, model_id: str) -> AsyncIterator[ModelState]:
         """Keep ``model_id`` from being evicted while held, without loading it or taking a
         slot (session watch, a prompt being counted). Waits like a lease while the model is
         being swapped out (a hold taken after the plan would be unloaded under it)."""

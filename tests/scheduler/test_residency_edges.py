@@ -62,8 +62,12 @@ async def test_a_failed_context_rebuild_leaves_the_model_out_of_tier_1_and_its_s
 
 
 class LostEngine(IdleEngine):
-    """A split engine's one member the scheduler reads: why it is lost ("" while it serves)."""
+    """A split engine (`SplitsLayers`): ``lost`` says why it is gone ("" while it serves)."""
     lost = ""
+    split_layers: dict[str, int] = {}
+
+    def child_rss(self) -> int:
+        return 0
 
 
 async def until(condition, bound_s: float = 10.0) -> None:
