@@ -60,6 +60,29 @@ class OffloadsLayers(ReportsDevice, Protocol):
         ...
 
 
+@runtime_checkable
+class SplitsLayers(Protocol):
+    """An engine whose layers are split across RPC workers, its local part in a child process
+    (``llama.split.SplitChatEngine``). The scheduler demotes it once ``lost``."""
+
+    @property
+    def lost(self) -> str:
+        """Why the model is gone ("" while it serves): an RPC worker stopped answering or
+        stalled, the child process died, the model was unloaded."""
+        ...
+
+    @property
+    def split_layers(self) -> dict[str, int]:
+        """Layers llama.cpp put on each device at the last load (a worker's endpoint, or
+        the local device) -> count."""
+        ...
+
+    def child_rss(self) -> int:
+        """Resident memory of the child process holding the local part (0 when none).
+        Reads /proc; any thread."""
+        ...
+
+
 # ------------------------------------------------------------------------- chat
 
 class ChatEngine(Engine, Protocol):

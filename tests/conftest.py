@@ -57,9 +57,9 @@ def _model_free_guard(request, monkeypatch):
     loaded: list[str] = []
     real_load = MachineEffects.load
 
-    def load(self, st, placement):
+    def load(self, st, placement, kept):
         loaded.append(st.id)
-        return real_load(self, st, placement)
+        return real_load(self, st, placement, kept)
     monkeypatch.setattr(MachineEffects, "load", load)
     yield
     assert not loaded, (f"a test of a model-free tier loaded {loaded}: it belongs in "

@@ -1,20 +1,25 @@
 """The one fake `Effects` the tests drive the scheduler with
 (hypnos.service.scheduling.effects.Effects; tests/scheduler/test_effects_protocol.py checks it
-implements every member). ``suspend`` keeps the engine in tier 2 as a `FakeKept` (the
-scheduler asks for it on CPU-only and unified-memory hosts); ``load`` takes it back and logs
-``("resume", id)`` after ``("load", id)``.
+implements every member). Like the real one it changes no model record: it returns what it
+builds and the scheduler assigns it. ``suspend`` keeps the engine in tier 2 as a real
+`KeptEngine` (the scheduler asks for it on CPU-only and unified-memory hosts); ``load`` given
+it back logs ``("resume", id)`` after ``("load", id)``.
 
 It records every effect in ``log`` and proves "a model was never unloaded while it was
 serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it
 meanwhile lands in ``violations``. ``engine``: the engine a load installs (a route test's
-failing engine); else an idle stand-in.
+failing engine); else an idle stand-in. `Gated` holds chosen loads and unloads until a test
+lets them go, so a test orders events instead of timing them.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 from hypnos.engines.records import LoadReport, LoadSpec
+from hypnos.service.scheduling.effects import Loaded
+from hypnos.service.scheduling.pool import KeptEngine
 
 
 class IdleEngine:
@@ -29,30 +34,13 @@ class IdleEngine:
 
 
 class FakePinned:
-    """What `FakeEffects.pin` leaves in ``st.pinned``: the bytes tier 2 books."""
+    """What `FakeEffects.pin` returns: the bytes tier 2 books."""
 
     def __init__(self, nbytes: int):
         self.bytes, self.locked = nbytes, False
 
     def release(self) -> None:
         pass
-
-
-class FakeKept:
-    """What `FakeEffects.suspend` leaves in ``st.pinned``: the kept engine and the bytes tier 2
-    books (as `pool.KeptEngine`)."""
-
-    locked = False
-
-    def __init__(self, engine, nbytes: int):
-        self.engine, self.bytes = engine, nbytes
-
-    def take(self):
-        engine, self.engine = self.engine, None
-        return engine
-
-    def release(self) -> None:
-        self.engine = None
 
 
 class FakeEffects:
@@ -64,44 +52,39 @@ class FakeEffects:
         self.violations: list[str] = []
         self.lock = threading.Lock()
 
-    def load(self, st, placement) -> LoadReport:
+    def load(self, st, placement, kept) -> Loaded:
         time.sleep(self.load_delay)
-        kept = st.pinned.take() if isinstance(st.pinned, FakeKept) else None
         with self.lock:
             self.log.append(("load", st.id))
             if kept is not None:
                 self.log.append(("resume", st.id))      # only the context was built
-        st.engine = kept or (self.engine if self.engine is not None else IdleEngine())
-        return LoadReport(load_mode="warm" if kept is not None else "mmap",
-                          total_ms=self.load_delay * 1000)
+        engine = kept or (self.engine if self.engine is not None else IdleEngine())
+        return Loaded(engine, LoadReport(load_mode="warm" if kept is not None else "mmap",
+                                         total_ms=self.load_delay * 1000))
 
-    def suspend(self, st) -> bool:
-        """Keeps the engine (without its context) in ``st.pinned``, booking its weights."""
+    def suspend(self, st, engine) -> KeptEngine:
+        """Keeps the engine (without its context), booking its weights."""
         self.log.append(("suspend", st.id))
-        st.engine, st.pinned = None, FakeKept(st.engine, st.weight_bytes)
-        return True
+        return KeptEngine(engine, st.weight_bytes)
 
-    def unload(self, st) -> None:
+    def unload(self, st, engine) -> None:
         if st.id in self.serving:
             self.violations.append(st.id)
         self.log.append(("unload", st.id))
-        st.engine = None
 
-    def park(self, st):
+    def park(self, st, engine):
         return None
 
-    def restore(self, st, parked) -> tuple[int, float]:
+    def restore(self, st, engine, parked) -> tuple[int, float]:
         return 0, 0.0
 
-    def pin(self, st) -> None:
+    def pin(self, st) -> FakePinned:
         self.log.append(("pin", st.id))
-        st.pinned = FakePinned(st.weight_bytes)
+        return FakePinned(st.weight_bytes)
 
-    def unpin(self, st) -> None:
+    def unpin(self, st, pinned) -> None:
         self.log.append(("unpin", st.id))
-        pinned, st.pinned = st.pinned, None
-        if pinned is not None:
-            pinned.release()
+        pinned.release()
 
     def drop_pages(self, st) -> None:
         self.log.append(("drop", st.id))
@@ -111,3 +94,35 @@ class FakeEffects:
 
     def count_load_failure(self, st) -> None:
         pass
+
+
+class Gated(FakeEffects):
+    """`FakeEffects` whose load or unload of a model waits while the gate ``close`` returned
+    for it is not set (a threading.Event: the effect runs in a worker thread); ``began``
+    returns once that effect has started."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gates: dict[tuple[str, str], threading.Event] = {}
+        self.started: dict[tuple[str, str], threading.Event] = {}
+
+    def close(self, op: str, mid: str) -> threading.Event:
+        self.started[op, mid] = threading.Event()
+        gate = self.gates[op, mid] = threading.Event()
+        return gate
+
+    async def began(self, op: str, mid: str) -> None:
+        assert await asyncio.to_thread(self.started[op, mid].wait, 10), (op, mid)
+
+    def _wait(self, op: str, mid: str) -> None:
+        if (op, mid) in self.gates:
+            self.started[op, mid].set()
+            assert self.gates[op, mid].wait(10), (op, mid)
+
+    def load(self, st, placement, kept):
+        self._wait("load", st.id)
+        return super().load(st, placement, kept)
+
+    def unload(self, st, engine):
+        self._wait("unload", st.id)
+        super().unload(st, engine)

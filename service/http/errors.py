@@ -1,13 +1,19 @@
 """One error root and a subclass per row of the spec's error table (section 4), and the one
-map from an engine's errors to them (``from_engine``).
+map from an engine's errors (``from_engine``) and the scheduler's refusals (``from_refusal``)
+to them.
 
-Routes, the inference layer and the scheduler raise these; `install_error_handlers` renders
-every one of them as the spec's envelope. Anything else becomes a 500 ``server_error`` naming
-the request id. A new engine error is one line in ``from_engine``.
+Routes and the inference layer raise these; the scheduler raises its own typed refusals
+(`scheduling.refusals`), which become these where requests meet it: the inference layer
+(``refusals_as_http``) and, for the routes that call the scheduler directly, the error
+handler. `install_error_handlers` renders every one of them as the spec's envelope. Anything
+else becomes a 500 ``server_error`` naming the request id. A new engine error or refusal is
+one line here (tests/http/test_error_map.py fails until it is).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sanic import Sanic
 from sanic.exceptions import (BadRequest, HeaderNotFound, MethodNotAllowed, NotFound,
@@ -17,6 +23,8 @@ from sanic.response import json as json_response
 from sanic.response import text as text_response
 
 from hypnos.engines import errors as eng
+from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
+from hypnos.service.scheduling import refusals
 
 
 log = logging.getLogger("hypnos.errors")
@@ -38,7 +46,7 @@ class HypnosError(Exception):
         self.with_code = with_code or self.code is not None or param is not None
 
     def body(self) -> dict:
-        err = {"message": self.message, "type": self.type}
+        err: dict[str, str | None] = {"message": self.message, "type": self.type}
         if self.with_code:
             err["param"] = self.param
             err["code"] = self.code
@@ -182,9 +190,10 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
     if isinstance(exc, HypnosError):
         return exc
     if isinstance(exc, eng.WorkerLost):
-        return ModelNotAvailable(f"{exc}; the model was demoted, the next request loads it "
-                                 "again with the workers that answer",
-                                 headers={"Retry-After": "5"})
+        return ModelNotAvailable(f"{exc}; the next request plans the model again with the "
+                                 "RPC workers that answer", headers={"Retry-After": "5"})
+    if isinstance(exc, eng.EngineUnavailable):
+        return ModelNotAvailable(str(exc))
     if isinstance(exc, eng.MediaDecodeError):
         return InvalidRequest(f"A media part could not be read: {exc}", param="messages")
     if isinstance(exc, eng.ContextOverflow):
@@ -213,6 +222,42 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
     return ServerError(f"{what} failed: {exc}")
 
 
+# Each refusal of the scheduler and its error; a load refused by the planner by its reason.
+REFUSALS: dict[type[refusals.Refused], type[HypnosError]] = {
+    refusals.UnknownModel: ModelNotFound, refusals.DisabledModel: ModelDisabled,
+    refusals.Busy: ModelBusy, refusals.OverDeadline: DeadlineUnmeetable,
+    refusals.NotServable: ModelNotAvailable}
+LOAD_REFUSALS: dict[type, type[HypnosError]] = {
+    TooBig: DoesNotFitAlone, NoRoom: InsufficientMemory, refusals.WorkersBusy: InsufficientMemory,
+    OverProcessCap: ProcessMemoryCap}
+
+
+def from_refusal(exc: refusals.Refused) -> HypnosError:
+    """The one scheduling-refusal -> HTTP map; a refusal's retry hint is Retry-After. A
+    failed load is a 500 naming it, unless the engine cannot be served here or lost an RPC
+    worker (the 503s ``from_engine`` gives them during a call too): an error about a
+    request's content cannot come from a load."""
+    if isinstance(exc, refusals.LoadFailed):
+        if isinstance(exc.error, (eng.EngineUnavailable, eng.WorkerLost)):
+            return from_engine(exc.error)
+        return ServerError(exc.message)
+    if isinstance(exc, refusals.LoadRefused):
+        cls = LOAD_REFUSALS[type(exc.refusal)]
+    else:
+        cls = REFUSALS[type(exc)]
+    headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return cls(exc.message, headers=headers)
+
+
+@contextmanager
+def refusals_as_http() -> Iterator[None]:
+    """A scheduling refusal raised in the block leaves it as its HTTP error."""
+    try:
+        yield
+    except refusals.Refused as exc:
+        raise from_refusal(exc) from None
+
+
 # HTTP status -> the error type of Anthropic's envelope (the /v1/messages routes).
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -237,8 +282,10 @@ def error_response(exc: HypnosError, request=None):
 
 
 def install_error_handlers(app: Sanic) -> None:
-    @app.exception(HypnosError)
-    async def _hypnos(request, exc: HypnosError):
+    @app.exception(HypnosError, refusals.Refused)
+    async def _hypnos(request, exc: HypnosError | refusals.Refused):
+        if isinstance(exc, refusals.Refused):     # a route that called the scheduler itself
+            exc = from_refusal(exc)
         if exc.type in ADMISSION_TYPES:
             request.app.ctx.metrics.rejected.inc()
         return error_response(exc, request)

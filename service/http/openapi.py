@@ -18,6 +18,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sanic import Sanic
@@ -36,7 +37,8 @@ PLAIN = {"text/plain": {"schema": {"type": "string"}}}
 TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 403: "not an admin key", 404: "unknown model or resource",
-                422: "prompt past the context window", 429: "queue full or rate limited",
+                409: "session made for other weights", 422: "prompt past the context window",
+                429: "queue full or rate limited",
                 499: "cancelled", 500: "engine failure", 503: "not available or staging",
                 504: "engine timeout", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}
@@ -66,11 +68,14 @@ class Endpoint:
     other: dict = field(default_factory=dict)
 
 
-def endpoint(summary: str, **kw) -> Callable:
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def endpoint(summary: str, **kw: Any) -> Callable[[H], H]:
     """Declare a handler's contract; put it under the ``@bp.<method>(path)`` line."""
     spec = Endpoint(summary, **kw)
 
-    def mark(handler):
+    def mark(handler: H) -> H:
         setattr(handler, ATTR, spec)
         return handler
     return mark

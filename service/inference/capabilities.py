@@ -40,7 +40,8 @@ def require(sched, model_id: str, family: Family, *, param: str = "model"):
     """The model's state when it can serve ``family``; raises 404 for an unknown or disabled
     model and 400 (naming ``param``) for one that cannot. An engine kind this build lacks
     altogether is left to the load, which answers 503 naming the extra to install."""
-    st = sched.get(model_id)
+    with errors.refusals_as_http():
+        st = sched.get(model_id)
     if not any(m in st.cfg.all_modalities for m in family.modalities):
         what = (f"describe_pictures names '{model_id}', which does not"
                 if param == "describe_pictures" else f"The model '{model_id}' does not")

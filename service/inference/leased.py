@@ -1,29 +1,38 @@
 """The one door from a route to an engine: check, lease, call, time, map errors, telemetry.
 
     async with leased(request, model_id, EMBEDDINGS) as call:
-        result = await call.run(call.engine.embed, texts)
+        result = await call.run(call.embedder.embed, texts)
         body = {..., "hypnos_telemetry": call.telemetry({"queue_ms": call.queue_ms})}
 
 ``leased`` refuses a model that cannot serve the family before anything loads
 (``capabilities.require``), then holds one scheduler lease for the block. ``call.run`` runs a
 blocking engine call in a worker thread with the cancel flag set when the client goes away,
 adds its time to ``inference_ms``, and turns an engine error into the HTTP error the one map
-(``errors.from_engine``) gives. Nothing else in the service calls ``scheduler.lease``.
+(``errors.from_engine``) gives; what the scheduler refuses (``scheduling.refusals``) leaves
+as the HTTP error ``errors.from_refusal`` gives. Nothing else in the service calls
+``scheduler.lease``.
 """
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from contextlib import asynccontextmanager
-from typing import TypeVar
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeVar, cast
 from collections.abc import AsyncIterator, Callable
 
+from sanic import Request
+
 from hypnos.engines.errors import EngineError
+from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
+                                      ImageGenerator, KVChatEngine, Speaker, Transcriber)
 from hypnos.service.http import errors
 from hypnos.service.http.layers import deadline_ms
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers
+from hypnos.service.scheduling.lease import Lease
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Fit, Scheduler
 
 T = TypeVar("T")
 
@@ -43,19 +52,57 @@ async def run_engine(call: Callable[..., T], *args, cancel: threading.Event) -> 
 
 
 class LeasedCall:
-    """A lease on a model that can serve the family, and the engine calls made under it."""
+    """A lease on a model that can serve the family, and the engine calls made under it.
 
-    def __init__(self, sched, lease, param: str | None):
+    The engine is read as its family's Protocol (``call.chat``, ``call.embedder``, ...): the
+    family was checked against the registry before the lease (``capabilities.require``), so
+    the model's engine is of that kind, and it stays loaded for the whole lease. Reading
+    another family's is a mistake no type checker sees; a route reads only its own."""
+
+    def __init__(self, sched: Scheduler, lease: Lease, param: str | None):
         self.sched, self.lease, self.param = sched, lease, param
         self.inference_ms = 0.0
         self.cancel = threading.Event()
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         return self.lease.engine
 
     @property
-    def model(self):
+    def chat(self) -> ChatEngine:
+        return cast(ChatEngine, self.lease.engine)
+
+    @property
+    def sessions(self) -> KVChatEngine:
+        """A chat engine with a session cache (``registry.SESSIONS``, checked first)."""
+        return cast(KVChatEngine, self.lease.engine)
+
+    @property
+    def embedder(self) -> Embedder:
+        return cast(Embedder, self.lease.engine)
+
+    @property
+    def transcriber(self) -> Transcriber:
+        return cast(Transcriber, self.lease.engine)
+
+    @property
+    def speaker(self) -> Speaker:
+        return cast(Speaker, self.lease.engine)
+
+    @property
+    def converter(self) -> Converter:
+        return cast(Converter, self.lease.engine)
+
+    @property
+    def extractor(self) -> Extractor:
+        return cast(Extractor, self.lease.engine)
+
+    @property
+    def generator(self) -> ImageGenerator:
+        return cast(ImageGenerator, self.lease.engine)
+
+    @property
+    def model(self) -> ModelState:
         return self.lease.model
 
     @property
@@ -80,7 +127,7 @@ class LeasedCall:
         finally:
             self.inference_ms += (time.monotonic() - started) * 1000
 
-    def placement(self) -> dict:
+    def placement(self) -> dict[str, Any]:
         return self.sched.placement_of(self.lease.model).to_wire()
 
     def telemetry(self, engine: dict, placement: dict | None = None,
@@ -97,21 +144,24 @@ class LeasedCall:
 
 
 @asynccontextmanager
-async def leased_by(sched, model_id: str, family: Family, *, param: str | None = None,
-                    deadline_ms: float | None = None, context_len: int | None = None,
-                    fit=None, checked: bool = False) -> AsyncIterator[LeasedCall]:
+async def leased_by(sched: Scheduler, model_id: str, family: Family, *,
+                    param: str | None = None, deadline_ms: float | None = None,
+                    context_len: int | None = None, fit: Fit | None = None,
+                    checked: bool = False) -> AsyncIterator[LeasedCall]:
     """Check that ``model_id`` can serve ``family`` (unless the caller just did:
     ``checked``), then lease it for the block. ``param`` names the request field the engine
     reads, for its errors; ``context_len`` and ``fit`` are the scheduler's (see
     ``Scheduler.lease``)."""
     if not checked:
         require(sched, model_id, family)
-    async with sched.lease(model_id, deadline_ms=deadline_ms, context_len=context_len,
-                           fit=fit) as lease:
-        yield LeasedCall(sched, lease, param)
+    with errors.refusals_as_http():
+        async with sched.lease(model_id, deadline_ms=deadline_ms, context_len=context_len,
+                               fit=fit) as lease:
+            yield LeasedCall(sched, lease, param)
 
 
-def leased(request, model_id: str, family: Family, **kw):
+def leased(request: Request, model_id: str, family: Family,
+           **kw: Any) -> AbstractAsyncContextManager[LeasedCall]:
     """``leased_by`` for a route: the app's scheduler and the request's
     x-hypnos-deadline-ms."""
     return leased_by(request.app.ctx.scheduler, model_id, family,

@@ -182,14 +182,20 @@ class LiveSession:
                           "idle_timeout_secs": self.idle})
         return True
 
+    def _opened(self) -> tuple[LiveOptions, PcmReader, EnergyVad]:
+        """The opening's options, reader and VAD (set by ``_open``, before any audio)."""
+        assert self.opts is not None and self.reader is not None and self.vad is not None
+        return self.opts, self.reader, self.vad
+
     async def _pump(self) -> None:
+        opts = self._opened()[0]
         while True:
             frame = await self._recv()
             if frame is None:
                 return
             if isinstance(frame, (bytes, bytearray, memoryview)):
                 self._on_audio(bytes(frame))
-                if self.received > self.max_session * self.opts.sample_rate:
+                if self.received > self.max_session * opts.sample_rate:
                     await self._limit("session_limit", "The session sent more than "
                                       f"live_max_session_secs ({self.max_session:g} s) of audio")
                 continue
@@ -203,20 +209,21 @@ class LiveSession:
             return
 
     def _on_audio(self, data: bytes) -> None:
-        samples = self.reader.push(data)
+        _, reader, vad = self._opened()
+        samples = reader.push(data)
         self.received += len(samples)
         self.buffer.append(samples)
-        for start, end in self.vad.push(samples):
+        for start, end in vad.push(samples):
             self._submit("final", start, end)
         self._maybe_partial()
-        self.buffer.trim(self.vad.keep_from())
+        self.buffer.trim(vad.keep_from())
 
     def _maybe_partial(self) -> None:
-        if not (self.opts.partials and self.vad.speaking) or self.running \
-                or not self.jobs.empty():
-            return
-        start, now = self.vad.start, self.vad.position
-        if now - max(start, self.partial_at) >= PARTIAL_EVERY_SECS * self.opts.sample_rate:
+        opts, _, vad = self._opened()
+        start, now = vad.start, vad.position
+        if not opts.partials or start is None or self.running or not self.jobs.empty():
+            return          # start is None: not speaking
+        if now - max(start, self.partial_at) >= PARTIAL_EVERY_SECS * opts.sample_rate:
             self.partial_at = now
             self._submit("partial", start, now)
 
@@ -257,7 +264,7 @@ class LiveSession:
                 self.jobs.task_done()
 
     async def _transcribe(self, job: Job) -> None:
-        o = self.opts
+        o = self._opened()[0]
         req = TranscribeRequest(audio=wav_bytes(job.samples, o.sample_rate),
                                 language=o.language, prompt=o.prompt, hotwords=list(o.hotwords))
         span = {"id": job.id, "start": round(job.start / o.sample_rate, 3),

@@ -51,7 +51,7 @@ async def describe_page(sched, model_id: str, page: ConvertedPage) -> int:
             req = ChatRequest(messages=[{"role": "user", "content": [
                 {"type": "text", "text": PROMPT},
                 {"type": "image_url", "image_url": {"url": uri}}]}], max_tokens=MAX_TOKENS)
-            result = await call.run(call.engine.chat, req, None, what=(
+            result = await call.run(call.chat.chat, req, None, what=(
                 f"Describing a picture of page {page.page} with '{model_id}'"))
             descriptions.append(result.text)
     page.markdown = insert_descriptions(page.markdown, descriptions)

@@ -21,7 +21,8 @@ def session_model(sched, model_id):
     for any other."""
     if not isinstance(model_id, str) or not model_id:
         raise errors.InvalidRequest("'model' is required and must be a string", param="model")
-    st = sched.get(model_id)
+    with errors.refusals_as_http():
+        st = sched.get(model_id)
     if registry.SESSIONS not in registry.capabilities(st.cfg.engine, st.cfg.modality):
         raise errors.InvalidRequest(f"The model '{model_id}' has no session cache",
                                     code="session_caching_disabled")
@@ -33,24 +34,26 @@ async def export(sched, st, key: str) -> tuple[bytes, int]:
     such session."""
     if st.tier is not Tier.GPU or st.engine is None:
         raise errors.SessionNotFound(f"No live session {key!r}: the model is not loaded")
-    async with sched.hold(st.id) as held:
-        try:
-            blob = await asyncio.to_thread(held.engine.export_session, key)
-        except EngineError as exc:
-            raise errors.from_engine(exc, param="session_id") from None
-        return blob, held.engine.sessions().get(key, 0)
+    with errors.refusals_as_http():
+        async with sched.hold(st.id) as held:
+            try:
+                blob = await asyncio.to_thread(held.engine.export_session, key)
+            except EngineError as exc:
+                raise errors.from_engine(exc, param="session_id") from None
+            return blob, held.engine.sessions().get(key, 0)
 
 
 async def restore(sched, st, key: str, blob: bytes) -> int:
     """Load the model if needed and bind ``blob`` to ``key``; the restored token count."""
     async with leased_by(sched, st.id, CHAT, param="blob", checked=True) as call:
-        return await call.run(lambda b, k, _cancel: call.engine.import_session(b, k), blob, key)
+        return await call.run(lambda b, k, _cancel: call.sessions.import_session(b, k), blob, key)
 
 
 async def release(sched, st, key: str) -> None:
     """Free the session's slot binding if the model is loaded (nothing to do otherwise)."""
     if st.engine is None:
         return
-    async with sched.hold(st.id) as held:
-        if held.engine is not None:
-            await asyncio.to_thread(held.engine.release_session, key)
+    with errors.refusals_as_http():
+        async with sched.hold(st.id) as held:
+            if held.engine is not None:
+                await asyncio.to_thread(held.engine.release_session, key)

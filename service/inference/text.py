@@ -18,14 +18,20 @@ import dataclasses
 import random
 import secrets
 from contextlib import asynccontextmanager
+from typing import cast
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from sanic import Request
+
 from hypnos.engines.errors import EngineError
+from hypnos.engines.protocols import ChatEngine, Engine
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.observe.telemetry import engine_timings
+from hypnos.service.scheduling.scheduler import Fit
+from hypnos.service.wire.chat import ChatParams
 
 KEEPALIVE_SECS = 10.0
 
@@ -40,18 +46,20 @@ def check_text_model(sched, model_id: str, tools_active: bool = False):
 
 
 @asynccontextmanager
-async def text_lease(request, model_id: str, estimate: int,
-                     counted: Callable[[object], int | None] | None = None
+async def text_lease(request: Request, model_id: str, estimate: int,
+                     counted: Callable[[ChatEngine], int | None] | None = None
                      ) -> AsyncIterator[LeasedCall]:
     """One lease of a checked text model. ``estimate`` sizes a cold load; ``counted(engine)``
     (blocking, run in a thread) counts the prompt on the loaded engine and returns the
     per-slot context it needs when the loaded slot is too small, else None; it raises the
     422 past the window."""
-    fit = None
+    fit: Fit | None = None
     if counted is not None:
-        async def fit(engine):
-            try:
-                return await asyncio.to_thread(counted, engine)
+        count = counted
+
+        async def fit(engine: Engine) -> int | None:
+            try:         # a chat engine: the model was checked before the lease
+                return await asyncio.to_thread(count, cast(ChatEngine, engine))
             except EngineError as exc:
                 raise errors.from_engine(exc, param="messages") from None
     async with leased(request, model_id, CHAT, checked=True, context_len=estimate,
@@ -59,7 +67,8 @@ async def text_lease(request, model_id: str, estimate: int,
         yield call
 
 
-def chat_counter(window: int, params) -> Callable[[object], int | None] | None:
+def chat_counter(window: int, params: ChatParams
+                 ) -> Callable[[ChatEngine], int | None] | None:
     """``text_lease``'s count for a chat request (``ChatParams``): the exact prompt size from
     the loaded tokenizer and template, so a long prompt of short words does not force a
     context rebuild that drops the prefix cache; the 422 past ``window``; the context to
@@ -68,7 +77,7 @@ def chat_counter(window: int, params) -> Callable[[object], int | None] | None:
     if params.num_ctx is not None:
         return None
 
-    def counted(engine) -> int | None:
+    def counted(engine: ChatEngine) -> int | None:
         params.prompt_tokens = engine.prompt_tokens(params.request)
         if params.prompt_tokens >= window:
             raise errors.ContextOverBudget(params.prompt_tokens, window)
@@ -103,7 +112,7 @@ def choice_seeds(reqs: list[ChatRequest]) -> dict:
 async def run_choices(call: LeasedCall, reqs: list[ChatRequest]) -> list[ChatResult]:
     """Every choice at once under the lease; an engine error becomes its HTTP error."""
     window = call.window
-    return list(await asyncio.gather(*(call.run(call.engine.chat, r, None, window=window)
+    return list(await asyncio.gather(*(call.run(call.chat.chat, r, None, window=window)
                                        for r in reqs)))
 
 
@@ -120,7 +129,7 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
     def forward(index: int):
         return lambda delta: loop.call_soon_threadsafe(queue.put_nowait, (index, delta))
 
-    tasks = [asyncio.ensure_future(call.run(call.engine.chat, r, forward(i), window=window))
+    tasks = [asyncio.ensure_future(call.run(call.chat.chat, r, forward(i), window=window))
              for i, r in enumerate(reqs)]
     everything = asyncio.gather(*tasks)
     everything.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
@@ -163,12 +172,12 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     return call.telemetry(engine_timings(timings))
 
 
-def record(request, call: LeasedCall, results: list[ChatResult]) -> None:
+def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> None:
     """Stats and metrics from the first choice; the request is charged (keys, request log)
     for the prompt once and every choice's completion."""
     first = results[0]
     if first.timings.prefill_tokens_per_s:
-        call.model.stats.prefill_tps = first.timings.prefill_tokens_per_s
+        call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
     request.app.ctx.metrics.chat(call.model.id, first.timings)
     request.ctx.result = dataclasses.replace(
         first, completion_tokens=sum(r.completion_tokens for r in results))

@@ -23,7 +23,7 @@ async def transcribe(sched, model_id: str, req: TranscribeRequest, *,
     undecodable audio)."""
     async with leased_by(sched, model_id, TRANSCRIPTION, param=audio_param,
                          deadline_ms=deadline_ms, checked=checked) as call:
-        result = await call.run(call.engine.transcribe, req)
+        result = await call.run(call.transcriber.transcribe, req)
         timings = {"audio_secs": round(result.duration_secs, 3)}
         if result.duration_secs > 0:
             timings["rtf"] = round(result.processing_ms / 1000 / result.duration_secs, 4)

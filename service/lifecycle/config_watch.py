@@ -77,7 +77,7 @@ async def apply_config_file(app, path: Path) -> PoolDiff | None:
         return None
     sched = app.ctx.scheduler
     for model_id in diff.replaced + diff.removed:
-        await sched.swap(model_id, states.get(model_id), DRAIN_SECS)
+        await sched.pool.swap(model_id, states.get(model_id), DRAIN_SECS)
     for model_id in diff.added:
         sched.add(states[model_id])
     current.models = new.models

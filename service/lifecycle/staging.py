@@ -39,7 +39,7 @@ async def stage_models(app: Sanic) -> None:
             await asyncio.to_thread(app.ctx.before_stage)
             for st in list(sched.models.values()):   # files may have arrived
                 if st.problem:
-                    sched.models[st.id] = build_state(app.ctx.config, st.cfg)
+                    sched.add(build_state(app.ctx.config, st.cfg))
         await _report_rpc_workers(sched)
         for st in list(sched.models.values()):
             target = st.cfg.initial_tier

@@ -5,7 +5,7 @@ import bisect
 from dataclasses import asdict
 
 from hypnos.engines.records import ChatTimings
-from hypnos.service.scheduling.scheduler import Lease
+from hypnos.service.scheduling.lease import Lease
 
 # Histogram bucket upper bounds in ms (percentiles are reported as bucket upper bounds).
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000,

@@ -88,7 +88,7 @@ async def chat_completions(request: Request):
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.engine, params)
+        check_tool_format(call.chat, params)
         reqs = choice_requests(params.request, params.n)
         if params.stream:
             return await _stream(request, params, call, reqs)

@@ -115,6 +115,7 @@ async def _fetch(request: Request, params: ConvertParams) -> None:
         raise errors.InvalidRequest("This server does not fetch remote URLs "
                                     "(limits.allow_remote_image_urls); upload the file "
                                     "instead of 'url'", param="url")
+    assert params.url is not None           # fetched only when a url was given
     data, final = await fetch_url(params.url, "url", max_bytes=limits.max_document_bytes,
                                   limit_name="limits.max_document_bytes",
                                   allow_private=limits.allow_private_urls)
@@ -150,11 +151,11 @@ async def convert(request: Request):
         await _fetch(request, params)
     async with leased(request, params.model, DOCUMENTS, param="file", checked=True) as call:
         started = time.monotonic()
-        doc = await call.run(lambda req, _cancel: call.engine.open(req), params.document)
+        doc = await call.run(lambda req, _cancel: call.converter.open(req), params.document)
         conv = Conversion(request, params, call, doc, started)
         if params.stream:
             return await _stream(conv)
-        pages = await call.run(call.engine.convert_pages, doc, lambda _p: None,
+        pages = await call.run(call.converter.convert_pages, doc, lambda _p: None,
                                what="The conversion")
         for page in pages:
             await conv.describe(page)
@@ -180,7 +181,7 @@ async def _stream(conv: Conversion):
     queue: asyncio.Queue = asyncio.Queue()
     call = conv.call
     task = asyncio.ensure_future(call.run(
-        call.engine.convert_pages, doc,
+        call.converter.convert_pages, doc,
         lambda page: loop.call_soon_threadsafe(queue.put_nowait, page), what="The conversion"))
     task.add_done_callback(lambda _t: loop.call_soon_threadsafe(queue.put_nowait, None))
     try:

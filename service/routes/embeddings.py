@@ -74,7 +74,7 @@ async def embeddings(request: Request):
     require_ready(request)
     params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
     async with leased(request, params.model, EMBEDDINGS, param="input") as call:
-        result = await call.run(call.engine.embed, params.texts)
+        result = await call.run(call.embedder.embed, params.texts)
         tele = call.telemetry({"queue_ms": call.queue_ms})
         wait = call.wait_headers()
     body = {

@@ -63,7 +63,7 @@ async def entities(request: Request):
     require_ready(request)
     params = parse_entities(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
     async with leased(request, params.model, ENTITIES, param="input") as call:
-        result = await call.run(call.engine.extract, params.request)
+        result = await call.run(call.extractor.extract, params.request)
         tele = call.telemetry({"queue_ms": call.queue_ms, "windows": result.windows,
                                "label_families": result.families})
         wait = call.wait_headers()

@@ -11,10 +11,11 @@ import base64
 import re
 import secrets
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field
 from sanic import Blueprint, Request
+from sanic.request import RequestParameters
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ImageRequest
@@ -48,7 +49,10 @@ def parse_size(value) -> tuple[int, int]:
     return clamp_side(int(m.group(2))), clamp_side(int(m.group(3)))
 
 
-def _int(fields: dict, name: str, default: int | None) -> int | None:
+D = TypeVar("D", bound=int | None)      # a field's default: an int, or None for none
+
+
+def _int(fields: dict, name: str, default: D) -> int | D:
     value = fields.get(name)
     if value is None or value == "":
         return default
@@ -120,7 +124,7 @@ def _model(fields: dict) -> str:
 
 async def _generate(request: Request, model_id: str, req: ImageRequest):
     async with leased(request, model_id, IMAGES, param="prompt", checked=True) as call:
-        images = await call.run(call.engine.generate, req)
+        images = await call.run(call.generator.generate, req)
         tele = call.telemetry({"queue_ms": call.queue_ms, "images": len(images),
                                "width": req.width, "height": req.height, "steps": req.steps})
         wait = call.wait_headers()
@@ -168,7 +172,7 @@ async def generations(request: Request):
 
 
 def _references(request: Request, max_bytes: int) -> list[bytes]:
-    files = request.files or {}
+    files = request.files or RequestParameters()
     uploads = list(files.getlist("image") or []) + list(files.getlist("image[]") or [])
     if not uploads:
         raise errors.InvalidRequest("The form has no 'image' part: send one or more "
@@ -194,7 +198,7 @@ async def edits(request: Request):
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise errors.InvalidRequest("/v1/images/edits takes multipart/form-data with the "
                                     "reference images as 'image' parts")
-    form = request.form or {}
+    form = request.form or RequestParameters()
     fields = {k: form.get(k) for k in form}
     if "mask" in fields or (request.files and "mask" in request.files):
         raise errors.InvalidRequest("'mask' is not supported: the models edit from the prompt "

@@ -8,7 +8,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.devices import llama_has_rpc
-from hypnos.engines.protocols import OffloadsLayers
+from hypnos.engines.protocols import OffloadsLayers, SplitsLayers
 from hypnos.planner.types import Tier
 from hypnos.service.http import errors
 from hypnos.service.scheduling.accel import model_device
@@ -57,7 +57,7 @@ def _model(sched, st: ModelState) -> dict:
     }
     if st.stats.service_ms is not None:
         out["service_ms"] = round(st.stats.service_ms, 1)
-    if sched.is_changing(st.id):
+    if sched.pool.is_changing(st.id):
         out["changing"] = True     # a PUT / DELETE drains it; new requests wait
     if st.problem:
         out["problem"] = st.problem
@@ -65,9 +65,8 @@ def _model(sched, st: ModelState) -> dict:
         out["memory_truth"] = st.booked_vs_real
     if isinstance(st.engine, OffloadsLayers):   # llama.cpp: the layers it put on the GPU
         out["offloaded_layers"] = st.engine.offloaded_layers
-    split = getattr(st.engine, "split_layers", None)
-    if split:       # a model split across RPC workers: the layers llama.cpp put on each
-        out["split_layers"] = split
+    if isinstance(st.engine, SplitsLayers) and st.engine.split_layers:
+        out["split_layers"] = st.engine.split_layers   # the layers llama.cpp put on each
     return out
 
 

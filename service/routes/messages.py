@@ -89,7 +89,7 @@ async def messages(request: Request):
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.engine, params)
+        check_tool_format(call.chat, params)
         if params.stream:
             return await _stream(request, params, call, single)
         (result,) = await run_choices(call, [params.request])
@@ -203,7 +203,7 @@ async def count_tokens(request: Request):
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
         if params.prompt_tokens is None:
-            params.prompt_tokens = await asyncio.to_thread(call.engine.prompt_tokens,
+            params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
                                                            params.request)
         return json_response({"input_tokens": params.prompt_tokens},
                              headers=call.wait_headers())

@@ -92,7 +92,7 @@ async def chat(request: Request):
     sched = request.app.ctx.scheduler
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.engine, params)
+        check_tool_format(call.chat, params)
         if stream:
             await _stream(request, call, params.request, params.model, "message", started)
         else:
@@ -238,7 +238,7 @@ async def embeddings(request: Request):
 async def _vectors(request: Request, wire: EmbedBody) -> tuple[list[list[float]], int]:
     texts = embed_texts(wire)
     async with leased(request, wire.model, EMBEDDINGS, param="input") as call:
-        result = await call.run(call.engine.embed, texts)
+        result = await call.run(call.embedder.embed, texts)
     request.ctx.result = result
     return result.vectors, result.prompt_tokens
 

@@ -90,6 +90,7 @@ async def checked_model(request: Request, body: PoolBody, model_id: str | None) 
     st, problems = await asyncio.to_thread(startup_checks, request.app.ctx.config, m, tested)
     if problems:
         raise errors.InvalidRequest("; ".join(problems), param="config")
+    assert st is not None           # no problems: the state was built
     return st, text
 
 
@@ -149,9 +150,9 @@ async def replace_model(request: Request, model_id: str):
     sched.get(model_id, enabled_only=False)
     body = read_body(request, PoolBody)
     drain = _drain_secs(body.drain_secs)
-    async with sched.changing(model_id):       # requests arriving from now on wait
+    async with sched.pool.changing(model_id):       # requests arriving from now on wait
         st, text = await checked_model(request, body, model_id)
-        await sched.drain_and_install(model_id, st, drain)
+        await sched.pool.drain_and_install(model_id, st, drain)
     _replace_config(request, model_id, st.cfg)
     persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, text)
     return _answer(request, st, model_id, "replaced", persisted)
@@ -165,7 +166,7 @@ async def remove_model(request: Request, model_id: str):
     require_ready(request)
     sched = request.app.ctx.scheduler
     sched.get(model_id, enabled_only=False)
-    await sched.swap(model_id, None, _drain_secs(request.args.get("drain_secs")))
+    await sched.pool.swap(model_id, None, _drain_secs(request.args.get("drain_secs")))
     _replace_config(request, model_id, None)
     persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, None)
     return _answer(request, None, model_id, "removed", persisted)
@@ -174,7 +175,7 @@ async def remove_model(request: Request, model_id: str):
 async def _switch(request: Request, model_id: str, enabled: bool):
     require_ready(request)
     sched = request.app.ctx.scheduler
-    st = await sched.set_enabled(model_id, enabled)
+    st = await sched.pool.set_enabled(model_id, enabled)
     return json_response({"model": model_id, "enabled": st.enabled,
                           "placement": sched.placement_of(st).to_wire()})
 
@@ -203,6 +204,6 @@ async def moe_offload(request: Request, model_id: str):
     except errors.InvalidRequest as exc:
         raise errors.UnprocessableEntity(exc.message, param=exc.param) from None
     mode = MoeOffload(wire.mode)
-    applies = await sched.set_moe_offload(model_id, mode)
+    applies = await sched.pool.set_moe_offload(model_id, mode)
     return json_response({"model": model_id, "moe_offload": str(mode), "applies": applies,
                           "placement": sched.placement_of(st).to_wire()})

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import re
 import binascii
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import Field
 from sanic import Blueprint, Request
@@ -70,7 +70,8 @@ async def export(request: Request):
 
 
 @bp.post("/v1/sessions/restore")
-@endpoint("Restore an exported session", body=RestoreBody, errors=(404, 429, 503))
+@endpoint("Restore an exported session", body=RestoreBody,
+          errors=(404, 409, 429, 500, 503, 507))
 async def restore(request: Request):
     require_ready(request)
     body = read_body(request, RestoreBody)
@@ -103,7 +104,10 @@ async def release(request: Request):
 POSITIVE = re.compile(r"^0*[1-9][0-9]*(\.[0-9]*)?$|^0*\.[0-9]*[1-9][0-9]*$")
 
 
-def _positive(request: Request, name: str, default: float | None) -> float | None:
+D = TypeVar("D", bound=float | None)    # a parameter's default: a number, or None
+
+
+def _positive(request: Request, name: str, default: D) -> float | D:
     raw = request.get_args(keep_blank_values=True).get(name)    # "?tokens=" is not a number
     if raw is None:
         return default

@@ -105,6 +105,7 @@ def _encode_av(pcm: bytes, rate: int, fmt: str) -> bytes:
     buf = io.BytesIO()
     with av.open(buf, "w", format=container) as out:
         stream = out.add_stream(codec, rate=rate, layout="mono")
+        assert isinstance(stream, av.AudioStream)
         if pcm:
             frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, "<i2").reshape(1, -1),
                                                format="s16", layout="mono")
@@ -167,9 +168,9 @@ async def speech(request: Request):
         if params.stream:
             return await _stream(request, params, call)
         audio = _Audio()
-        secs = await call.run(call.engine.synthesize, params.request, audio)
+        secs = await call.run(call.speaker.synthesize, params.request, audio)
         inference_ms = (time.monotonic() - audio.started) * 1000
-        rate = call.engine.sample_rate
+        rate = call.speaker.sample_rate
         body, content_type = await asyncio.to_thread(encode, b"".join(audio.chunks), rate,
                                                      params.response_format)
         request.ctx.ttfa_ms, request.ctx.audio_secs = audio.ttfa_ms, secs
@@ -187,11 +188,11 @@ async def _stream(request: Request, params: SpeechParams, call):
         content_type=CONTENT_TYPES[fmt],
         headers={**headers, **call.wait_headers(), "cache-control": "no-cache"})
     if fmt == "wav":
-        await response.send(wav_header(call.engine.sample_rate, None))
+        await response.send(wav_header(call.speaker.sample_rate, None))
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     audio = _Audio(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
-    task = asyncio.ensure_future(call.run(call.engine.synthesize, params.request, audio))
+    task = asyncio.ensure_future(call.run(call.speaker.synthesize, params.request, audio))
     task.add_done_callback(lambda _t: queue.put_nowait(None))
     try:
         while (chunk := await queue.get()) is not None:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 from sanic import Blueprint, Request
+from sanic.request import RequestParameters
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
@@ -82,7 +83,7 @@ def parse_multipart(request: Request, limits) -> TranscriptionParams:
     upload = request.files.get("file") if request.files else None
     if upload is None:
         raise errors.InvalidRequest("The multipart body has no 'file' part", param="file")
-    form = request.form or {}
+    form = request.form or RequestParameters()
     for name, parts in (("file", request.files), *((f, form) for f in SINGLE_FIELDS)):
         if parts and len(parts.getlist(name) or ()) > 1:
             raise errors.InvalidRequest(f"The multipart body has more than one '{name}' part",
@@ -217,7 +218,8 @@ async def guard_upgrade(request: Request):
     require_ready(request)
 
 
-@bp.websocket(LIVE_PATH, name="audio_stream")
+# Sanic's Blueprint.websocket has no annotations (mypy: it makes the handler untyped).
+@bp.websocket(LIVE_PATH, name="audio_stream")  # type: ignore[untyped-decorator]
 @endpoint("Live transcription over a WebSocket (docs/live-transcription.md)", websocket=True,
           ok={}, query={"model": {"type": "string"}})
 async def audio_stream(request: Request, ws):

@@ -8,10 +8,11 @@ Every method blocks and runs in a worker thread. Tests use the one fake in tests
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine
+from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine, SplitsLayers
 from hypnos.engines.records import LoadReport, LoadSpec
 from hypnos.engines.registry import create_engine
 from hypnos.planner.budgets import kept_engine_booking
@@ -19,38 +20,49 @@ from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement
 from hypnos.service.scheduling import allocator
 from hypnos.service.scheduling.hardware import process_rss, vram_used
-from hypnos.service.scheduling.pool import KeptEngine, ModelState
+from hypnos.service.scheduling.pool import KeptEngine, ModelState, Pinned
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What `Effects.load` built: the engine, its load report, and what the load cost the
+    machine beside what was booked (/v1/memory/status's ``memory_truth``)."""
+    engine: Engine
+    report: LoadReport
+    memory_truth: dict = field(default_factory=dict)
 
 
 @runtime_checkable
 class Effects(Protocol):
-    """The scheduler's only ways of touching the machine. Each blocks; each changes the
-    model record it is given (``st.engine``, ``st.pinned``) as it says."""
+    """The scheduler's only ways of touching the machine. Each blocks (the scheduler runs it
+    in a worker thread). Each reads the model record it is given (id, config, files, shape,
+    placement) and changes nothing in it: what it builds it returns, and `Residency`
+    assigns that to the record on the event loop."""
 
-    def load(self, st: ModelState, placement: Placement) -> LoadReport:
-        """Build ``st``'s engine for ``placement`` and set ``st.engine``; from a `KeptEngine`
-        in ``st.pinned`` (``suspend``) that engine is taken and only its context built. Raises
-        EngineUnavailable (503: cannot be served here) or EngineError (500)."""
+    def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:
+        """Build ``st``'s engine for ``placement``; from ``kept`` (the engine tier 2 kept,
+        see ``suspend``) only its context. Raises EngineUnavailable (cannot be served here),
+        WorkerLost (an RPC worker went away) or EngineError."""
 
-    def unload(self, st: ModelState) -> None:
-        """Free ``st.engine`` and set it to None."""
+    def unload(self, st: ModelState, engine: Engine) -> None:
+        """Free ``engine`` (``st``'s) and what it holds."""
 
-    def suspend(self, st: ModelState) -> bool:
-        """Tier 2 where the engine computes from host memory: free ``st.engine``'s context,
-        keep its weights, move it into ``st.pinned`` (a `KeptEngine`) and set ``st.engine``
-        to None. False (nothing changed) when the engine cannot."""
+    def suspend(self, st: ModelState, engine: Engine) -> KeptEngine | None:
+        """Tier 2 where the engine computes from host memory: free ``engine``'s context, keep
+        its weights, and return the `KeptEngine` tier 2 holds. None (nothing changed, the
+        engine still loaded) when it cannot."""
 
-    def park(self, st: ModelState) -> object | None:
+    def park(self, st: ModelState, engine: Engine) -> object | None:
         """The engine's KV state to keep while it is unloaded (None: nothing to park)."""
 
-    def restore(self, st: ModelState, parked: object) -> tuple[int, float]:
+    def restore(self, st: ModelState, engine: Engine, parked: object) -> tuple[int, float]:
         """Restore parked state after a load: (tokens restored, ms); (0, 0.0) when refused."""
 
-    def pin(self, st: ModelState) -> None:
-        """Lock ``st``'s weight files in RAM (tier 2) and set ``st.pinned``."""
+    def pin(self, st: ModelState) -> Pinned:
+        """Lock ``st``'s weight files in RAM (tier 2); what holds them."""
 
-    def unpin(self, st: ModelState) -> None:
-        """Release ``st.pinned`` and set it to None."""
+    def unpin(self, st: ModelState, pinned: Pinned) -> None:
+        """Release what ``pin`` or ``suspend`` returned for ``st``."""
 
     def drop_pages(self, st: ModelState) -> None:
         """Drop ``st``'s weight files from the page cache (tier 3)."""
@@ -72,8 +84,7 @@ class MachineEffects:
         self.threads = threads
         self.rpc_stall_secs = rpc_stall_secs      # hardware.rpc_stall_secs
 
-    def load(self, st: ModelState, placement: Placement) -> LoadReport:
-        kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
+    def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:
         engine: Engine
         if placement.remote:        # split across RPC workers: a child process of its own
             from hypnos.engines.llama.split import SplitChatEngine
@@ -95,68 +106,54 @@ class MachineEffects:
             cpu_expert_layers=placement.cpu_expert_layers,
             chat_template=st.cfg.chat_template, threads=self.threads, options=options)
         before, vram_before = process_rss(), vram_used()
-        try:
-            report = engine.load(spec)
-        except BaseException:
-            if kept is not None:        # a failed load frees the kept weights too
-                st.pinned = None
-            raise
-        grown = process_rss() - before
-        st.engine = engine
-        st.booked_vs_real = {"booked_bytes": placement.booked_tier1_bytes,
-                             "rss_growth_bytes": grown}
-        child_rss = getattr(engine, "child_rss", None)
-        if child_rss is not None:   # a split model's local part lives in its child process
-            st.booked_vs_real["child_rss_bytes"] = child_rss()
+        report = engine.load(spec)
+        truth = {"booked_bytes": placement.booked_tier1_bytes,
+                 "rss_growth_bytes": process_rss() - before}
+        if isinstance(engine, SplitsLayers):  # its local part lives in its child process
+            truth["child_rss_bytes"] = engine.child_rss()
         if kept is not None:    # the weights were already resident (tier 2): not in the growth
-            st.booked_vs_real["kept_weights_bytes"] = st.weight_bytes
+            truth["kept_weights_bytes"] = st.weight_bytes
         vram_after = vram_used() if vram_before is not None else None
         if vram_before is not None and vram_after is not None:
             # NVML: the device's growth, and this process's when the driver tells it
-            st.booked_vs_real["vram_growth_bytes"] = vram_after[0] - vram_before[0]
+            truth["vram_growth_bytes"] = vram_after[0] - vram_before[0]
             if vram_after[1] is not None:
-                st.booked_vs_real["process_vram_bytes"] = vram_after[1]
+                truth["process_vram_bytes"] = vram_after[1]
         if self.metrics is not None:
             self.metrics.promotions.inc()
-        return report
+        return Loaded(engine, report, truth)
 
-    def unload(self, st: ModelState) -> None:
-        engine, st.engine = st.engine, None
-        if engine is not None:
-            engine.unload()
-            del engine
-            _give_back()
+    def unload(self, st: ModelState, engine: Engine) -> None:
+        engine.unload()
+        del engine
+        _give_back()
 
-    def suspend(self, st: ModelState) -> bool:
-        engine = st.engine
+    def suspend(self, st: ModelState, engine: Engine) -> KeptEngine | None:
         if not isinstance(engine, KeepsWeights) or st.placement is None or \
                 not engine.release_context():
-            return False
+            return None
         booking = kept_engine_booking(st.shape, st.placement)
-        st.engine, st.pinned = None, KeptEngine(engine, booking.tier2_bytes)
         _give_back()
-        return True
+        return KeptEngine(engine, booking.tier2_bytes)
 
-    def park(self, st: ModelState):
+    def park(self, st: ModelState, engine: Engine):
         """The engine's parked KV state (None when it has nothing to park or cannot)."""
-        return st.engine.park() if isinstance(st.engine, KVChatEngine) else None
+        return engine.park() if isinstance(engine, KVChatEngine) else None
 
-    def restore(self, st: ModelState, parked) -> tuple[int, float]:
+    def restore(self, st: ModelState, engine: Engine, parked) -> tuple[int, float]:
         """Restore parked slots after a load: (tokens restored, ms); (0, 0) when refused."""
-        if isinstance(st.engine, KVChatEngine):
-            return st.engine.restore(parked)
+        if isinstance(engine, KVChatEngine):
+            return engine.restore(parked)
         return 0, 0.0
 
-    def pin(self, st: ModelState) -> None:
+    def pin(self, st: ModelState) -> Pinned:
         from hypnos.engines.residency import PinnedWeights
-        st.pinned = PinnedWeights(self._files(st))
+        return PinnedWeights(self._files(st))
 
-    def unpin(self, st: ModelState) -> None:
-        pinned, st.pinned = st.pinned, None
-        if pinned is not None:
-            pinned.release()
-            del pinned
-            _give_back()
+    def unpin(self, st: ModelState, pinned: Pinned) -> None:
+        pinned.release()
+        del pinned
+        _give_back()
 
     def drop_pages(self, st: ModelState) -> None:
         from hypnos.engines.residency import drop_page_cache

@@ -1,6 +1,9 @@
 """Runtime state of each configured model: tier, engine, placement, leases and statistics.
 
-Owned by the scheduler; routes read it (status, /v1/models) but never change it.
+Owned by the scheduler and written only on the event loop: the residency fields (engine,
+pinned, placement, tier, last_load, booked_vs_real, problem) by `Residency`, from what the
+`Effects` return; the counts and statistics by the scheduler; enabled and cfg by
+`PoolChanges`. Routes read it (status, /v1/models) but never change it.
 """
 from __future__ import annotations
 
@@ -9,15 +12,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from hypnos.engines.protocols import Engine
+from hypnos.engines.protocols import Engine, SplitsLayers
 from hypnos.engines.records import LoadReport
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config.schema import ModelConfig
-
-if TYPE_CHECKING:
-    from hypnos.engines.residency import PinnedWeights
 
 RATE_TAU_SECS = 600.0     # requests_per_minute decays over about 10 minutes
 DISK_BYTES_PER_S = 3e9    # rough reload speeds used before a load was measured
@@ -45,6 +45,25 @@ class Stats:
         now = time.monotonic() if now is None else now
         score = self.rate_score * math.exp(-(now - self.rate_at) / RATE_TAU_SECS)
         return score * 60.0 / RATE_TAU_SECS
+
+
+class Pinned(Protocol):
+    """What tier 2 holds for a model: its weight files pinned (``engines.residency.
+    PinnedWeights``) or its engine kept (`KeptEngine`)."""
+
+    @property
+    def bytes(self) -> int:
+        """What tier 2 books for it."""
+        ...
+
+    @property
+    def locked(self) -> bool:
+        """The pages are mlocked (False: resident as long as memory allows)."""
+        ...
+
+    def release(self) -> None:
+        """Free what it holds. Blocks; idempotent."""
+        ...
 
 
 class KeptEngine:
@@ -81,7 +100,7 @@ class ModelState:
     # (routes narrow it with the engine Protocols of hypnos.engines.protocols).
     engine: Engine | None = None
     # While in tier 2: the files pinned, or (host memory engines) the engine kept.
-    pinned: PinnedWeights | KeptEngine | None = None
+    pinned: Pinned | None = None
     enabled: bool = True
     leases: int = 0                        # admitted requests (queued or running)
     # Holds keep the model from eviction without being requests: they never count against
@@ -135,6 +154,12 @@ class ModelState:
                              self.placement.booked_tier1_bytes if self.placement else 0,
                              self.reload_estimate_ms(), self.stats.requests_per_minute(),
                              leased=self.in_use or self.load_lock.locked())
+
+    @property
+    def lost(self) -> str:
+        """Why its engine is lost (an RPC worker of a split model went away); "" when it is
+        not, or when nothing is loaded."""
+        return self.engine.lost if isinstance(self.engine, SplitsLayers) else ""
 
     @property
     def in_use(self) -> bool:

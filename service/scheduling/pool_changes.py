@@ -1,10 +1,9 @@
 """Changes to the model pool while the server runs (spec section 6): replace or remove a
 model (PUT / DELETE /v1/models/{id}), enable / disable it, change its MoE offload.
 
-`PoolChanges` is a collaborator the scheduler holds (``scheduler.pool``); it unloads only
-through the scheduler's `Residency`, and waits for a drain on the scheduler's release
-`Wakeup` (notified each time a lease or hold ends). The scheduler keeps thin delegating
-methods (``changing``, ``swap``, ``set_enabled``, ...) for the routes.
+`PoolChanges` is a collaborator the scheduler holds (``scheduler.pool``: the routes and the
+config watch call it there); it unloads only through the scheduler's `Residency`, and waits
+for a drain on the scheduler's release `Wakeup` (notified each time a lease or hold ends).
 
 Threading: every method runs on the event loop and blocks (awaits) for as long as the drain
 or the unload takes.
@@ -15,11 +14,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from hypnos.planner.types import MoeOffload, Tier
-from hypnos.service.http import errors
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.refusals import Busy
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.wakeup import Wakeup
 
@@ -27,8 +27,9 @@ from hypnos.service.scheduling.wakeup import Wakeup
 class PoolChanges:
     def __init__(self, *, models: dict[str, ModelState], get: Callable[..., ModelState],
                  residency: Residency, kv_park: KvParkStore, released: Wakeup):
-        """``models``: the scheduler's pool (shared); ``get``: the scheduler's lookup (404);
-        ``residency`` unloads; ``released`` wakes a drain when a lease or hold ends."""
+        """``models``: the scheduler's pool (shared); ``get``: the scheduler's lookup
+        (`UnknownModel`); ``residency`` unloads; ``released`` wakes a drain when a lease or
+        hold ends."""
         self.models, self.get, self.residency = models, get, residency
         self.kv_park, self.released = kv_park, released
         # Models being replaced or removed: new leases wait on the event (spec section 6).
@@ -45,12 +46,12 @@ class PoolChanges:
     @asynccontextmanager
     async def changing(self, model_id: str):
         """Hold new leases of ``model_id`` while a PUT / DELETE checks and applies its change:
-        requests arriving meanwhile wait, then go to the replacement (404 once removed).
-        404 for an unknown id, 429 model_busy while another change to it runs."""
+        requests arriving meanwhile wait, then go to the replacement (`UnknownModel` once
+        removed). `UnknownModel` for an unknown id, `Busy` while another change to it runs."""
         self.get(model_id, enabled_only=False)
         if model_id in self._changes:
-            raise errors.ModelBusy(f"The model '{model_id}' is already being changed; retry "
-                                   "when that change is done")
+            raise Busy(f"The model '{model_id}' is already being changed; retry when that "
+                       "change is done")
         gate = self._changes[model_id] = asyncio.Event()
         try:
             yield
@@ -62,17 +63,15 @@ class PoolChanges:
                                 drain_secs: float) -> None:
         """Wait up to ``drain_secs`` for the running requests of ``model_id`` to finish,
         unload it, then install ``new`` under the same id (None: remove it). Past
-        ``drain_secs`` nothing changes and this raises 429 model_busy. Caller holds
+        ``drain_secs`` nothing changes and this raises `Busy`. Caller holds
         `changing(model_id)`."""
         old = self.get(model_id, enabled_only=False)
         deadline = time.monotonic() + drain_secs
         while old.in_use and time.monotonic() < deadline:
             await self.released.wait(timeout=deadline - time.monotonic())
         if old.in_use:
-            raise errors.ModelBusy(
-                f"The model '{model_id}' still has {old.leases + old.holds} requests after "
-                f"drain_secs "
-                f"({drain_secs:g} s); nothing was changed")
+            raise Busy(f"The model '{model_id}' still has {old.leases + old.holds} requests "
+                       f"after drain_secs ({drain_secs:g} s); nothing was changed")
         old.enabled = False          # nothing to park: its conversations end here
         async with old.load_lock:
             await self.residency.unload(old, Tier.SSD)
@@ -89,11 +88,11 @@ class PoolChanges:
 
     async def set_enabled(self, model_id: str, enabled: bool) -> ModelState:
         """POST /v1/models/{id}/enable|disable. Disabling evicts the model to disk and drops
-        its parked KV state; 429 model_busy while it is leased."""
+        its parked KV state; `Busy` while it is leased."""
         st = self.get(model_id, enabled_only=False)
         if not enabled and st.enabled:
             if st.in_use:
-                raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when idle")
+                raise Busy(f"The model '{model_id}' is in use; retry when idle")
             st.enabled = False
             async with st.load_lock:
                 await self.residency.unload(st, Tier.SSD)
@@ -106,7 +105,7 @@ class PoolChanges:
         idle resident model is unloaded, its next request loads it with the new placement),
         "next_load" when it is busy."""
         st = self.get(model_id, enabled_only=False)
-        st.cfg.moe_offload = mode
+        st.cfg = replace(st.cfg, moe_offload=mode)   # this model's; the loaded config's stays
         if st.in_use:
             return "next_load"
         if st.tier is Tier.GPU:

@@ -1,6 +1,8 @@
 """Residency: moving models between the tiers (load into tier 1, demote to 2 or 3).
 
-`Residency.ensure` is what a lease calls to make its model resident. Reading top-down:
+`Residency.ensure` is what a lease calls to make its model resident; it returns what it did
+(a `LoadOutcome`: the tier left, the switch time, the evictions, the load's phases) and
+writes nothing of the caller's. Reading top-down:
 
 - ``ensure``: under the model's ``load_lock``, nothing to do when it is in tier 1 with a
   large enough context; a larger context drains the model's slots and rebuilds it; else
@@ -22,10 +24,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.errors import EngineError, EngineUnavailable, WorkerLost
@@ -33,42 +34,22 @@ from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
 from hypnos.planner.context import funded_context
-from hypnos.planner.loading import LoadPlan, NoRoom, OverProcessCap, TooBig, plan_load
+from hypnos.planner.loading import LoadPlan, LoadRefusal, NoRoom, TooBig, plan_load
 from hypnos.planner.process_memory import (ProcessMemory, over_process_cap, process_memory,
                                            tier1_unbooked, usable_budgets)
 from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, PlacementRequest,
                                   Priority, Tier, Topology)
 from hypnos.planner.workers import WorkerBudget
-from hypnos.service.http import errors
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
+from hypnos.service.scheduling.held import HeldRequests, holding
 from hypnos.service.scheduling.kv_park import KvParkStore
-from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.lease import LoadOutcome
+from hypnos.service.scheduling.pool import KeptEngine, ModelState
+from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
+                                                WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from hypnos.service.scheduling.scheduler import Lease
-
-
-class HeldRequests:
-    """New requests of some models held while another model's swap is planned and loaded
-    (``hold``); `Residency.holding` releases them all when the load is done or failed."""
-
-    def __init__(self, gates: dict[str, asyncio.Event]):
-        self._gates = gates
-        self._mine: list[str] = []
-
-    def hold(self, model_ids) -> None:
-        for model_id in model_ids:
-            if model_id not in self._gates:
-                self._gates[model_id] = asyncio.Event()
-                self._mine.append(model_id)
-
-    def release(self) -> None:
-        for model_id in self._mine:       # their waiting requests queue behind this load
-            self._gates.pop(model_id).set()
-        self._mine.clear()
 
 
 class Residency:
@@ -125,11 +106,10 @@ class Residency:
             placement, self.hardware, st.cfg.engine in self.accelerated))
 
     def plan(self, st: ModelState, per_slot: int | None,
-             workers: Sequence[WorkerBudget] = ()) -> tuple[Placement, list[str]]:
-        """Placement for ``st`` and the models to evict first (`plan_load`; split onto
-        ``workers`` when it does not fit alone), or the 507 it refuses with:
-        `errors.DoesNotFitAlone`, `errors.InsufficientMemory` (beside the models in use),
-        `errors.ProcessMemoryCap`."""
+             workers: Sequence[WorkerBudget] = ()) -> LoadPlan | LoadRefusal:
+        """`plan_load` for ``st`` beside the other models in tier 1 (split onto ``workers``
+        when it does not fit alone): the plan, its placement given its device, or the
+        planner's refusal as a value."""
         others = [m for m in self.models.values()
                   if m is not st and m.tier is Tier.GPU and m.placement]
         cap = self.config.hardware.max_process_memory_bytes
@@ -137,23 +117,9 @@ class Residency:
         budgets = usable_budgets(self.budgets, tier1_unbooked(self.hardware, memory))
         decision = plan_load(self.request(st, per_slot), [m.as_resident() for m in others],
                              budgets, rss=memory.footprint_bytes, cap=cap, workers=workers)
-        if isinstance(decision, TooBig):
-            raise errors.DoesNotFitAlone(
-                f"The model '{st.id}' does not fit this machine even alone: needs "
-                f"{decision.needed_bytes / 2**30:.2f} GiB, tier 1 has "
-                f"{decision.tier1_bytes / 2**30:.2f} GiB ({decision.reason})")
-        if isinstance(decision, NoRoom):
-            raise errors.InsufficientMemory(
-                f"The model '{st.id}' needs {decision.needed_bytes / 2**30:.2f} GiB of tier 1 "
-                f"and only {decision.freeable_bytes / 2**30:.2f} GiB can be freed beside the "
-                "models in use; retry later")
-        if isinstance(decision, OverProcessCap):
-            raise errors.ProcessMemoryCap(
-                f"Loading '{st.id}' would take the process to "
-                f"{decision.projected_bytes / 2**30:.2f} GiB, above "
-                f"hardware.max_process_memory_bytes ({decision.cap_bytes / 2**30:.2f} GiB)")
-        assert isinstance(decision, LoadPlan)
-        return self.with_device(st, decision.placement), list(decision.evict)
+        if not isinstance(decision, LoadPlan):
+            return decision
+        return replace(decision, placement=self.with_device(st, decision.placement))
 
     def honest(self, st: ModelState, placement: Placement) -> Placement:
         """After a load on a real discrete GPU: an engine that reports it computes on the CPU
@@ -171,24 +137,35 @@ class Residency:
 
     # ------------------------------------------------------------------ making resident
 
-    async def ensure(self, st: ModelState, lease: Lease, context_len: int | None) -> None:
-        """Make ``st`` resident in tier 1 with at least ``context_len`` per slot."""
+    async def ensure(self, st: ModelState, context_len: int | None) -> LoadOutcome | None:
+        """Make ``st`` resident in tier 1 with at least ``context_len`` per slot; what the
+        promotion did, or None when it was resident already."""
         async with st.load_lock:
-            if st.tier is Tier.GPU and bool(getattr(st.engine, "lost", "")):
-                await self.unload(st, Tier.SSD)     # a lost RPC worker: plan and load again
+            if st.tier is Tier.GPU and st.lost:
+                async with self._drained(st):   # a lost RPC worker: plan and load again
+                    await self.unload(st, Tier.SSD)
             if st.tier is Tier.GPU and not self._needs_rebuild(st, context_len):
-                return
+                return None
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
-                for _ in range(st.cfg.slots):
-                    await st.slots.acquire()
-                try:
+                async with self._drained(st):
                     await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
-                    await self._promote(st, lease, context_len)
-                finally:
-                    for _ in range(st.cfg.slots):
-                        st.slots.release()
-                return
-            await self._promote(st, lease, context_len)
+                    return await self._promote(st, context_len)
+            return await self._promote(st, context_len)
+
+    @asynccontextmanager
+    async def _drained(self, st: ModelState) -> AsyncIterator[None]:
+        """Every execution slot of ``st`` taken for the block: the requests running on its
+        engine have ended, and none starts before the block ends. Caller holds
+        st.load_lock (a request holding a slot never waits for it)."""
+        taken = 0
+        try:
+            for _ in range(st.cfg.slots):
+                await st.slots.acquire()
+                taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                st.slots.release()
 
     def _needs_rebuild(self, st: ModelState, context_len: int | None) -> bool:
         if not context_len or st.placement is None or st.shape.num_layers == 0:
@@ -196,79 +173,70 @@ class Residency:
         per_slot = st.placement.allocated_context_len // max(1, st.cfg.slots)
         return context_len > per_slot
 
-    async def _promote(self, st: ModelState, lease: Lease, per_slot: int | None) -> None:
-        lease.previous_tier = st.tier
-        started = time.monotonic()
+    async def _promote(self, st: ModelState, per_slot: int | None) -> LoadOutcome:
+        previous, started = st.tier, time.monotonic()
         # Shielded: a client that hangs up during a cold start must not leave an engine
         # built but unbooked. The load finishes and is booked; the caller sees its cancel.
-        task = asyncio.ensure_future(self._load_locked(st, lease, per_slot, started))
+        task = asyncio.ensure_future(self._load_locked(st, per_slot, started))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        await asyncio.shield(task)
-        lease.tier_switch_ms = (time.monotonic() - started) * 1000
+        evicted, report = await asyncio.shield(task)
+        return LoadOutcome(previous, (time.monotonic() - started) * 1000, evicted, report)
 
-    @contextmanager
-    def holding(self) -> Iterator[HeldRequests]:
-        """New requests held while one swap is planned and loaded; released on exit."""
-        held = HeldRequests(self.held)
-        try:
-            yield held
-        finally:
-            held.release()
-
-    async def _load_locked(self, st: ModelState, lease: Lease, per_slot: int | None,
-                           started: float) -> None:
+    async def _load_locked(self, st: ModelState, per_slot: int | None, started: float
+                           ) -> tuple[tuple[str, ...], LoadReport | None]:
+        """The models evicted and the load's report (nothing: another request loaded it
+        while this one waited)."""
         try:
             async with self.place_lock:
                 if st.tier is Tier.GPU and st.engine is not None:
-                    return          # another request loaded it while this one waited
-                with self.holding() as held:
-                    placement, evict = await self._plan_or_wait(st, per_slot, held)
+                    return (), None
+                with holding(self.held) as held:
+                    plan = await self._plan_or_wait(st, per_slot, held)
                     from_tier = st.tier
-                    report = await self._load_planned(st, lease, placement, evict)
+                    report = await self._load_planned(st, plan.placement, plan.evict)
         finally:
             self.released.notify()      # a load ended: plans waiting on it may now fit
-        lease.phases = report
         st.stats.load_ms[from_tier] = (time.monotonic() - started) * 1000
+        return plan.evict, report
 
     async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
-                            held: HeldRequests) -> tuple[Placement, list[str]]:
-        """Plan ``st``'s load. When it does not fit beside busy models, group the swap: hold
-        their new requests (``held``; released once this load is done) and wait up to
-        limits.swap_wait_ms, woken each time a lease ends, for the requests they already
-        admitted to finish. The requests of the resident model that were queued finish
-        first, and the ones arriving later wait one swap instead of starving ``st``. Past
-        the bound: 507 as before. Caller holds place_lock."""
+                            held: HeldRequests) -> LoadPlan:
+        """Plan ``st``'s load. When it does not fit beside busy models (`NoRoom`,
+        `WorkersBusy`), group the swap: hold their new requests (``held``; released once this
+        load is done) and wait up to limits.swap_wait_ms, woken each time a lease ends, for
+        the requests they already admitted to finish. The requests of the resident model
+        that were queued finish first, and the ones arriving later wait one swap instead of
+        starving ``st``. Past the bound, or for a refusal no waiting cures: `LoadRefused`.
+        Caller holds place_lock."""
         deadline = time.monotonic() + self.config.limits.swap_wait_ms / 1000
         while True:
-            try:
-                placement, evict = await self._plan_any(st, per_slot)
-            except errors.DoesNotFitAlone:
-                raise
-            except errors.InsufficientMemory:
+            decision = await self._plan_any(st, per_slot)
+            if isinstance(decision, LoadPlan):
+                # In the same step as the plan: no request can lease a victim before its
+                # eviction.
+                held.hold(decision.evict)
+                return decision
+            if isinstance(decision, (NoRoom, WorkersBusy)):
                 busy = [m.id for m in self.models.values()
                         if m is not st and m.tier is Tier.GPU and m.in_use]
-                if not busy or time.monotonic() >= deadline:
-                    raise
-                held.hold(busy)
-                await self.released.wait(timeout=deadline - time.monotonic())
-                continue
-            # In the same step as the plan: no request can lease a victim before its eviction.
-            held.hold(evict)
-            return placement, evict
+                if busy and time.monotonic() < deadline:
+                    held.hold(busy)
+                    await self.released.wait(timeout=deadline - time.monotonic())
+                    continue
+            raise LoadRefused(st.id, decision)
 
-    async def _plan_any(self, st: ModelState, per_slot: int | None
-                        ) -> tuple[Placement, list[str]]:
-        """`plan`, and when the model does not fit this machine alone, `plan` again with the
-        RPC workers that answer a probe now. 503 model_not_available naming the workers that
-        do not answer when the model does not fit without them."""
-        try:
-            return self.plan(st, per_slot)
-        except errors.DoesNotFitAlone:
-            if not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
-                raise
+    async def _plan_any(self, st: ModelState, per_slot: int | None) -> LoadPlan | Refusal:
+        """`plan`, and when the model does not fit this machine alone (`TooBig`), `plan`
+        again with the RPC workers that answer a probe now. `WorkersBusy` when models in use
+        hold the workers it needs; `NotServable` naming the workers that do not answer when
+        the model does not fit without them, or when this build cannot reach them."""
+        decision = self.plan(st, per_slot)
+        if not isinstance(decision, TooBig) or \
+                not (self.rpc and st.cfg.engine == "ggml_llama" and st.shape.num_layers):
+            return decision
         from hypnos.engines.devices import llama_has_rpc
         if not llama_has_rpc():
-            raise errors.ModelNotAvailable(
+            raise NotServable(
                 f"The model '{st.id}' does not fit this machine alone, and this "
                 "llama-cpp-python build has no RPC backend to reach the RPC workers with "
                 "(./run.sh installs one built with GGML_RPC=ON)")
@@ -277,33 +245,30 @@ class Residency:
         lend = [m.id for m in self.models.values() if m is not st and m.placement is not None
                 and m.tier is Tier.GPU and m.placement.remote and not m.in_use
                 and m.cfg.priority is not Priority.REALTIME_PINNED]
-        try:
-            placement, evict = self.plan(st, per_slot,
-                                         self.rpc.budgets(self.models.values(), lend))
-            first = self.rpc.holders(placement, self.models.values())
-            return placement, first + [m for m in evict if m not in first]
-        except errors.DoesNotFitAlone as exc:
-            down = self.rpc.down()
-            busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
-                           if m is not st and m.id not in lend})
-            if busy and not down:       # _plan_or_wait waits for their leases to end
-                raise errors.InsufficientMemory(
-                    f"The model '{st.id}' needs RPC workers that "
-                    f"{', '.join(repr(b) for b in busy)} hold while in use; retry later"
-                ) from exc
-            if not down:
-                raise
-            names = "; ".join(f"{e} ({why})" for e, why in down.items())
-            raise errors.ModelNotAvailable(
-                f"The model '{st.id}' does not fit this machine alone and the RPC workers "
-                f"that answer cannot hold the rest; not answering: {names}",
-                headers={"Retry-After": "5"}) from exc
+        split = self.plan(st, per_slot, self.rpc.budgets(self.models.values(), lend))
+        if isinstance(split, LoadPlan):
+            first = self.rpc.holders(split.placement, self.models.values())
+            return replace(split, evict=(*first, *(m for m in split.evict if m not in first)))
+        if not isinstance(split, TooBig):
+            return split
+        down = self.rpc.down()
+        busy = sorted({m.id for m in self.rpc.users(self.models.values()).values()
+                       if m is not st and m.id not in lend})
+        if busy and not down:       # _plan_or_wait waits for their leases to end
+            return WorkersBusy(tuple(busy))
+        if not down:
+            return split
+        names = "; ".join(f"{e} ({why})" for e, why in down.items())
+        raise NotServable(
+            f"The model '{st.id}' does not fit this machine alone and the RPC workers "
+            f"that answer cannot hold the rest; not answering: {names}", retry_after_s=5)
 
     async def drop_lost(self, st: ModelState) -> None:
-        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`): the next
-        request plans and loads it again, with the workers that answer then."""
-        async with st.load_lock:
-            lost = getattr(st.engine, "lost", "")
+        """Demote ``st`` when its engine lost an RPC worker (`SplitChatEngine.lost`), once the
+        requests running on it have ended (they fail fast on a lost engine): the next request
+        plans and loads it again, with the workers that answer then."""
+        async with st.load_lock, self._drained(st):    # not under a request still running
+            lost = st.lost
             if st.tier is not Tier.GPU or not lost:
                 return
             to = await self.unload(st, Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
@@ -311,27 +276,29 @@ class Residency:
             "model": st.id, "for_model": None, "reason": "rpc_worker_lost",
             "detail": lost, "to_tier": str(to), "unix_ms": int(time.time() * 1000)})
 
-    async def _load_planned(self, st: ModelState, lease: Lease, placement: Placement,
-                            evict: list[str]) -> LoadReport:
+    async def _load_planned(self, st: ModelState, placement: Placement,
+                            evict: Sequence[str]) -> LoadReport:
         for victim in evict:
             await self.evict(self.models[victim], for_model=st.id, reason="memory_budget")
-            lease.evicted.append(victim)
+        kept = st.pinned.take() if isinstance(st.pinned, KeptEngine) else None
         try:
             with self.rpc.reserved(placement):
-                report = await asyncio.to_thread(self.effects.load, st, placement)
-        except EngineUnavailable as exc:
-            st.problem = str(exc)
-            raise errors.ModelNotAvailable(str(exc)) from None
-        except WorkerLost as exc:       # an RPC worker went away while the model loaded
-            raise errors.ModelNotAvailable(str(exc), headers={"Retry-After": "5"}) from None
-        except EngineError as exc:
-            self.effects.count_load_failure(st)
-            raise errors.ServerError(f"Loading '{st.id}' failed: {exc}") from None
-        if st.pinned is not None:
-            await asyncio.to_thread(self.effects.unpin, st)
+                loaded = await asyncio.to_thread(self.effects.load, st, placement, kept)
+        except BaseException as exc:
+            if kept is not None:        # a failed load frees the kept weights too
+                st.pinned = None
+            if not isinstance(exc, EngineError):
+                raise
+            if isinstance(exc, EngineUnavailable):
+                st.problem = str(exc)
+            elif not isinstance(exc, WorkerLost):   # a worker gone: the next try may work
+                self.effects.count_load_failure(st)
+            raise LoadFailed(st.id, exc) from None
+        st.engine, st.booked_vs_real, report = loaded.engine, loaded.memory_truth, loaded.report
+        await self._unpin(st)       # the kept engine's emptied holder, or the pinned files
         parked = self.kv_park.take(st.id)
         if parked is not None:
-            tokens, ms = await asyncio.to_thread(self.effects.restore, st, parked)
+            tokens, ms = await asyncio.to_thread(self.effects.restore, st, loaded.engine, parked)
             report.kv_restored_tokens, report.kv_restore_ms = tokens, ms
         st.placement, st.tier, st.last_load = self.honest(st, placement), Tier.GPU, report
         return report
@@ -367,23 +334,41 @@ class Residency:
         budget: its placement books them in tier 1). Caller holds st.load_lock."""
         if st.engine is not None:
             if self.kv_park.enabled and st.enabled:
-                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st))
+                self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st, st.engine))
             if to is Tier.RAM and self._keeps_engine(st, room_for):
-                await asyncio.to_thread(self.effects.suspend, st)
-            if st.engine is not None:
-                await asyncio.to_thread(self.effects.unload, st)
+                kept = await asyncio.to_thread(self.effects.suspend, st, st.engine)
+                if kept is not None:
+                    st.engine, st.pinned = None, kept
+            await self._free_engine(st)
         if to is Tier.RAM and st.pinned is None:
             if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes or \
                     over_process_cap(self.rss(), st.weight_bytes,
                                      self.config.hardware.max_process_memory_bytes):
                 to = Tier.SSD
             else:
-                await asyncio.to_thread(self.effects.pin, st)
+                st.pinned = await asyncio.to_thread(self.effects.pin, st)
         if to is Tier.SSD:
-            if st.pinned is not None:
-                await asyncio.to_thread(self.effects.unpin, st)
+            await self._unpin(st)
             await asyncio.to_thread(self.effects.drop_pages, st)
         st.tier = to
         st.placement = None if to is not Tier.GPU else st.placement
         self.released.notify()          # an unload ended
         return to
+
+    async def _free_engine(self, st: ModelState) -> None:
+        """Unload ``st``'s engine, if any (it is gone from the record at once)."""
+        engine, st.engine = st.engine, None
+        if engine is not None:
+            await asyncio.to_thread(self.effects.unload, st, engine)
+
+    async def _unpin(self, st: ModelState) -> None:
+        """Release what tier 2 holds for ``st``, if anything (gone from the record at once)."""
+        pinned, st.pinned = st.pinned, None
+        if pinned is not None:
+            await asyncio.to_thread(self.effects.unpin, st, pinned)
+
+    async def release_all(self) -> None:
+        """Shutdown: free every engine and everything tier 2 holds."""
+        for st in self.models.values():
+            await self._free_engine(st)
+            await self._unpin(st)

@@ -127,7 +127,7 @@ class RpcWorkers:
                 "layers": share.layers if share else 0,
             }
             if user is not None:
-                lost = getattr(user.engine, "lost", "")
+                lost = user.lost
                 entry["answers"] = not lost
                 entry["checked"] = "engine"      # the engine's connection is the probe
                 if lost:

@@ -5,10 +5,10 @@ engine. Reading a lease top-down:
 
 1. **Gates**: while the model is being replaced or removed (`PoolChanges`), or while
    another model's swap holds its new requests (`Residency`), the lease waits.
-2. **Admission** (`planner.admission.admit`): 429 when the model's queue is full, 503 when
-   the estimated wait exceeds the deadline. An admitted request is counted (``leases``)
-   from here to the end of its response (streams included); a counted model is never
-   evicted.
+2. **Admission** (`planner.admission.admit`): `Busy` when the model's queue is full,
+   `OverDeadline` when the estimated wait exceeds the deadline. An admitted request is
+   counted (``leases``) from here to the end of its response (streams included); a counted
+   model is never evicted.
 3. **Residency** (`Residency.ensure`): the model is loaded into tier 1 when it is not
    there, paying any eviction; the load decision is `planner.loading.plan_load`. A load
    that does not fit beside busy models waits (up to limits.swap_wait_ms) for their
@@ -18,54 +18,43 @@ engine. Reading a lease top-down:
    model and notifies ``released``, the `Wakeup` every waiting load and drain sleeps on.
 
 Effects (engine load/unload, pinning, dropping pages) go through `Effects`, so tests drive
-the scheduler with a fake engine. Threading: every method runs on the event loop; blocking
-effects run in worker threads.
+the scheduler with a fake engine. What it refuses it raises as a `refusals.Refused` (typed,
+no HTTP here; the HTTP layer maps each to its status). Threading: every method runs on the
+event loop; blocking effects run in worker threads.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 
 from hypnos.engines.protocols import Engine
-from hypnos.engines.records import LoadReport
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
 from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
-from hypnos.planner.types import Budgets, Hardware, MoeOffload, NoFit, Placement, Tier
-from hypnos.service.http import errors
+from hypnos.planner.types import Budgets, Hardware, NoFit, Placement, Tier
 from hypnos.service.config.schema import PROFILES, Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.hardware import process_rss
 from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
+from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
+                                                OverDeadline, Refused, UnknownModel)
 from hypnos.service.observe.request_log import request_leases
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 
-__all__ = ["Lease", "Scheduler"]
+__all__ = ["Fit", "Scheduler"]
 
-
-@dataclass
-class Lease:
-    """What a request holds while it runs, and what its telemetry reports."""
-    model: ModelState
-    previous_tier: Tier
-    tier_switch_ms: float = 0.0
-    evicted: list[str] = field(default_factory=list)
-    phases: LoadReport | None = None
-    queue_ms: float = 0.0
-    estimated_wait_ms: float | None = None
-
-    @property
-    def engine(self) -> Engine | None:
-        return self.model.engine
+# A lease's check on the loaded engine (`Scheduler.lease`): the per-slot context it needs
+# when what is loaded will not do, None when it will.
+Fit = Callable[[Engine], Awaitable[int | None]]
 
 
 class Scheduler:
@@ -104,16 +93,21 @@ class Scheduler:
     # ------------------------------------------------------------------ pool
 
     def add(self, state: ModelState) -> None:
+        """Put ``state`` in the pool: a new model, or in place of one of the same id that
+        nothing uses (staging re-checks the models whose files were missing at start)."""
+        old = self.models.get(state.id)
+        assert old is None or not old.in_use and old.engine is None and old.pinned is None, \
+            f"{state.id} is in use"
         self.models[state.id] = state
 
     def get(self, model_id: str, *, enabled_only: bool = True) -> ModelState:
         st = self.models.get(model_id)
         if st is None:
-            raise errors.ModelNotFound(f"The model '{model_id}' does not exist; "
-                                       "GET /v1/models lists the models in service")
+            raise UnknownModel(f"The model '{model_id}' does not exist; "
+                               "GET /v1/models lists the models in service")
         if enabled_only and not st.enabled:
-            raise errors.ModelDisabled(f"The model '{model_id}' is disabled; "
-                                       f"POST /v1/models/{model_id}/enable puts it back")
+            raise DisabledModel(f"The model '{model_id}' is disabled; "
+                                f"POST /v1/models/{model_id}/enable puts it back")
         return st
 
     def tier1_booked(self) -> int:
@@ -131,35 +125,18 @@ class Scheduler:
         """What of ``memory``'s unbooked bytes the planner takes off tier 1."""
         return tier1_unbooked(self.hardware, memory)
 
-    # Pool changes (spec section 6), delegated to `PoolChanges` for the routes.
-
-    def is_changing(self, model_id: str) -> bool:
-        return self.pool.is_changing(model_id)
-
-    def changing(self, model_id: str):
-        return self.pool.changing(model_id)
-
-    async def drain_and_install(self, model_id: str, new: ModelState | None,
-                                drain_secs: float) -> None:
-        await self.pool.drain_and_install(model_id, new, drain_secs)
-
-    async def swap(self, model_id: str, new: ModelState | None, drain_secs: float) -> None:
-        await self.pool.swap(model_id, new, drain_secs)
-
-    async def set_enabled(self, model_id: str, enabled: bool) -> ModelState:
-        return await self.pool.set_enabled(model_id, enabled)
-
-    async def set_moe_offload(self, model_id: str, mode: MoeOffload) -> str:
-        return await self.pool.set_moe_offload(model_id, mode)
-
     # ------------------------------------------------------------------ leases
 
+    def _gate(self, model_id: str) -> asyncio.Event | None:
+        """What new requests of ``model_id`` wait on now: its change (`PoolChanges`), or a
+        grouped swap to another model that holds them (`Residency.held`); None: nothing."""
+        return self.pool.gate(model_id) or self.residency.held.get(model_id)
+
     async def _pass_gates(self, model_id: str) -> None:
-        """Wait while ``model_id`` is being changed (then served by the replacement, or 404
-        once removed) or while a grouped swap to another model holds its new requests
-        (then queued behind it)."""
-        while (gate := self.pool.gate(model_id) or self.residency.held.get(model_id)) \
-                is not None:
+        """Wait while ``model_id`` is being changed (then served by the replacement, or
+        `UnknownModel` once removed) or while a grouped swap to another model holds its new
+        requests (then queued behind it)."""
+        while (gate := self._gate(model_id)) is not None:
             await gate.wait()
 
     @contextmanager
@@ -186,7 +163,8 @@ class Scheduler:
 
     @asynccontextmanager
     async def lease(self, model_id: str, *, deadline_ms: float | None = None,
-                    context_len: int | None = None, fit=None):
+                    context_len: int | None = None, fit: Fit | None = None
+                    ) -> AsyncIterator[Lease]:
         """Admit a request, make its model resident (paying any promotion), hold a slot.
 
         ``context_len`` is the per-slot context the request needs. With ``fit`` (an async
@@ -197,28 +175,26 @@ class Scheduler:
         the model is then rebuilt for that, still under this one lease. What ``fit`` raises
         ends the lease.
 
-        Raises 404 (unknown/disabled), 429 model_busy (queue full), 503 deadline_unmeetable
-        or model_not_available, 507 (does not fit beside leased models, or above the process
-        memory cap).
+        Raises a `Refused`: UnknownModel, DisabledModel, Busy (queue full), OverDeadline,
+        NotServable, LoadRefused (does not fit, beside the leased models or at all, or above
+        the process memory cap), LoadFailed (the engine's load raised).
         """
         await self._pass_gates(model_id)
         st = self.get(model_id)
         if st.problem:
-            raise errors.ModelNotAvailable(st.problem)
+            raise NotServable(st.problem)
         limit = self.config.limits.max_queue_per_model
         decision = admit(leases=st.leases, slots=st.cfg.slots, max_queue=limit,
                          estimated_wait_ms=st.estimated_wait_ms(),
                          deadline_ms=self.implicit_deadline_ms() if deadline_ms is None
                          else deadline_ms)
         if isinstance(decision, QueueFull):
-            raise errors.ModelBusy(
-                f"The model '{model_id}' has {decision.queued} requests queued "
-                f"(max_queue_per_model {limit}); retry later")
+            raise Busy(f"The model '{model_id}' has {decision.queued} requests queued "
+                       f"(max_queue_per_model {limit}); retry later")
         if isinstance(decision, DeadlineMiss):
-            raise errors.DeadlineUnmeetable(
+            raise OverDeadline(
                 f"Estimated wait {decision.estimated_wait_ms:.0f} ms exceeds the deadline "
-                f"{decision.deadline_ms:.0f} ms",
-                headers={"Retry-After": str(decision.retry_after_s)})
+                f"{decision.deadline_ms:.0f} ms", retry_after_s=decision.retry_after_s)
         with self._counted(st):
             lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=decision.estimated_wait_ms)
             seen = request_leases.get()
@@ -226,14 +202,14 @@ class Scheduler:
                 seen.append(lease)
             started = time.monotonic()
             if fit is None:
-                await self.residency.ensure(st, lease, context_len)
+                lease.add(await self.residency.ensure(st, context_len))
             else:
-                await self.residency.ensure(st, lease,
-                                            None if st.tier is Tier.GPU else context_len)
+                lease.add(await self.residency.ensure(
+                    st, None if st.tier is Tier.GPU else context_len))
                 async with st.load_lock:   # no rebuild swaps the engine mid-count
-                    need = await fit(st.engine)
+                    need = await fit(lease.engine)
                 if need is not None:
-                    await self.residency.ensure(st, lease, need)
+                    lease.add(await self.residency.ensure(st, need))
             waited = time.monotonic()
             async with st.slots:
                 st.running += 1
@@ -243,7 +219,9 @@ class Scheduler:
                 finally:
                     st.running -= 1
                     st.stats.record_request((time.monotonic() - started) * 1000)
-                    if getattr(st.engine, "lost", ""):
+                    if lease.prefill_tokens_per_s:
+                        st.stats.prefill_tps = lease.prefill_tokens_per_s
+                    if st.lost:
                         self._background_task(self.residency.drop_lost(st))
 
     def implicit_deadline_ms(self) -> float | None:
@@ -254,7 +232,7 @@ class Scheduler:
         return implicit_deadline(self.config.limits.overload, objective)
 
     @asynccontextmanager
-    async def hold(self, model_id: str):
+    async def hold(self, model_id: str) -> AsyncIterator[ModelState]:
         """Keep ``model_id`` from being evicted while held, without loading it or taking a
         slot (session watch, a prompt being counted). Waits like a lease while the model is
         being swapped out (a hold taken after the plan would be unloaded under it)."""
@@ -291,16 +269,18 @@ class Scheduler:
 
     async def move(self, model_id: str, target: Tier, context_len: int | None = None,
                    *, allow_disabled: bool = False) -> ModelState:
-        """POST /v1/memory/tier and startup staging. 429 while leased, 507 when it cannot fit.
-        Blocks for as long as the load takes."""
+        """POST /v1/memory/tier and startup staging. `Busy` while leased, a load's refusals
+        (`Scheduler.lease`) when it cannot load. Waits at the gates like a lease (a model
+        being changed, or held by another model's swap), then blocks for as long as the
+        load takes."""
+        await self._pass_gates(model_id)
         st = self.get(model_id, enabled_only=not allow_disabled)
         if st.in_use:
-            raise errors.ModelBusy(f"The model '{model_id}' is in use; retry when it is idle")
-        lease = Lease(st, previous_tier=st.tier)
+            raise Busy(f"The model '{model_id}' is in use; retry when it is idle")
         # A move is a lease of its own: nothing evicts the model meanwhile.
         with self._counted(st, touch=False):
             if target is Tier.GPU:
-                await self.residency.ensure(st, lease, context_len)
+                await self.residency.ensure(st, context_len)
             else:
                 async with st.load_lock:
                     if st.tier is not target:
@@ -309,15 +289,18 @@ class Scheduler:
 
     def prefetch(self, model_id: str) -> None:
         """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy
-        or failing models are ignored; the current request never waits for this."""
+        or failing models are ignored, and so is one behind a gate (being changed, or held
+        by a swap that may just have evicted it); the current request never waits for
+        this."""
         st = self.models.get(model_id)
-        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use:
+        if st is None or not st.enabled or st.problem or st.tier is Tier.GPU or st.in_use \
+                or self._gate(model_id) is not None:
             return
 
         async def load():
             try:
                 await self.move(model_id, Tier.GPU)
-            except errors.HypnosError:
+            except Refused:
                 pass
         self._background_task(load())
 
@@ -327,8 +310,4 @@ class Scheduler:
         task.add_done_callback(self._background.discard)
 
     async def shutdown(self) -> None:
-        for st in self.models.values():
-            if st.engine is not None:
-                await asyncio.to_thread(self.effects.unload, st)
-            if st.pinned is not None:
-                await asyncio.to_thread(self.effects.unpin, st)
+        await self.residency.release_all()

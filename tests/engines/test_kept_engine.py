@@ -106,7 +106,8 @@ async def test_scheduler_keeps_the_engine_in_tier_2_and_frees_it_in_tier_3():
         assert sched.tier1_booked() == b.placement.booked_tier1_bytes
         async with sched.lease("a") as lease:             # promotion from tier 2
             assert lease.previous_tier is Tier.RAM and lease.evicted == ["b"]
-            assert lease.phases.load_mode == "warm" and lease.phases.weights_ms < 1.0
+            # Counted, not timed: the weights were not read again (one model load so far).
+            assert lease.phases.load_mode == "warm"
             assert a.engine is engine and engine.model_loads == 1
             # /v1/memory/status's memory_truth says the weights were already resident.
             assert a.booked_vs_real["kept_weights_bytes"] == a.weight_bytes

@@ -15,11 +15,11 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
-from hypnos.service.http import errors
 from hypnos.service.app import create_app
 from hypnos.service.config.load import load_config, overlay_path, parse_config
 from hypnos.service.config.overlay import overlay_text
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.refusals import Busy, UnknownModel
 from hypnos.planner.types import ModelShape
 from fakes import FakeEffects
 from test_scheduler import make, model
@@ -305,9 +305,9 @@ async def test_swap_drains_running_and_serves_waiting_with_the_replacement():
 
     first = asyncio.create_task(long_request())
     await running.wait()
-    swap = asyncio.create_task(sched.swap("a", new, drain_secs=10))
+    swap = asyncio.create_task(sched.pool.swap("a", new, drain_secs=10))
     await asyncio.sleep(0.1)
-    assert sched.is_changing("a")
+    assert sched.pool.is_changing("a")
     second = asyncio.create_task(later_request())
     await asyncio.sleep(0.1)
     assert not swap.done() and not second.done()     # both wait for the running request
@@ -331,8 +331,8 @@ async def test_swap_past_drain_secs_changes_nothing_and_removal_answers_404():
     first = asyncio.create_task(long_request())
     await asyncio.sleep(0.05)
     started = time.monotonic()
-    with pytest.raises(errors.ModelBusy, match="drain_secs"):
-        await sched.swap("a", fresh("a"), drain_secs=0.3)
+    with pytest.raises(Busy, match="drain_secs"):
+        await sched.pool.swap("a", fresh("a"), drain_secs=0.3)
     assert 0.3 <= time.monotonic() - started < 2
     assert sched.models["a"] is old and old.enabled and old.engine is not None
 
@@ -340,13 +340,13 @@ async def test_swap_past_drain_secs_changes_nothing_and_removal_answers_404():
         async with sched.lease("a"):
             pass
 
-    removal = asyncio.create_task(sched.swap("a", None, drain_secs=10))
+    removal = asyncio.create_task(sched.pool.swap("a", None, drain_secs=10))
     await asyncio.sleep(0.05)
     waiting = asyncio.create_task(later())
     await asyncio.sleep(0.05)
     release.set()
     await asyncio.gather(first, removal)
-    with pytest.raises(errors.ModelNotFound):
+    with pytest.raises(UnknownModel):
         await waiting
     assert "a" not in sched.models
 

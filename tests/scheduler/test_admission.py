@@ -11,6 +11,7 @@ from sanic import Sanic
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.http import errors
+from hypnos.service.scheduling.refusals import OverDeadline
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
 from test_scheduler import make, model
@@ -41,10 +42,10 @@ async def busy_model(overload: str, profile: str | None):
 
 async def test_shed_applies_the_profile_objective_as_the_deadline():
     sched, release, task = await busy_model("shed", "chat")       # first_token 1000 ms
-    with pytest.raises(errors.DeadlineUnmeetable) as exc:
+    with pytest.raises(OverDeadline) as exc:
         async with sched.lease("a"):
             pass
-    assert exc.value.headers["Retry-After"] == "5"
+    assert errors.from_refusal(exc.value).headers["Retry-After"] == "5"
     assert "1000 ms" in exc.value.message
     release.set()
     await task

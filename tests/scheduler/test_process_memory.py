@@ -7,7 +7,8 @@ import pytest
 from fakes import FakeEffects
 from hypnos.planner.types import MIB, Accelerator, Hardware, ModelShape, Tier, Topology
 from hypnos.service.config.schema import Config, ModelConfig
-from hypnos.service.http import errors
+from hypnos.planner.loading import TooBig
+from hypnos.service.scheduling.refusals import LoadRefused
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Scheduler
 
@@ -36,9 +37,10 @@ async def test_unbooked_process_memory_is_taken_off_tier_1_on_a_cpu_only_host():
     then books 600 of its 900 MiB and 300 are unbooked."""
     rss = [500 * MIB]
     sched, fx = make(CPU, rss)
-    with pytest.raises(errors.DoesNotFitAlone) as exc:
+    with pytest.raises(LoadRefused) as exc:
         async with sched.lease("chat"):
             pass
+    assert isinstance(exc.value.refusal, TooBig)
     assert "tier 1 has 0.49 GiB" in exc.value.message and fx.log == []
     rss[0] = 300 * MIB
     async with sched.lease("chat"):

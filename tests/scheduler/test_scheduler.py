@@ -3,16 +3,18 @@
 The fake records every effect and proves "a model was never unloaded while it was serving".
 """
 import asyncio
-import threading
 
 import pytest
 
-from fakes import FakeEffects
+from fakes import FakeEffects, Gated
+from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
 from hypnos.service.http import errors
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,
+                                                UnknownModel)
 from hypnos.service.scheduling.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -75,10 +77,11 @@ async def test_leased_model_is_never_evicted_507_instead():
     sched = make([(model("a"), 600), (model("b"), 600)], fx)
     async with sched.lease("a"):
         fx.serving.add("a")
-        with pytest.raises(errors.InsufficientMemory) as exc:
+        with pytest.raises(LoadRefused) as exc:
             async with sched.lease("b"):
                 pass
-        assert exc.value.status == 507
+        assert isinstance(exc.value.refusal, NoRoom)
+        assert errors.from_refusal(exc.value).status == 507
         fx.serving.discard("a")
     assert ("unload", "a") not in fx.log
     assert sched.models["b"].leases == 0 and sched.models["a"].leases == 0
@@ -86,9 +89,11 @@ async def test_leased_model_is_never_evicted_507_instead():
 
 async def test_model_too_big_for_the_machine_is_507():
     sched = make([(model("huge"), 5000)])
-    with pytest.raises(errors.InsufficientMemory, match="does not fit this machine"):
+    with pytest.raises(LoadRefused, match="does not fit this machine") as exc:
         async with sched.lease("huge"):
             pass
+    assert isinstance(exc.value.refusal, TooBig)
+    assert isinstance(errors.from_refusal(exc.value), errors.InsufficientMemory)
 
 
 async def test_eviction_prefers_low_priority():
@@ -107,9 +112,10 @@ async def test_realtime_pinned_is_never_evicted():
     sched = make([(model("rt", Priority.REALTIME_PINNED), 600), (model("b"), 600)])
     async with sched.lease("rt"):
         pass
-    with pytest.raises(errors.InsufficientMemory):
+    with pytest.raises(LoadRefused) as exc:
         async with sched.lease("b"):
             pass
+    assert isinstance(exc.value.refusal, NoRoom)
 
 
 async def test_queue_beyond_max_is_model_busy():
@@ -123,7 +129,7 @@ async def test_queue_beyond_max_is_model_busy():
     first = asyncio.create_task(hold())
     second = asyncio.create_task(hold())      # queued behind the one slot
     await asyncio.sleep(0.05)
-    with pytest.raises(errors.ModelBusy):
+    with pytest.raises(Busy):
         async with sched.lease("a"):
             pass
     gate.set()
@@ -161,7 +167,7 @@ async def test_move_refused_while_leased_and_moves_when_idle():
     fx = FakeEffects()
     sched = make([(model("a"), 100)], fx)
     async with sched.lease("a"):
-        with pytest.raises(errors.ModelBusy):
+        with pytest.raises(Busy):
             await sched.move("a", Tier.SSD)
     await sched.move("a", Tier.RAM)
     assert sched.models["a"].tier is Tier.RAM and sched.models["a"].pinned is not None
@@ -173,11 +179,11 @@ async def test_move_refused_while_leased_and_moves_when_idle():
 
 async def test_unknown_and_disabled_models():
     sched = make([(model("a"), 100)])
-    with pytest.raises(errors.ModelNotFound):
+    with pytest.raises(UnknownModel):
         async with sched.lease("nope"):
             pass
     sched.models["a"].enabled = False
-    with pytest.raises(errors.ModelDisabled):
+    with pytest.raises(DisabledModel):
         async with sched.lease("a"):
             pass
 
@@ -187,10 +193,10 @@ async def test_deadline_unmeetable_when_the_estimate_is_longer():
     st = sched.models["a"]
     st.stats.load_ms[Tier.SSD] = 5000.0
     st.cfg.keep_warm_in_ram = False
-    with pytest.raises(errors.DeadlineUnmeetable) as exc:
+    with pytest.raises(OverDeadline) as exc:
         async with sched.lease("a", deadline_ms=100):
             pass
-    assert "Retry-After" in exc.value.headers
+    assert "Retry-After" in errors.from_refusal(exc.value).headers
     async with sched.lease("a", deadline_ms=60000):
         pass
 
@@ -213,8 +219,9 @@ class _Parked:
 
 async def test_kv_parking_round_trip_through_an_eviction():
     fx = FakeEffects()
-    fx.park = lambda st: (fx.log.append(("park", st.id)), _Parked(10 * MIB))[1]
-    fx.restore = lambda st, parked: (fx.log.append(("restore", st.id)), (parked.tokens, 1.5))[1]
+    fx.park = lambda st, engine: (fx.log.append(("park", st.id)), _Parked(10 * MIB))[1]
+    fx.restore = lambda st, engine, parked: (fx.log.append(("restore", st.id)),
+                                             (parked.tokens, 1.5))[1]
     sched = make([(model("a"), 600), (model("b"), 600)], fx)
     sched.kv_park.configure(True, 64 * MIB)
     async with sched.lease("a"):
@@ -245,18 +252,21 @@ def test_kv_park_store_cap_drops_the_oldest_and_off_drops_all():
 async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
     """Regression: a client hanging up mid-load left an engine built with the model still
     in tier 3, unbooked, and the next request loaded it a second time."""
-    fx = FakeEffects(load_delay=0.2)
+    fx = Gated()
+    gate = fx.close("load", "a")
     sched = make([(model("a"), 100)], fx)
 
     async def one():
         async with sched.lease("a"):
             pass
     task = asyncio.create_task(one())
-    await asyncio.sleep(0.05)
+    await fx.began("load", "a")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.3)
+    gate.set()
+    async with sched.residency.place_lock:     # the shielded load ends (booked) under it
+        pass
     st = sched.models["a"]
     assert st.tier is Tier.GPU and st.placement is not None and st.leases == 0
     async with sched.lease("a") as lease:
@@ -264,48 +274,37 @@ async def test_a_request_cancelled_during_a_cold_load_leaves_the_model_booked():
     assert fx.log.count(("load", "a")) == 1
 
 
-class SlowUnloadEffects(FakeEffects):
-    """Unloads take a while (a big model's pages dropped), so a request can arrive meanwhile."""
-
-    def __init__(self):
-        super().__init__()
-        self.unloading = threading.Event()
-        self.first: str | None = None
-        self.active: set[str] = set()
-
-    def unload(self, st):
-        import time
-        self.first = self.first or st.id
-        self.unloading.set()
-        self.active.add(st.id)
-        time.sleep(0.2)
-        super().unload(st)
-        self.active.discard(st.id)
-
-
 async def test_victim_leased_during_an_earlier_eviction_is_not_unloaded():
     """A victim that a request (or a hold) asks for while the first victim is being unloaded
-    is never unloaded under it: the request waits for the swap, then loads it again."""
-    fx = SlowUnloadEffects()
-    sched = make([(model("a"), 400), (model("b"), 400), (model("c"), 800)], fx)
+    is never unloaded under it: the hold waits for the swap, then the request loads it
+    again. "c" needs both "a" (low priority: evicted first) and "b" evicted."""
+    fx = Gated()
+    sched = make([(model("a", Priority.LOW), 400), (model("b"), 400), (model("c"), 800)], fx)
     for mid in ("a", "b"):
         async with sched.lease(mid):
             pass
+    gate = fx.close("unload", "a")
     big = asyncio.create_task(_lease_once(sched, "c"))
-    while not fx.unloading.is_set():
-        await asyncio.sleep(0.005)
-    other = "b" if fx.first == "a" else "a"     # still resident, next on the list
-    async with sched.hold(other):       # a prompt being counted: no unload under it
-        for _ in range(30):
-            assert other not in fx.active
-            await asyncio.sleep(0.01)
-    async with sched.lease(other):
-        fx.serving.add(other)
-        await asyncio.sleep(0.4)
-        fx.serving.discard(other)
-    await big
+    await fx.began("unload", "a")
+
+    async def count_a_prompt():       # a hold: no unload under it
+        async with sched.hold("b"):
+            fx.log.append(("hold", "b"))
+            assert sched.models["b"].tier is not Tier.GPU
+    hold = asyncio.create_task(count_a_prompt())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not hold.done() and ("unload", "b") not in fx.log     # it waits for the swap
+    gate.set()
+    await asyncio.gather(big, hold)
+    async with sched.lease("b"):
+        fx.serving.add("b")
+        await asyncio.sleep(0)
+        fx.serving.discard("b")
+    assert fx.log.index(("unload", "b")) < fx.log.index(("hold", "b"))
     assert fx.violations == []
-    assert sched.models[other].tier is Tier.GPU
+    assert [m for op, m in fx.log if op == "load"] == ["a", "b", "c", "b"]
+    assert sched.models["b"].tier is Tier.GPU
 
 
 async def _lease_once(sched, mid):
@@ -322,7 +321,7 @@ async def test_a_hold_does_not_take_a_queue_place():
             second = asyncio.create_task(_lease_once(sched, "a"))
             await asyncio.sleep(0.01)
             assert sched.models["a"].leases == 2       # one running, one queued
-            with pytest.raises(errors.ModelBusy):
+            with pytest.raises(Busy):
                 await _lease_once(sched, "a")
         await second
     st = sched.models["a"]
@@ -337,10 +336,12 @@ async def test_process_memory_cap_is_the_507_process_memory_cap():
     rss = [950 * MIB]
     sched = make([(model("a"), 100)], fx, rss=lambda: rss[0])
     sched.config.hardware.max_process_memory_bytes = 1000 * MIB
-    with pytest.raises(errors.ProcessMemoryCap) as exc:
+    with pytest.raises(LoadRefused) as exc:
         async with sched.lease("a"):
             pass
-    assert (exc.value.status, exc.value.type) == (507, "process_memory_cap")
+    assert isinstance(exc.value.refusal, OverProcessCap)
+    http = errors.from_refusal(exc.value)
+    assert (http.status, http.type) == (507, "process_memory_cap")
     assert "1.03 GiB" in exc.value.message and "(0.98 GiB)" in exc.value.message
     assert fx.log == [] and sched.models["a"].leases == 0
     assert sched.models["a"].tier is Tier.SSD

@@ -3,10 +3,10 @@ context (``Effects.suspend``); beside a discrete GPU it stays the pinned files. 
 what each tier holds, what is booked, and the fall-backs."""
 import pytest
 
-from fakes import FakeEffects, FakeKept
+from fakes import FakeEffects
 from hypnos.planner.types import MIB, Accelerator, Hardware, ModelShape, Tier, Topology
 from hypnos.service.config.schema import Config, ModelConfig
-from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.pool import KeptEngine, ModelState
 from hypnos.service.scheduling.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +48,7 @@ async def test_a_demoted_chat_model_keeps_its_engine_and_is_promoted_without_a_r
     await use(sched, "b")
     a = sched.models["a"]
     assert a.tier is Tier.RAM and a.engine is None
-    assert isinstance(a.pinned, FakeKept) and a.pinned.engine is engine
+    assert isinstance(a.pinned, KeptEngine) and a.pinned.engine is engine
     assert ("suspend", "a") in fx.log
     assert ("unload", "a") not in fx.log and ("pin", "a") not in fx.log
     assert sched.tier2_booked() == sizes["a"] * MIB          # its weights, in tier 2

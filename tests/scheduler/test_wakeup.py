@@ -37,7 +37,7 @@ async def test_a_drain_ends_when_the_lease_ends_not_at_its_bound():
     from hypnos.service.scheduling.pool import ModelState
     old = sched.models["a"]
     new = ModelState(cfg=old.cfg, paths={}, shape=old.shape)
-    swap = asyncio.create_task(sched.swap("a", new, drain_secs=30))
+    swap = asyncio.create_task(sched.pool.swap("a", new, drain_secs=30))
     await asyncio.sleep(0.01)
     assert not swap.done()
     started = asyncio.get_running_loop().time()

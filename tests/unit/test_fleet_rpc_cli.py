@@ -8,8 +8,9 @@ import yaml
 from hypnos.cli.fleet_cmd import litellm_config, to_yaml
 from hypnos.cli.rpc_cmd import bind_problem
 from hypnos.engines.llama.rpc_probe import WorkerReport
-from hypnos.planner.types import MIB, Placement, RemoteShare, Tier
-from hypnos.service.config.schema import RpcWorkerConfig
+from hypnos.planner.types import MIB, ModelShape, Placement, RemoteShare, Tier
+from hypnos.service.config.schema import ModelConfig, RpcWorkerConfig
+from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import WORKER_RESERVE_BYTES, RpcWorkers
 
 
@@ -44,9 +45,12 @@ def test_rpc_worker_binds_loopback_or_private_addresses_only(host, allowed):
     assert bind_problem(host, allow_public=True) is None
 
 
-class _Model:
-    def __init__(self, model_id, placement, engine=None):
-        self.id, self.placement, self.engine, self.tier = model_id, placement, engine, Tier.GPU
+def _model(model_id, placement, engine=None) -> ModelState:
+    """A split chat model resident in tier 1 with ``placement``."""
+    cfg = ModelConfig(id=model_id, modality="text_generation", engine="ggml_llama",
+                      weights_path=f"{model_id}.gguf")
+    return ModelState(cfg=cfg, paths={}, shape=ModelShape(weights_bytes=MIB), tier=Tier.GPU,
+                      placement=placement, engine=engine)
 
 
 def test_worker_budgets_bookings_and_health():
@@ -63,7 +67,7 @@ def test_worker_budgets_bookings_and_health():
         ("127.0.0.1:1", 300 * MIB), ("127.0.0.1:2", 1000 * MIB - WORKER_RESERVE_BYTES)]
     assert workers.down() == {"127.0.0.1:3": "[Errno 111] Connection refused"}
     share = RemoteShare("127.0.0.1:1", 10, 10, 100 * MIB, output=True)
-    chat = _Model("chat", Placement(Tier.GPU, gpu_layers=10, remote=(share,)))
+    chat = _model("chat", Placement(Tier.GPU, gpu_layers=10, remote=(share,)))
     # A worker a resident model holds serves it alone (rpc-server takes one client).
     assert [b.endpoint for b in workers.budgets([chat])] == ["127.0.0.1:2"]
     status = {w["endpoint"]: w for w in workers.status([chat])}
@@ -75,10 +79,14 @@ def test_worker_budgets_bookings_and_health():
 
 
 def test_a_lost_engine_shows_its_worker_not_answering():
-    class Lost:
+    class Lost:                 # a split engine (SplitsLayers) that lost a worker
         lost = "RPC worker 127.0.0.1:1 stopped answering (refused)"
+        split_layers: dict[str, int] = {}
+
+        def child_rss(self) -> int:
+            return 0
     workers = RpcWorkers([RpcWorkerConfig("127.0.0.1:1", memory_bytes=300 * MIB)])
     workers.workers["127.0.0.1:1"].report = WorkerReport(True, 1000 * MIB, 2000 * MIB, 1, "7")
     share = RemoteShare("127.0.0.1:1", 0, 30, 100 * MIB, output=True)
-    (entry,) = workers.status([_Model("chat", Placement(Tier.GPU, remote=(share,)), Lost())])
+    (entry,) = workers.status([_model("chat", Placement(Tier.GPU, remote=(share,)), Lost())])
     assert entry["answers"] is False and "stopped answering" in entry["error"]
