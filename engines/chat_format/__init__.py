@@ -9,6 +9,9 @@ function that uses it).
 - ``prepare``: ``ChatFormat``, ``ThinkDialect``; a request turned into what the engine renders.
 - ``grammar``: GBNF builders (forced calls from a tool's schema, ``response_format``).
 - ``stream``: ``StopMatcher`` and ``AnswerSplitter``, the answer read piece by piece.
+- ``loose_calls``: calls a trained model writes as bare or fenced JSON outside its dialect
+  (read by ``AnswerSplitter`` when tools are active), and the JSON-schema subset they are
+  checked against.
 
 The names below are the package's public API, re-exported for callers outside the engines.
 """

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from hypnos.engines.chat_format.prepare import ThinkDialect
 from hypnos.engines.chat_format.dialects import CallParseError, ToolDialect
+from hypnos.engines.chat_format.loose_calls import may_be_loose, read_loose
 from hypnos.engines.records import ToolCall, ToolCallError
 
 
@@ -89,7 +90,13 @@ class AnswerSplitter(ModeReader):
 
     ``forced``: the answer is a forced call under the dialect's grammar, so all of it (the
     prefix and everything generated) is read as the call at the end, with no opener search:
-    whatever the grammar admits is a call, however the model spaced it."""
+    whatever the grammar admits is a call, however the model spaced it.
+
+    Loose calls (``loose_calls``): with tools active and the call not forced, an answer
+    whose content starts (after whitespace and thinking) with ``{``, ``[`` or a fence is
+    held back while it may still be JSON calls of the offered tools; at the end it is
+    those calls, or, when it is not, read as if it had never been held (the dialect's own
+    call search included). Any other answer streams with no added delay."""
     think: ThinkDialect | None = None
     in_think: bool = False
     tools: ToolDialect | None = None
@@ -106,15 +113,22 @@ class AnswerSplitter(ModeReader):
         self.strip_next = False
         self.strip_reasoning = True          # the newline after the opening delimiter
         self.call_buf = ""
+        # Whether the answer may still be loose calls: until its first non-blank content.
+        self.loose = self.tools is not None and not self.forced and bool(self.offered)
+        self.held = ""
         if self.forced and self.tools is not None:
             self.mode, self.call_buf = "forced", self.prefix
         elif self.prefix and self.tools is not None and any(
                 self.prefix.startswith(o) for o in self.tools.openers):
             self.mode, self.call_buf = "call", self.prefix
+        if self.mode in ("forced", "call"):
+            self.loose = False                      # the answer starts with a call
 
     def finish(self) -> list[Piece]:
         """Everything still held back, at the end of the answer."""
         out: list[Piece] = []
+        if self.mode == "held":
+            self._settle(out)
         if self.mode == "maybe_think":
             self.mode = "content"
         if self.mode == "think":
@@ -167,6 +181,14 @@ class AnswerSplitter(ModeReader):
             if not self.buf:
                 return
             self.strip_next = False
+        if self.loose:
+            head = self.buf.lstrip()
+            if not head:
+                return                              # blank so far: the start is unknown
+            self.loose = False
+            if head[0] in "{[`" and may_be_loose(self.buf, self.offered):
+                self.mode = "held"
+                return
         openers = self.tools.openers if self.tools is not None else ()
         hits = [i for i in (self.buf.find(o) for o in openers) if i >= 0]
         if hits:
@@ -180,6 +202,29 @@ class AnswerSplitter(ModeReader):
         if len(self.buf) > keep:
             out.append(Piece("content", self.buf[:len(self.buf) - keep]))
             self.buf = self.buf[len(self.buf) - keep:]
+
+    def _held(self, out):
+        self.held += self.buf
+        self.buf = ""
+        if not may_be_loose(self.held, self.offered):
+            self._release()
+
+    def _release(self):
+        """Back to reading the held text as content (``loose`` is off by now)."""
+        self.buf, self.held = self.held + self.buf, ""
+        self.mode = "content"
+
+    def _settle(self, out: list[Piece]):
+        """At the end of a held answer: its loose calls, or it read as content."""
+        calls = read_loose(self.held + self.buf, self.offered)
+        if calls is None:
+            self._release()
+            out.extend(self.feed(""))
+            return
+        self.held = self.buf = ""
+        self.mode = "content"
+        self.calls.extend(calls)
+        out.extend(Piece("call", call=call) for call in calls)
 
     def _forced(self, out):
         self.call_buf += self.buf          # read whole at the end (``finish``)
