@@ -151,6 +151,9 @@ class ChatResult:
     kv_cap: int = 0                    # tokens a slot can hold
     #: How ``ChatRequest.response_format`` was applied (Pantheon's response_format_status).
     response_format_status: str | None = None
+    #: A forced call the engine closed itself (the tokens left reached what closing it
+    #: takes): its last arguments are the shortest valid ones, not the model's.
+    tool_call_truncated: bool = False
 
 
 OnToken = Callable[[ChatDelta], None]

@@ -22,6 +22,7 @@ import threading
 import time
 
 from hypnos.engines import devices
+from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.chat_format.prepare import ChatFormat
 from hypnos.engines.chat_format.stream import StopMatcher
@@ -331,6 +332,10 @@ class LlamaChatEngine(SessionsMixin):
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group)
+        if built.splitter.forced and sampling.grammar:
+            # A forced call ends as a whole call whenever its shortest form fits.
+            job.closer = CallCloser.start(sampling.grammar,
+                                          lambda text: self._tokenize(text, True), max_tokens)
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
@@ -356,7 +361,8 @@ class LlamaChatEngine(SessionsMixin):
                           tool_call_errors=reader.splitter.errors,
                           logprobs=reader.logprobs if req.logprobs else None,
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
-                          response_format_status=built.format_status)
+                          response_format_status=built.format_status,
+                          tool_call_truncated=job.closed_call)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

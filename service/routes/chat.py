@@ -73,6 +73,8 @@ def _choice_extras(r: ChatResult) -> dict:
     out = {}
     if r.tool_call_errors:
         out["tool_call_error"] = r.tool_call_errors[0].to_wire()
+    if r.tool_call_truncated:
+        out["tool_call_truncated"] = True
     return out
 
 
