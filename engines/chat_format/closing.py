@@ -52,9 +52,8 @@ class CallCloser:
             log.warning("forced-call grammar not followed (calls may be cut): %s", exc)
             return None
         closer = cls(grammar, tokenize, max_tokens)
-        if closer.closing_tokens() is None or len(closer.closing_tokens() or ()) > max_tokens:
-            return None
-        return closer
+        shortest = closer.closing_tokens()
+        return None if shortest is None or len(shortest) > max_tokens else closer
 
     def closing_tokens(self) -> list[int] | None:
         """The tokens of the shortest text that ends the call from here ([] when it is

@@ -16,6 +16,7 @@ own grammar engine (``tests/gbnf_check.py``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -341,8 +342,7 @@ def compile_gbnf(text: str, root: str = "root") -> Grammar:
     out: set = set()
     for start in alts[reader.ids[root]]:
         g._expand(() if kind[start] == END else (start,), out)
-    object.__setattr__(g, "start", frozenset(out))
-    return g
+    return dataclasses.replace(g, start=frozenset(out))
 
 
 def _shortest(rules: list) -> list[str | None]:

@@ -333,9 +333,11 @@ class LlamaChatEngine(SessionsMixin):
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group)
         if built.splitter.forced and sampling.grammar:
-            # A forced call ends as a whole call whenever its shortest form fits.
+            # A forced call ends as a whole call whenever its shortest form fits. Its closing
+            # is tokenized as plain text, so the reader sees every character of it (a control
+            # token would render as nothing).
             job.closer = CallCloser.start(sampling.grammar,
-                                          lambda text: self._tokenize(text, True), max_tokens)
+                                          lambda text: self._tokenize(text, False), max_tokens)
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)

@@ -109,16 +109,16 @@ def test_below_the_shortest_call_the_old_cut_stays(engine, choice):
 
 @pytest.mark.parametrize("choice", CHOICES)
 def test_a_call_not_closed_by_the_engine_is_the_models_own(engine, choice):
-    """At 48 tokens the call is whole; if the engine did not close it, 24 tokens more change
+    """At 40 tokens the call is whole; if the engine did not close it, 16 tokens more change
     nothing (the model had ended it). The same prompt runs first so that both answers start
     from the same cached prefix, hence the same greedy path."""
     ask(engine, choice, 1)
-    result = ask(engine, choice, 48)
-    call = assert_whole_call(result, choice, 48)
+    result = ask(engine, choice, 40)
+    call = assert_whole_call(result, choice, 40)
     if not result.tool_call_truncated:
-        more = ask(engine, choice, 72)
+        more = ask(engine, choice, 56)
         assert not more.tool_call_truncated
-        assert assert_whole_call(more, choice, 72) == call
+        assert assert_whole_call(more, choice, 56) == call
 
 
 @pytest.mark.anyio
