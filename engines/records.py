@@ -153,6 +153,9 @@ class ChatResult:
     response_format_status: str | None = None
     #: The stop string that ended the answer (finish_reason "stop"), if one did.
     stop_sequence: str | None = None
+    #: A forced call the engine closed itself (the tokens left reached what closing it
+    #: takes): its last arguments are the shortest valid ones, not the model's.
+    tool_call_truncated: bool = False
 
 
 OnToken = Callable[[ChatDelta], None]

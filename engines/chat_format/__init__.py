@@ -8,6 +8,8 @@ function that uses it).
 - ``detect``: the family's dialects from markers in its chat template.
 - ``prepare``: ``ChatFormat``, ``ThinkDialect``; a request turned into what the engine renders.
 - ``grammar``: GBNF builders (forced calls from a tool's schema, ``response_format``).
+- ``gbnf``: a GBNF grammar walked as llama.cpp walks it, with the shortest end of any state;
+  ``closing``: ``CallCloser``, which keeps a forced call closable within ``max_tokens``.
 - ``stream``: ``StopMatcher`` and ``AnswerSplitter``, the answer read piece by piece.
 - ``loose_calls``: calls a trained model writes as bare or fenced JSON outside its dialect
   (read by ``AnswerSplitter`` when tools are active), and the JSON-schema subset they are

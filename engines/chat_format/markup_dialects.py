@@ -245,7 +245,8 @@ class HarmonyDialect(ToolDialect):
         for end in ENDS:
             body = body.split(end, 1)[0]
         try:
-            args = json.loads(body.strip() or "{}")
+            # strict=False: control characters inside strings, as the JSON grammar admits.
+            args = json.loads(body.strip() or "{}", strict=False)
         except json.JSONDecodeError as exc:
             raise CallParseError(f"arguments are not JSON: {exc}") from None
         if not isinstance(args, dict):

@@ -243,6 +243,11 @@ class DecodeLoop(SlotQueue):
         if self.ll.llama_vocab_is_eog(self.vocab, token):
             self._finish(slot, "stop")
             return
+        if job.closer is not None:
+            closing = job.closer.offer(self._piece(token, special=True), job.generated)
+            if closing is not None:
+                self._close_call(slot, closing)
+                return
         job.generated += 1
         piece = self._piece(token)
         job.events.put(("token", piece, logprob))
@@ -263,6 +268,18 @@ class DecodeLoop(SlotQueue):
         if job.generated >= job.max_tokens:
             self._finish(slot, "length")
 
+    def _close_call(self, slot: Slot, closing: list[int]) -> None:
+        """End a forced call with ``closing`` (``CallCloser.offer``) instead of the token just
+        sampled, and finish "length" (the engine reads the call and answers "tool_calls").
+        The closing is delivered, not decoded: the slot's KV and ``slot.tokens`` keep what
+        the model itself wrote, so a later prompt reuses that prefix and evaluates the rest."""
+        job = slot.job
+        for token in closing:
+            job.events.put(("token", self._piece(token), None))
+        job.generated += len(closing)
+        job.closed_call = True
+        self._finish(slot, "length")
+
     def _logprob(self, index: int, token: int, top: int):
         """(logprob of ``token``, [(bytes, logprob) of the ``top`` likeliest]) from the raw
         logits at batch ``index``: the model's distribution before any sampler."""
@@ -278,13 +295,14 @@ class DecodeLoop(SlotQueue):
             alternatives = [(self._piece(int(i)), float(logits[i]) - lse) for i in ids]
         return float(logits[token]) - lse, alternatives
 
-    def _piece(self, token: int) -> bytes:
-        """The token's bytes; special (control) tokens render as nothing."""
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        """The token's bytes; special (control) tokens render as nothing, or as their text
+        with ``special`` (as a grammar reads them)."""
         buf = self._piece_buf
-        n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         return buf.raw[:n]
 
     def forget(self, slot: Slot) -> None:

@@ -22,6 +22,7 @@ import threading
 import time
 
 from hypnos.engines import devices
+from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.chat_format.prepare import ChatFormat
 from hypnos.engines.chat_format.stream import StopMatcher
@@ -338,6 +339,12 @@ class LlamaChatEngine(SessionsMixin):
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group)
+        if built.splitter.forced and sampling.grammar:
+            # A forced call ends as a whole call whenever its shortest form fits. Its closing
+            # is tokenized as plain text, so the reader sees every character of it (a control
+            # token would render as nothing).
+            job.closer = CallCloser.start(sampling.grammar,
+                                          lambda text: self._tokenize(text, False), max_tokens)
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
@@ -364,7 +371,8 @@ class LlamaChatEngine(SessionsMixin):
                           logprobs=reader.logprobs if req.logprobs else None,
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
                           response_format_status=built.format_status,
-                          stop_sequence=reader.stopper.matched)
+                          stop_sequence=reader.stopper.matched,
+                          tool_call_truncated=job.closed_call)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
+from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.errors import SessionCapacity
 from hypnos.engines.llama.sampling import Sampling, ThinkBudget
 from hypnos.engines.records import ChoiceGroup
@@ -43,6 +44,8 @@ class Job:
     target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
     think: ThinkBudget | None = None          # closes the thinking block at its budget
+    closer: CallCloser | None = None          # a forced call: closes it within max_tokens
+    closed_call: bool = False                   # the closer ended the call (set before "done")
     repetition_bound: int = 0                   # 0: no loop detection
     history: list[int] = field(default_factory=list)   # generated token ids
     # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:

@@ -41,9 +41,11 @@ def _call_wire(call, index: int, with_index: bool = False) -> dict:
 
 
 def _choice_extras(r: ChatResult) -> dict:
-    out = {}
+    out: dict[str, object] = {}
     if r.tool_call_errors:
         out["tool_call_error"] = r.tool_call_errors[0].to_wire()
+    if r.tool_call_truncated:
+        out["tool_call_truncated"] = True
     return out
 
 
