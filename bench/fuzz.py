@@ -11,9 +11,9 @@ and exits with its status.
 
 Every check runs (`--checks all`): a schema-valid body is accepted (a random model id is a
 404, which the check allows), a schema-invalid one refused, a known path with another method
-is a 405 with an Allow header. `bench/schemathesis.toml` names the three operations whose
+is a 405 with an Allow header. `bench/schemathesis.toml` names the four operations whose
 400s depend on meaning the schema cannot state (a tool_choice naming a missing tool, a model
-block's TOML, a WebSocket handshake).
+block's TOML, a machine too small for any model of a need, a WebSocket handshake).
 """
 from __future__ import annotations
 

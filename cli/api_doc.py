@@ -272,7 +272,8 @@ def _responses(op: dict) -> list[str]:
             kinds.append(f"`{ctype}`" + (f" ({body})" if body else ""))
         rows.append([f"`{status}`", resp.get("description", ""), ", ".join(kinds)])
     lines = _table(["status", "meaning", "body"], rows)
-    ok = op["responses"].get("200", {}).get("content", {}).get("application/json", {})
+    success = next((s for s in sorted(op["responses"]) if s.startswith("2")), "200")
+    ok = op["responses"].get(success, {}).get("content", {}).get("application/json", {})
     fields = field_rows(ok.get("schema", {}))
     if fields:
         lines += ["Success body (`application/json`); more fields may come:", ""]

@@ -144,6 +144,13 @@ def read_gguf_meta(path: str | Path) -> GgufMeta:
     return _build_meta(path, size, kv, tensors)
 
 
+def read_gguf_kv(path: str | Path) -> dict:
+    """The metadata of ``path`` itself (not of the other parts of a split GGUF); an array of
+    more than 4096 items is only counted. Blocks on the header's I/O; ValueError as
+    `read_gguf_meta`."""
+    return _scan(Path(path))[0]
+
+
 def _scan(path: Path) -> tuple[dict, list[tuple[str, int]]]:
     with open(path, "rb") as fh:
         size = path.stat().st_size

@@ -62,7 +62,10 @@ class Endpoint:
     query: dict = field(default_factory=dict)   # name -> schema
     required_query: tuple[str, ...] = ()
     ok: dict = field(default_factory=lambda: {"application/json": ANY_OBJECT})
+    status: int = 200                    # the success status (201: a thing was created)
     errors: tuple[int, ...] = ()
+    # What a status means on this route, where DESCRIPTIONS' general words are wrong.
+    meanings: dict[int, str] = field(default_factory=dict)
     websocket: bool = False
     # Statuses whose body is not the error envelope: status -> JSON Schema.
     other: dict = field(default_factory=dict)
@@ -107,14 +110,15 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         content["multipart/form-data"] = {"schema": spec.form}
     if content:
         op["requestBody"] = {"required": True, "content": content}
-    responses: dict = {"101" if spec.websocket else "200": {
+    responses: dict = {"101" if spec.websocket else str(spec.status): {
         "description": "WebSocket session" if spec.websocket else "success",
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | \
         ({401, 429} if path.startswith("/v1") else set())
     for status in sorted(statuses | set(spec.other)):
-        responses[str(status)] = {"description": DESCRIPTIONS.get(status, "error"),
+        meaning = spec.meanings.get(status) or DESCRIPTIONS.get(status, "error")
+        responses[str(status)] = {"description": meaning,
                                   "content": {"application/json": {
                                       "schema": spec.other.get(status, ENVELOPE)}}}
     if content:

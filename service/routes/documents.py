@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import time
 from pathlib import PurePosixPath
@@ -21,7 +22,7 @@ from sanic.response import raw
 from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service.http import errors
 from hypnos.service.wire.documents import (
-    ConvertBody, ConvertParams, DocumentBody, check_document, parse_convert,
+    FILE_OR_URL, ConvertBody, ConvertParams, DocumentBody, check_document, parse_convert,
 )
 from hypnos.service.inference.capabilities import DOCUMENTS, require
 from hypnos.service.inference.leased import LeasedCall, leased
@@ -130,9 +131,12 @@ _CONVERT_FIELDS = {"model": {"type": "string", "minLength": 1}, "url": {"type": 
                    "filename": {"type": "string"}, "describe_pictures": {"type": "string"},
                    "ocr": {"type": "string", "default": "auto",
                            "description": "auto, true or false (also 1/0, yes/no, on/off)"}}
-CONVERT_FORM = {"type": "object", "required": ["model"], "properties": {
-    "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
-    **_CONVERT_FIELDS}}
+CONVERT_FORM = {"type": "object", "required": ["model"], **copy.deepcopy(FILE_OR_URL),
+                "description": "The document as the `file` part, or a `url` to fetch it "
+                               "from (exactly one of them).",
+                "properties": {"file": {"type": "string", "minLength": 1,
+                                        "contentMediaType": "application/octet-stream"},
+                               **_CONVERT_FIELDS}}
 
 
 @bp.post("/v1/documents/convert")

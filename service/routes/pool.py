@@ -121,11 +121,19 @@ def _drain_secs(value) -> float:
     return secs
 
 
-POOL_ERRORS = (403, 404, 422, 429, 500, 503, 507)
+# What a change of the pool answers besides its 400 (a failed startup check): the checks
+# run and the model is installed cold, so nothing loads, and no 422, 500 or 507 can come.
+ADD_MEANINGS = {400: "malformed request, or the model fails the startup checks",
+                403: "not an admin key (with API keys set)", 503: "still staging"}
+POOL_MEANINGS = {**ADD_MEANINGS, 404: "unknown model id",
+                 429: "drain_secs passed with requests still running, the model is already "
+                      "being changed, or rate limited"}
+POOL_ERRORS = (403, 404, 429, 503)
 
 
 @bp.post("/v1/models")
-@endpoint("Add a model to the pool (admin)", body=PoolBody, errors=POOL_ERRORS)
+@endpoint("Add a model to the pool (admin)", body=PoolBody, status=201, errors=(403, 503),
+          meanings=ADD_MEANINGS)
 async def add_model(request: Request):
     require_admin(request)
     require_ready(request)
@@ -142,7 +150,8 @@ async def add_model(request: Request):
 
 
 @bp.put("/v1/models/<model_id>")
-@endpoint("Replace a model in the pool (admin)", body=PoolBody, errors=POOL_ERRORS)
+@endpoint("Replace a model in the pool (admin)", body=PoolBody, errors=POOL_ERRORS,
+          meanings=POOL_MEANINGS)
 async def replace_model(request: Request, model_id: str):
     require_admin(request)
     require_ready(request)
@@ -160,6 +169,8 @@ async def replace_model(request: Request, model_id: str):
 
 @bp.delete("/v1/models/<model_id>")
 @endpoint("Remove a model from the pool (admin)", errors=POOL_ERRORS,
+          meanings={**POOL_MEANINGS, 400: "drain_secs is not a number of seconds from 0 to "
+                                          "86400"},
           query={"drain_secs": {"type": "string"}})
 async def remove_model(request: Request, model_id: str):
     require_admin(request)
@@ -172,6 +183,10 @@ async def remove_model(request: Request, model_id: str):
     return _answer(request, None, model_id, "removed", persisted)
 
 
+# Enable and disable are not changes of the pool (spec section 6): any key may call them.
+SWITCH_MEANINGS = {404: "unknown model id", 503: "still staging"}
+
+
 async def _switch(request: Request, model_id: str, enabled: bool):
     require_ready(request)
     sched = request.app.ctx.scheduler
@@ -181,20 +196,21 @@ async def _switch(request: Request, model_id: str, enabled: bool):
 
 
 @bp.post("/v1/models/<model_id>/enable")
-@endpoint("Enable a model", errors=(403, 404, 429))
+@endpoint("Enable a model", errors=(404, 503), meanings=SWITCH_MEANINGS)
 async def enable(request: Request, model_id: str):
     return await _switch(request, model_id, True)
 
 
 @bp.post("/v1/models/<model_id>/disable")
-@endpoint("Disable a model", errors=(403, 404, 429))
+@endpoint("Disable a model", errors=(404, 429, 503), meanings={
+    **SWITCH_MEANINGS, 429: "the model is leased (retry when idle), or rate limited"})
 async def disable(request: Request, model_id: str):
     return await _switch(request, model_id, False)
 
 
 @bp.post("/v1/models/<model_id>/moe-offload")
 @endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
-          body=MoeBody)
+          body=MoeBody, meanings={422: "mode is not off, auto or on"})
 async def moe_offload(request: Request, model_id: str):
     require_ready(request)
     sched = request.app.ctx.scheduler

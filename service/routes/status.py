@@ -111,7 +111,11 @@ class AdvisorBody(Wire):
 
 
 @bp.post("/v1/advisor")
-@endpoint("Recommend a lineup for needs and a machine", body=AdvisorBody, errors=(404,))
+@endpoint("Recommend a lineup for needs and a machine", body=AdvisorBody, errors=(404,),
+          # No schema can state that machine: its smallest size depends on needs and catalog.
+          meanings={400: "malformed request, or no lineup fits (a needed model does not fit "
+                         "the machine's memory even alone)",
+                    404: "this server has no model catalog"})
 async def advisor(request: Request):
     from hypnos.advisor import AdvisorError, NoLineupFits, advise
     cat = request.app.ctx.catalog

@@ -21,7 +21,7 @@ from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service.http import errors
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
-from hypnos.service.wire.transcription import parse_hotwords, parse_language
+from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
 from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed, require_ready
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
@@ -108,7 +108,9 @@ class TranscriptionBody(Wire):
     filename: str | None = None
     response_format: Annotated[Literal["json", "text", "verbose_json", "srt", "vtt"], Says(
         "response_format {got} is not one of " + ", ".join(FORMATS))] | None = None
-    language: str | None = None
+    # The pattern is published; parse_language enforces it (for the form and the socket too).
+    language: Annotated[str, Field(json_schema_extra={"pattern": LANGUAGE_SCHEMA["pattern"]}),
+                        Says("'language' must be a string")] | None = None
     prompt: str | None = None
     hotwords: str | list[str] | None = None
 
@@ -181,7 +183,7 @@ def render(params: TranscriptionParams, done) -> object:
 # ------------------------------------------------------------------ routes
 
 _FIELDS = {"model": {"type": "string", "minLength": 1}, "response_format": {"enum": list(FORMATS)},
-           "language": {"type": "string"}, "prompt": {"type": "string"}}
+           "language": LANGUAGE_SCHEMA, "prompt": {"type": "string"}}
 TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properties": {
     "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
     "hotwords": {"type": "string"}, **_FIELDS}}

@@ -3,12 +3,13 @@ same names as JSON fields. Every problem is a 400 naming the field."""
 from __future__ import annotations
 
 import base64
+import copy
 import binascii
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
@@ -20,6 +21,12 @@ FORMATS = ("markdown", "json")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 PAGES = r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$"
 _DATA_URI = re.compile(r"^data:[^;,]*(;[^,]*)?,", re.IGNORECASE)
+#: The document comes as exactly one of ``file`` and ``url``, as /openapi.json states it for
+#: the JSON body and the form alike; `_common` refuses the rest (an empty or null field
+#: counts as absent).
+FILE_OR_URL: dict[str, Any] = {"oneOf": [
+    {"required": ["file"], "properties": {"file": {"type": "string", "minLength": 1}}},
+    {"required": ["url"], "properties": {"url": {"type": "string", "minLength": 1}}}]}
 
 
 @dataclass
@@ -127,7 +134,10 @@ FLAG = Annotated[bool, Says("'{at}' must be a boolean (true/false, 1/0, yes/no, 
 
 class ConvertBody(Wire):
     """The JSON form of a conversion: the document as base64 (or a data: URI) in ``file``,
-    or a ``url`` to fetch it from; ``pages`` is "3" or "2-5" (1-based, inclusive)."""
+    or a ``url`` to fetch it from (exactly one of them); ``pages`` is "3" or "2-5" (1-based,
+    inclusive)."""
+    model_config = ConfigDict(
+        json_schema_extra=lambda schema: schema.update(copy.deepcopy(FILE_OR_URL)))
     model: Annotated[str, Field(min_length=1), Says(
         "'model' is required: a model serving document_conversion")]
     file: Annotated[str, Field(min_length=1)] | None = None

@@ -38,12 +38,19 @@ def parse_hotwords(value) -> list[str]:
     return words
 
 
+#: What ``language`` must be, as /openapi.json publishes it: an ISO 639-1 (or 639-3) code,
+#: optionally with region or script subtags ("en", "EN", "en-US", "zh_Hant"). Matched as a
+#: JSON Schema validator in Python matches it (``re.search``: "$" also before a final "\n"),
+#: so the server and a validator of the document agree on every string.
+LANGUAGE_SCHEMA = {"type": "string", "pattern": r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$"}
+
+
 def parse_language(value: str | None) -> str | None:
-    """An ISO 639-1 (or 639-3) code, lowercased; "en-US" is read as "en"."""
+    """The code of a ``LANGUAGE_SCHEMA`` tag, lowercased ("en-US" is read as "en"); any other
+    string is the 400 (param ``language``)."""
     if value is None:
         return None
-    code = re.split(r"[-_]", value.strip().lower(), maxsplit=1)[0]
-    if not re.fullmatch(r"[a-z]{2,3}", code):
+    if not re.search(LANGUAGE_SCHEMA["pattern"], value):
         raise errors.InvalidRequest(f"language {value!r} is not an ISO 639-1 code such as "
                                     "'en'", param="language")
-    return code
+    return re.split(r"[-_\n]", value, maxsplit=1)[0].lower()

@@ -186,7 +186,6 @@ def test_incomplete_utf8_is_held_back():
 
 
 def test_unload_is_idempotent_and_chat_after_it_fails():
-    pytest.importorskip("llama_cpp")
     eng = LlamaChatEngine()
     eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=1))
     eng.unload()
@@ -209,7 +208,6 @@ def test_pick_slot_prefers_a_real_prefix_match_then_the_least_recent_slot():
 
 
 def test_spec_chat_template_overrides_the_gguf_one():
-    pytest.importorskip("llama_cpp")
     eng = LlamaChatEngine()
     template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
     eng.load(LoadSpec("smollm2", MODEL, context_len=512, slots=1, threads=1,
@@ -269,7 +267,6 @@ TOPICS = ["a cat", "the sea", "a robot", "a castle"]
 
 @pytest.fixture(scope="module")
 def four_slots():
-    pytest.importorskip("llama_cpp")
     eng = LlamaChatEngine()
     eng.load(LoadSpec("smollm2", MODEL, context_len=2048, slots=4, threads=1))
     yield eng
@@ -356,7 +353,6 @@ def test_the_same_n_request_gives_the_same_choices_on_the_same_build():
     """n choices start together and in order whatever order their threads submit in, so the
     same request from the same state (a fresh load) decodes the same batches and gives the
     same choices. Two runs on this build are compared, never a stored text."""
-    pytest.importorskip("llama_cpp")
     eng = LlamaChatEngine()
     spec = LoadSpec("smollm2", MODEL, context_len=3072, slots=3, threads=1)
     runs = []

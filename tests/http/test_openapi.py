@@ -125,3 +125,47 @@ async def test_responses_match_their_documented_schemas():
         validate(resp.json, schema(doc, "/ready", 503))
     finally:
         gate.set()
+
+
+async def test_each_status_is_the_one_the_route_answers():
+    """The pool's statuses as section 6 has them: POST /v1/models answers 201 (documented as
+    such, not 200); enable and disable need no admin key, so no 403; a pool change loads
+    nothing, so no 422; a 422 is "prompt past the context window" only where a prompt is
+    counted (moe-offload's is an unknown mode)."""
+    doc = (await call(app_for(), "get", "/openapi.json")).json
+    ops = {(path, method): op for path, by in doc["paths"].items() for method, op in by.items()}
+    add = ops[("/v1/models", "post")]["responses"]
+    assert [s for s in add if s.startswith("2")] == ["201"]
+    for action in ("enable", "disable"):
+        responses = ops[(f"/v1/models/{{model_id}}/{action}", "post")]["responses"]
+        assert "403" not in responses and {"404", "503"} <= set(responses), action
+    for method in ("put", "delete"):
+        responses = ops[("/v1/models/{model_id}", method)]["responses"]
+        assert "403" in responses and "422" not in responses, method
+    for (path, method), op in ops.items():
+        meaning = op["responses"].get("422", {}).get("description", "")
+        assert not (path.startswith("/v1/models") and "prompt" in meaning), (path, method)
+    chat = ops[("/v1/chat/completions", "post")]["responses"]["422"]
+    assert chat["description"] == "prompt past the context window"
+    moe = ops[("/v1/models/{model_id}/moe-offload", "post")]["responses"]["422"]
+    assert "mode" in moe["description"]
+
+
+async def test_a_machine_too_small_for_a_need_is_the_documented_400():
+    """No schema can state the smallest machine for a set of needs (it depends on the
+    catalog), so the document says what its 400 also means, and the fuzzer's config
+    (bench/schemathesis.toml) lets a schema-valid body get it on this route only."""
+    import tomllib
+    from conftest import ROOT
+    app = app_for()
+    doc = (await call(app, "get", "/openapi.json")).json
+    meaning = doc["paths"]["/v1/advisor"]["post"]["responses"]["400"]["description"]
+    assert "no lineup fits" in meaning
+    resp = await call(app, "post", "/v1/advisor", json={"needs": ["chat"], "vram_bytes": 1,
+                                                         "ram_bytes": 1})
+    err = assert_envelope(resp, 400, "invalid_request_error")
+    assert "fit" in err["message"], err
+    fuzz = tomllib.loads((ROOT / "bench" / "schemathesis.toml").read_text())
+    advisor = [op for op in fuzz["operations"] if op["include-path"] == "/v1/advisor"]
+    assert advisor and "400" in advisor[0]["checks"]["positive_data_acceptance"][
+        "expected-statuses"]

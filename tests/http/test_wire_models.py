@@ -67,6 +67,17 @@ EXAMPLES = [
     ("post", "/v1/entities", {"model": "0", "input": ["x"], "labels": "person"}),
     ("post", "/v1/memory/kv-park", {"max_bytes": 0}),
 ]
+# Transcription's language (an ISO 639-1 code, a pattern in the document) and convert's
+# document (exactly one of file and url, a oneOf): schema-valid ones reach the model (404).
+AUDIO, DOC = {"model": "0", "audio_bytes": [1]}, {"model": "0"}
+LANGUAGES = ["en", "EN", "en-US", "zh_Hant_TW", "english!", "e", "en-", " en", "en\n",
+             "\u212ao"]          # the Kelvin sign lowercases to an ASCII "k"
+DOCUMENTS = [{}, {"file": "aGVsbG8="}, {"url": "http://x/a.pdf"},
+             {"file": "aGVsbG8=", "url": "http://x/a.pdf"}, {"url": ""},
+             {"file": "aGVsbG8=", "url": ""}, {"file": None, "url": "http://x/a.pdf"},
+             {"file": None, "url": None}]
+EXAMPLES += [("post", "/v1/audio/transcriptions", {**AUDIO, "language": v}) for v in LANGUAGES]
+EXAMPLES += [("post", "/v1/documents/convert", {**DOC, **d}) for d in DOCUMENTS]
 
 
 def _schema(doc: dict, method: str, path: str) -> dict:
@@ -94,5 +105,29 @@ async def test_the_document_and_the_server_agree(method, path, body):
     doc = (await call(app, "get", "/openapi.json")).json
     schema_ok = Draft202012Validator(_schema(doc, method, path)).is_valid(body)
     resp = await call(app, method, path, json=body)
+    refused = resp.status == 400 and resp.json["error"]["type"] == "invalid_request_error"
+    assert schema_ok != refused, (schema_ok, resp.status, resp.text)
+
+
+def _form_schema(doc: dict, path: str) -> dict:
+    return doc["paths"][path]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+
+
+FORMS = [("/v1/audio/transcriptions", {"model": "0", "language": v}, ["file"])
+         for v in LANGUAGES] + \
+        [("/v1/documents/convert", {"model": "0", **{k: v for k, v in d.items() if k != "file"}},
+          ["file"] if d.get("file") else []) for d in DOCUMENTS if None not in d.values()]
+
+
+@pytest.mark.parametrize("path,fields,parts", FORMS)
+async def test_the_form_schema_and_the_server_agree(path, fields, parts):
+    """The multipart form of the same routes: its schema's verdict is the server's."""
+    app = app_for()
+    doc = (await call(app, "get", "/openapi.json")).json
+    form = {**fields, **{name: "x" for name in parts}}      # a part is a string there
+    schema_ok = Draft202012Validator(_form_schema(doc, path)).is_valid(form)
+    files = {name: (f"{name}.bin", b"hello") for name in parts}
+    files |= {name: (None, value) for name, value in fields.items()}    # multipart fields
+    resp = await call(app, "post", path, files=files)
     refused = resp.status == 400 and resp.json["error"]["type"] == "invalid_request_error"
     assert schema_ok != refused, (schema_ok, resp.status, resp.text)

@@ -113,6 +113,23 @@ def test_installed_outdated_and_problem(tmp_path):
     write_gguf(tmp_path / "tiny" / "tiny.gguf", "llama")
     entry = cat.entries[0]
     assert variant_problem(tmp_path, entry, entry.variants[0]) is None
+    (tmp_path / "tiny" / "tiny.gguf").write_bytes(b"GGUF" + b"\xff" * 64)
+    assert "not a readable GGUF" in variant_problem(tmp_path, entry, entry.variants[0])
+
+
+def test_the_architecture_is_read_from_the_header_scan(tmp_path, monkeypatch):
+    """Regression: GET /v1/models/catalog took 45 s on its first call here, since
+    gguf.GGUFReader builds a numpy view per vocabulary item of every installed GGUF; the
+    catalog reads general.architecture with the header scan (engines/gguf_meta.py)."""
+    import gguf
+    from hypnos.catalog.state import gguf_architecture
+
+    def refuse(*_a, **_k):
+        raise AssertionError("gguf.GGUFReader was used")
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    write_gguf(tmp_path / "tiny.gguf", "qwen3")
+    assert gguf_architecture(tmp_path / "tiny.gguf") == "qwen3"
+    assert gguf_architecture(tmp_path / "absent.gguf") is None
 
 
 def test_configured_flags(tmp_path):

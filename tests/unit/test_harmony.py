@@ -7,14 +7,14 @@ import json
 import random
 from pathlib import Path
 
+# llama-cpp-python is a default extra: without it this module fails to import (an error,
+# never a skip).
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 import pytest
 
 from hypnos.engines.chat_format import detect, prepare
 from hypnos.engines.chat_format.harmony import HarmonySplitter
 from hypnos.engines.chat_format.markup_dialects import HarmonyDialect
-
-pytest.importorskip("llama_cpp")
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402
 
 TEMPLATE = (Path(__file__).resolve().parents[1] / "data" / "templates" /
             "gpt-oss.jinja").read_text()

@@ -6,12 +6,12 @@ Hypnos does not describe them itself).
 Model-free: the template is rendered by llama-cpp-python's Jinja formatter, in Python."""
 from pathlib import Path
 
+# llama-cpp-python is a default extra: without it this module fails to import (an error,
+# never a skip).
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 import pytest
 
 from hypnos.engines.chat_format import detect, prepare
-
-pytest.importorskip("llama_cpp")
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 WEATHER = {"type": "function", "function": {
