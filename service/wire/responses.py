@@ -328,7 +328,8 @@ def _choice(choice, names: list[str]) -> tuple[Any, list[str] | None]:
 
 def tool_fields(wire: InputFields) -> tuple[dict, list[str]]:
     """The chat body's tools and tool_choice, and the tool types skipped (see the module)."""
-    functions, ignored = [], []
+    functions: list[dict] = []
+    ignored: list[str] = []
     for k, t in enumerate(wire.tools or ()):
         if t.type != "function":
             ignored.append(t.type)

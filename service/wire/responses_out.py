@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from hypnos.engines.records import ChatDelta, ChatResult
 
@@ -72,7 +72,7 @@ def usage(r: ChatResult) -> dict:
 
 def response_object(rid: str, wire, *, status: str, output: list[dict],
                     usage_: dict | None = None, finish_reason: str | None = None,
-                    ignored: list[str] = (), created: int | None = None) -> dict:
+                    ignored: Sequence[str] = (), created: int | None = None) -> dict:
     """The Response object; ``wire`` is the validated request (`ResponsesBody`)."""
     incomplete = {"reason": "max_output_tokens"} if finish_reason == "length" else None
     fmt = wire.text.format.model_dump(by_alias=True, exclude_none=True) \
@@ -135,13 +135,14 @@ class EventStream:
         self.current = item
         await self.emit("response.output_item.added", output_index=self.index, item=item)
 
-    async def _open_message(self) -> None:
+    async def _open_message(self) -> dict:
         item = _message_item("", status="in_progress")
         await self._open(item)
         item["_text"] = ""
         await self.emit("response.content_part.added", item_id=item["id"],
                         output_index=self.index, content_index=0,
                         part={"type": "output_text", "text": "", "annotations": []})
+        return item
 
     async def close(self) -> None:
         """Finish the open item: its .done events, then output_item.done."""
@@ -167,16 +168,17 @@ class EventStream:
         cur = self.current
         if d.reasoning:
             if cur is None or cur["type"] != "reasoning":
-                await self._open({"type": "reasoning", "id": new_id("rs"), "summary": []})
-                self.current["_text"] = ""                       # type: ignore[index]
-            self.current["_text"] += d.reasoning                 # type: ignore[index]
-            await self.emit("response.reasoning_text.delta", item_id=self.current["id"],
+                cur = {"type": "reasoning", "id": new_id("rs"), "summary": []}
+                await self._open(cur)
+                cur["_text"] = ""
+            cur["_text"] += d.reasoning
+            await self.emit("response.reasoning_text.delta", item_id=cur["id"],
                             output_index=self.index, content_index=0, delta=d.reasoning)
         elif d.content:
             if cur is None or cur["type"] != "message":
-                await self._open_message()
-            self.current["_text"] += d.content                   # type: ignore[index]
-            await self.emit("response.output_text.delta", item_id=self.current["id"],
+                cur = await self._open_message()
+            cur["_text"] += d.content
+            await self.emit("response.output_text.delta", item_id=cur["id"],
                             output_index=self.index, content_index=0, delta=d.content,
                             logprobs=[])
         elif d.tool_call is not None and (self.parallel or not self.calls):
