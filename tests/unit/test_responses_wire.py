@@ -234,3 +234,29 @@ def test_session_plan_keeps_one_slot_unbound():
     bound = {old: 1, older: 1, "someone": 1}
     assert session_plan(bound, 4, key, {old: 5, older: 2}) == (True, [older])
     assert session_plan({"a": 1, "b": 1}, 3, key, {}) == (False, [])   # none of ours to free
+
+
+def test_a_codex_cli_shaped_request_translates():
+    """The shape Codex CLI 0.171 sends (measured): function tools beside a namespace of
+    functions and web_search, reasoning with a summary but no effort, include, store false,
+    prompt_cache_key, client_metadata, developer and user messages of input_text parts."""
+    fn = {"type": "function", "name": "exec_command", "description": "Run a command",
+          "strict": False, "parameters": {"type": "object", "properties": {
+              "cmd": {"type": "string"}}, "required": ["cmd"]}}
+    chat, new, ignored = chat_of({
+        "stream": True, "store": False, "tool_choice": "auto", "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "thread-1", "client_metadata": {"turn_id": "t1"},
+        "tools": [fn, {"type": "namespace", "name": "multi_agent", "description": "agents",
+                       "tools": [{**fn, "name": "spawn_agent"}]},
+                  {"type": "web_search", "external_web_access": False}],
+        "input": [{"type": "message", "role": "developer",
+                   "content": [{"type": "input_text", "text": "You are a coding agent."}]},
+                  {"type": "message", "role": "user",
+                   "content": [{"type": "input_text", "text": "<env>cwd</env>"},
+                               {"type": "input_text", "text": "Say hello."}]}]})
+    assert ignored == ["namespace", "web_search"]
+    assert [t["function"]["name"] for t in chat["tools"]] == ["exec_command"]
+    assert [m["role"] for m in chat["messages"]] == ["system", "user"]
+    assert "reasoning_effort" not in chat and chat["stream"] is True
+    assert new == chat["messages"]
