@@ -34,10 +34,10 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from hypnos.service.http.errors import InvalidRequest
-from hypnos.service.wire.model import Says, Wire, validate
+from hypnos.service.wire.model import Says, Wire, refuse, validate
 
 I31 = 1 << 31
 EFFORTS = {"none": "none", "minimal": "minimal", "low": "low", "medium": "medium",
@@ -170,10 +170,13 @@ class TextParam(Loose):
 
 
 class InputFields(Wire):
-    """What /v1/responses and /v1/responses/input_tokens share: the model and the prompt."""
+    """What /v1/responses and /v1/responses/input_tokens share: the model and the prompt
+    (``input``, or a ``previous_response_id`` to continue, or both)."""
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["input"]}, {"required": ["previous_response_id"]}]})
     model: Annotated[str, Field(min_length=1), Says("'model' is required and must be a string")]
-    input: Annotated[str | list[Item], Says(
-        "'input' must be a string or an array of input items")] | None = None
+    input: Annotated[str | Annotated[list[Item], Field(min_length=1)], Says(
+        "'input' must be a string or a non-empty array of input items")] | None = None
     instructions: Annotated[str, Says("'instructions' must be a string")] | None = None
     previous_response_id: Annotated[str, Field(min_length=1), Says(
         "'previous_response_id' must be a response id")] | None = None
@@ -187,6 +190,13 @@ class InputFields(Wire):
     reasoning: ReasoningParam | None = None
     text: TextParam | None = None
     conversation: Any = None
+
+    @model_validator(mode="after")
+    def _input_or_previous(self) -> InputFields:
+        if self.input is None and self.previous_response_id is None:
+            raise refuse("'input' is required (a string or input items) unless "
+                         "'previous_response_id' continues a stored response", param="input")
+        return self
 
 
 class ResponsesBody(InputFields):

@@ -110,7 +110,8 @@ def test_reasoning_effort_and_text_format():
 
 @pytest.mark.parametrize("body, fragment", [
     ({}, "'input' is required"),
-    ({"input": 3}, "'input' must be a string or an array"),
+    ({"input": []}, "non-empty array"),
+    ({"input": 3}, "'input' must be a string or a non-empty array"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "must be an input item"),
     ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
      "no earlier function_call"),
