@@ -29,6 +29,7 @@ from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
 from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog
+from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.observe.telemetry import LatencyBook
 from hypnos.service.observe.workflows import Workflows
@@ -85,6 +86,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.limiter = Limiter(quotas, metrics=metrics)
     app.ctx.request_log = RequestLog(config.server.request_log)
     app.ctx.keep_alive = KeepAlive(sched)
+    app.ctx.responses = ResponseStore()
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypnos.service.routes import (chat, completions, documents, embeddings, entities, images,
                                    logs, memory, messages, metrics, ollama, openapi, playground,
-                                   pool, sessions, speech, status, transcriptions)
+                                   pool, responses, sessions, speech, status, transcriptions)
 
-ROUTES = [status.bp, memory.bp, chat.bp, messages.bp, completions.bp, embeddings.bp,
-          transcriptions.bp, speech.bp, sessions.bp, metrics.bp, pool.bp, logs.bp, documents.bp,
-          entities.bp, images.bp, ollama.bp, playground.bp, openapi.bp]
+ROUTES = [status.bp, memory.bp, chat.bp, messages.bp, responses.bp, completions.bp,
+          embeddings.bp, transcriptions.bp, speech.bp, sessions.bp, metrics.bp, pool.bp,
+          logs.bp, documents.bp, entities.bp, images.bp, ollama.bp, playground.bp, openapi.bp]

@@ -107,6 +107,7 @@ async def status(request: Request):
         "latency": {"routes": app.ctx.latency.snapshot(),
                     "workflows": app.ctx.workflows.snapshot()},
         "kv_park": sched.kv_park.snapshot(),
+        "stored_responses": app.ctx.responses.snapshot(),
     }
     if gpu is not None:
         body["gpu"] = gpu.stats

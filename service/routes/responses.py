@@ -1,0 +1,201 @@
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}, POST /v1/responses/input_tokens:
+OpenAI's Responses API (Codex CLI, the Agents SDK, ``client.responses``) on every chat model of
+the pool. The body is translated into a chat request (`wire.responses`), runs under the chat
+path's one lease, and is rendered back as output items, or streamed as the Responses event
+sequence (`wire.responses_out`). Errors take OpenAI's envelope.
+
+A stored response (``store`` true, the default) keeps its conversation in the app's
+`ResponseStore`; ``previous_response_id`` continues it (404 when unknown), under the
+conversation's session key when the engine has a slot to spare (`session_plan`), and with KV
+parking its KV survives a swap: the next turn prefills only its new tokens."""
+from __future__ import annotations
+
+import asyncio
+
+from sanic import Blueprint, Request
+from sanic.response import json as json_response
+
+from hypnos.engines import registry
+from hypnos.service.http import errors
+from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.openapi import endpoint, json_object
+from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
+from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredResponse,
+                                                       session_plan)
+from hypnos.service.inference.text import (chat_counter, record, run_choices, stream_choices,
+                                           text_lease, text_telemetry)
+from hypnos.service.wire.chat import parse_chat
+from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, chat_body,
+                                           count_body, parse_body, to_chat_body)
+from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
+                                               output_items, response_object, usage)
+from hypnos.service.wire.sessions import session_key
+
+bp = Blueprint("responses")
+RESPONSE = json_object("id", "object", "status", "output", "model",
+                       object={"const": "response"}, output={"type": "array"})
+
+
+def _previous(request: Request, response_id: str | None) -> StoredResponse | None:
+    if response_id is None:
+        return None
+    item = request.app.ctx.responses.get(response_id)
+    if item is None:
+        raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
+                                   "(never stored, deleted, or dropped from the store)",
+                                   param="previous_response_id",
+                                   code="previous_response_not_found")
+    return item
+
+
+async def _conversation_key(request: Request, call, conversation: str) -> str | None:
+    """The stored conversation's session key on this engine, or None (`session_plan`)."""
+    cfg = call.model.cfg
+    if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
+        return None
+    engine, key = call.engine, SESSION_PREFIX + conversation
+    recency = request.app.ctx.responses.recency()
+
+    def plan() -> bool:
+        bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
+        for old in release:
+            engine.release_session(old)
+        return bind
+    return key if await asyncio.to_thread(plan) else None
+
+
+class Turn:
+    """One create request: its validated body, the conversation it continues, its ids."""
+
+    def __init__(self, request: Request, body: dict):
+        self.wire: ResponsesBody = parse_body(body)
+        self.prev = _previous(request, self.wire.previous_response_id)
+        self.history = self.prev.messages if self.prev is not None else []
+        chat, self.new, self.ignored = to_chat_body(self.wire, self.history)
+        self.params = parse_chat(chat, request.app.ctx.config.limits)
+        self.id = new_id("resp")
+        self.conversation = self.prev.conversation if self.prev is not None else self.id
+        self.stored = self.wire.store is not False
+        self.parallel = self.wire.parallel_tool_calls is not False
+        self.session = session_key(request, body)
+
+    def render(self, status: str, output: list[dict], result=None) -> dict:
+        return response_object(self.id, self.wire, status=status, output=output,
+                               usage_=usage(result) if result is not None else None,
+                               finish_reason=result.finish_reason if result else None,
+                               ignored=self.ignored)
+
+    def keep(self, request: Request, response: dict, items: list[dict]) -> None:
+        if self.stored:
+            messages = [*self.history, *self.new, assistant_message(items)]
+            request.app.ctx.responses.put(StoredResponse(
+                self.id, self.wire.model, self.conversation, messages, response))
+
+
+@bp.post("/v1/responses")
+@endpoint("OpenAI Responses: a turn as output items, stored for previous_response_id unless "
+          "store is false; the Responses SSE events when stream is true", body=ResponsesBody,
+          ok={**RESPONSE, "text/event-stream": {"type": "string"}},
+          errors=(401, 404, 422, 429, 500, 503, 507))
+async def create(request: Request):
+    require_ready(request)
+    turn = Turn(request, json_body(request))
+    params, sched = turn.params, request.app.ctx.scheduler
+    st = check_chat(request, params)
+    if params.media:
+        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
+    async with text_lease(request, params.model, params.estimated_ctx(),
+                          chat_counter(sched.context_window(st), params)) as call:
+        check_tool_format(call.chat, params)
+        params.request.session_key = turn.session or (
+            await _conversation_key(request, call, turn.conversation)
+            if turn.stored or turn.prev is not None else None)
+        if params.stream:
+            return await _stream(request, turn, call)
+        (result,) = await run_choices(call, [params.request])
+        record(request, call, [result])
+        items = output_items(result, turn.parallel)
+        out = turn.render("completed", items, result)
+        out["hypnos_telemetry"] = text_telemetry(call, [result])
+        turn.keep(request, out, items)
+        return json_response(out, headers=call.wait_headers())
+
+
+async def _stream(request: Request, turn: Turn, call):
+    response = await request.respond(content_type="text/event-stream",
+                                     headers={"cache-control": "no-cache",
+                                              **call.wait_headers()})
+    events = EventStream(response.send, turn.parallel)
+    start = turn.render("in_progress", [])
+    await events.lifecycle("response.created", start)
+    await events.lifecycle("response.in_progress", start)
+
+    async def send_delta(_index: int, d) -> None:
+        await events.feed(d)
+
+    try:
+        (result,) = await stream_choices(call, [turn.params.request], send_delta,
+                                         lambda: response.send(": keep-alive\n\n"))
+    except errors.HypnosError as exc:
+        failed = turn.render("failed", events.items)
+        failed["error"] = {"code": exc.type, "message": exc.message}
+        await events.lifecycle("response.failed", failed)
+        await response.eof()
+        return None
+    record(request, call, [result])
+    items = await events.finish()
+    final = turn.render("completed", items, result)
+    final["hypnos_telemetry"] = text_telemetry(call, [result])
+    turn.keep(request, final, items)
+    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    await events.lifecycle(kind, final)
+    await response.eof()
+    return None
+
+
+@bp.post("/v1/responses/input_tokens")
+@endpoint("The token count of a Responses request's input, by the model's own tokenizer and "
+          "chat template (loads the model)", body=InputTokensBody,
+          ok=json_object("object", "input_tokens", object={"const": "response.input_tokens"}),
+          errors=(401, 404, 429, 500, 503, 507))
+async def input_tokens(request: Request):
+    require_ready(request)
+    wire = count_body(json_body(request))
+    prev = _previous(request, wire.previous_response_id)
+    chat, _new, _ignored = chat_body(wire, prev.messages if prev is not None else [])
+    params = parse_chat({**chat, "max_tokens": 1}, request.app.ctx.config.limits)
+    st = check_chat(request, params)
+    if params.media:
+        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
+    sched = request.app.ctx.scheduler
+    async with text_lease(request, params.model, params.estimated_ctx(),
+                          chat_counter(sched.context_window(st), params)) as call:
+        if params.prompt_tokens is None:
+            params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
+                                                           params.request)
+        return json_response({"object": "response.input_tokens",
+                              "input_tokens": params.prompt_tokens},
+                             headers=call.wait_headers())
+
+
+def _stored(request: Request, response_id: str) -> StoredResponse:
+    item = request.app.ctx.responses.get(response_id)
+    if item is None:
+        raise errors.NotFoundError(f"No stored response with id {response_id!r}",
+                                   param="response_id", code="response_not_found")
+    return item
+
+
+@bp.get("/v1/responses/<response_id>")
+@endpoint("A stored response", ok=RESPONSE, errors=(401, 404))
+async def get_response(request: Request, response_id: str):
+    return json_response(_stored(request, response_id).response)
+
+
+@bp.delete("/v1/responses/<response_id>")
+@endpoint("Delete a stored response (a conversation continued from it can no longer be)",
+          ok=json_object("id", "object", "deleted"), errors=(401, 404))
+async def delete_response(request: Request, response_id: str):
+    _stored(request, response_id)
+    request.app.ctx.responses.delete(response_id)
+    return json_response({"id": response_id, "object": "response", "deleted": True})
