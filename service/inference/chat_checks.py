@@ -1,11 +1,17 @@
-"""What every chat dialect checks before and after it takes the lease (/v1/chat/completions,
-/v1/messages): the model serves what the request needs, the media parts fit the limits and are
-read, and the loaded model has a tool format when tools are active."""
+"""The chat lease every dialect takes (/v1/chat/completions, /v1/messages, /v1/responses,
+/api/chat): the model serves what the request needs, the media parts fit the limits and are
+read, the prompt is counted on the loaded tokenizer inside the lease, and the loaded model has
+a tool format when tools are active."""
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from hypnos.engines.chat_format import MEDIA_PARTS
 from hypnos.service.http import errors
-from hypnos.service.inference.text import check_text_model
+from hypnos.service.inference.leased import LeasedCall
+from hypnos.service.inference.text import chat_counter, check_text_model, text_lease
 from hypnos.service.media.fetch import part_bytes
 from hypnos.service.wire.chat import ChatParams
 
@@ -48,3 +54,27 @@ def check_tool_format(engine, params: ChatParams) -> None:
             fmt is not None and fmt.tools is None:
         raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
                                     "format", param="tools")
+
+
+@asynccontextmanager
+async def chat_lease(request, params: ChatParams) -> AsyncIterator[LeasedCall]:
+    """The checked, leased chat call for ``params`` (``check_chat``, the media read, the
+    prompt counted inside the lease, ``check_tool_format`` on the loaded model)."""
+    st = check_chat(request, params)
+    if params.media:
+        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
+    window = request.app.ctx.scheduler.context_window(st)
+    async with text_lease(request, params.model, params.estimated_ctx(),
+                          chat_counter(window, params)) as call:
+        check_tool_format(call.chat, params)
+        yield call
+
+
+async def prompt_tokens(request, params: ChatParams) -> tuple[int, dict]:
+    """The prompt's size on the model's own tokenizer and template (loads the model), and
+    the lease's wait headers: count_tokens and input_tokens."""
+    async with chat_lease(request, params) as call:
+        if params.prompt_tokens is None:
+            params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
+                                                           params.request)
+        return params.prompt_tokens, call.wait_headers()

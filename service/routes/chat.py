@@ -13,10 +13,9 @@ from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service.http import errors
 from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall
-from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
-from hypnos.service.inference.text import (chat_counter, choice_requests, choice_seeds, record,
-                                           run_choices, stream_choices, text_lease,
-                                           text_telemetry, usage)
+from hypnos.service.inference.chat_checks import chat_lease
+from hypnos.service.inference.text import (choice_requests, choice_seeds, record,
+                                           run_choices, stream_choices, text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.wire.sessions import session_key
@@ -84,13 +83,7 @@ async def chat_completions(request: Request):
     body = json_body(request)
     params = parse_chat(body, request.app.ctx.config.limits)
     params.request.session_key = session_key(request, body)
-    sched = request.app.ctx.scheduler
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.chat, params)
+    async with chat_lease(request, params) as call:
         reqs = choice_requests(params.request, params.n)
         if params.stream:
             return await _stream(request, params, call, reqs)

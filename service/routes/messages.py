@@ -5,7 +5,6 @@ content blocks, or streamed as Anthropic's event sequence. Errors on these route
 Anthropic's envelope (`http.errors.error_response`)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 
@@ -16,9 +15,9 @@ from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.http.openapi import endpoint, json_object
-from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
-from hypnos.service.inference.text import (chat_counter, record, run_choices, stream_choices,
-                                           text_lease, text_telemetry)
+from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
+from hypnos.service.inference.text import (record, run_choices, stream_choices,
+                                           text_telemetry)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.messages import CountTokensBody, MessagesBody, count_body, to_chat_body
 
@@ -83,13 +82,7 @@ async def messages(request: Request):
     wire, chat = to_chat_body(json_body(request))
     params = parse_chat(chat, request.app.ctx.config.limits)
     single = bool(wire.tool_choice and wire.tool_choice.disable_parallel_tool_use)
-    sched = request.app.ctx.scheduler
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.chat, params)
+    async with chat_lease(request, params) as call:
         if params.stream:
             return await _stream(request, params, call, single)
         (result,) = await run_choices(call, [params.request])
@@ -175,8 +168,6 @@ async def _stream(request: Request, params, call, single: bool):
         await response.send(event("error", errors.anthropic_body(exc.status, exc.message)))
         await response.eof()
         return None
-    except asyncio.CancelledError:
-        raise
     record(request, call, [result])
     if blocks.index < 0:          # nothing was said: one empty text block, as Anthropic does
         await blocks.open_text()
@@ -196,14 +187,5 @@ async def _stream(request: Request, params, call, single: bool):
 async def count_tokens(request: Request):
     require_ready(request)
     params = parse_chat(count_body(json_body(request)), request.app.ctx.config.limits)
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    sched = request.app.ctx.scheduler
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        if params.prompt_tokens is None:
-            params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
-                                                           params.request)
-        return json_response({"input_tokens": params.prompt_tokens},
-                             headers=call.wait_headers())
+    count, headers = await prompt_tokens(request, params)
+    return json_response({"input_tokens": count}, headers=headers)

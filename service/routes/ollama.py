@@ -24,7 +24,7 @@ from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.http.openapi import endpoint, json_object
 from hypnos.service.inference.capabilities import EMBEDDINGS
-from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
+from hypnos.service.inference.chat_checks import chat_lease, check_chat, media_bytes
 from hypnos.service.inference.leased import leased
 from hypnos.service.inference.text import (chat_counter, check_text_model, record,
                                            run_choices, stream_choices, text_lease)
@@ -85,14 +85,8 @@ async def chat(request: Request):
     keep = keep_alive_secs(wire.keep_alive)         # refused before any work
     params = parse_chat(body, request.app.ctx.config.limits)
     stream = wire.stream is not False
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     started = time.perf_counter()
-    sched = request.app.ctx.scheduler
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.chat, params)
+    async with chat_lease(request, params) as call:
         if stream:
             await _stream(request, call, params.request, params.model, "message", started)
         else:

@@ -19,11 +19,11 @@ from hypnos.engines import registry
 from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.http.openapi import endpoint, json_object
-from hypnos.service.inference.chat_checks import check_chat, check_tool_format, media_bytes
+from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredResponse,
                                                        session_plan)
-from hypnos.service.inference.text import (chat_counter, record, run_choices, stream_choices,
-                                           text_lease, text_telemetry)
+from hypnos.service.inference.text import (record, run_choices, stream_choices,
+                                           text_telemetry)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, chat_body,
                                            count_body, parse_body, to_chat_body)
@@ -100,13 +100,8 @@ class Turn:
 async def create(request: Request):
     require_ready(request)
     turn = Turn(request, json_body(request))
-    params, sched = turn.params, request.app.ctx.scheduler
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        check_tool_format(call.chat, params)
+    params = turn.params
+    async with chat_lease(request, params) as call:
         params.request.session_key = turn.session or (
             await _conversation_key(request, call, turn.conversation)
             if turn.stored or turn.prev is not None else None)
@@ -164,18 +159,9 @@ async def input_tokens(request: Request):
     prev = _previous(request, wire.previous_response_id)
     chat, _new, _ignored = chat_body(wire, prev.messages if prev is not None else [])
     params = parse_chat({**chat, "max_tokens": 1}, request.app.ctx.config.limits)
-    st = check_chat(request, params)
-    if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    sched = request.app.ctx.scheduler
-    async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(sched.context_window(st), params)) as call:
-        if params.prompt_tokens is None:
-            params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
-                                                           params.request)
-        return json_response({"object": "response.input_tokens",
-                              "input_tokens": params.prompt_tokens},
-                             headers=call.wait_headers())
+    count, headers = await prompt_tokens(request, params)
+    return json_response({"object": "response.input_tokens", "input_tokens": count},
+                         headers=headers)
 
 
 def _stored(request: Request, response_id: str) -> StoredResponse:

@@ -12,25 +12,17 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
-import subprocess
-import sys
 
 import anthropic
 import httpx
 import pytest
 from PIL import Image
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
-from tiny_mmproj import write_tiny_mmproj
-
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import ServerProcess  # noqa: E402
+from model_dirs import serve
 
 KEY = "sk-anthropic-test"
 # The 2026 SDK has no sampling arguments; the server still reads them from the body.
 T0 = {"temperature": 0}
-QWEN = MODELS_DIR / "qwen2.5-coder-0.5b" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"]}}
@@ -65,23 +57,8 @@ context_len = 2048
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.fail(f"{QWEN} is missing: run `./run.sh models qwen2.5-coder:0.5b` first")
-    tmp = tmp_path_factory.mktemp("messages")
-    models = tmp / "models"
-    models.mkdir()
-    smol = require_smollm2()
-    os.link(QWEN, models / "qwen.gguf")
-    os.link(smol, models / "smol.gguf")
-    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(smol),
-                    str(models / "thinker.gguf"), "--chat-template-file",
-                    str(ROOT / "tests" / "data" / "qwen3_style.jinja"), "--force"],
-                   check=True, capture_output=True)
-    write_tiny_mmproj(models / "tiny-mmproj.gguf")
-    path = tmp / "hypnos.toml"
-    path.write_text(f'models_dir = "{models}"\n' + CONFIG.format(key=KEY))
-    srv = ServerProcess(path, tmp / "server.log", ready_timeout=180,
-                        env={"HYPNOS_MODELS_DIR": str(models)})
+    srv = serve(tmp_path_factory.mktemp("messages"), CONFIG.format(key=KEY), qwen=True,
+                smol=True, thinker=True, vision=True)
     yield srv
     srv.stop()
 

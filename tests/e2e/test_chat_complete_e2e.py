@@ -11,19 +11,11 @@ Two models here are generated from SmolLM2 by the tests, and say so:
 import base64
 import io
 import json
-import os
-import subprocess
-import sys
-
 import httpx
 import openai
 import pytest
 
-from conftest import ROOT, require_smollm2
-from tiny_mmproj import write_tiny_mmproj
-
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import ServerProcess  # noqa: E402
+from model_dirs import serve
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -39,16 +31,6 @@ TIME = {"type": "function", "function": {
     "name": "get_time", "parameters": {"type": "object", "properties": {
         "zone": {"type": "string"}}, "required": ["zone"]}}}
 LOOP_BOUND = 60
-
-
-def _models_dir(tmp) -> None:
-    smol = require_smollm2()
-    os.link(smol, tmp / "smol.gguf")                # a hard link: inside models_dir
-    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(smol),
-                    str(tmp / "thinker.gguf"), "--chat-template-file",
-                    str(ROOT / "tests" / "data" / "qwen3_style.jinja"), "--force"],
-                   check=True, capture_output=True)
-    write_tiny_mmproj(tmp / "tiny-mmproj.gguf")
 
 
 CONFIG = f"""
@@ -92,15 +74,8 @@ context_len = 2048
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("chat-complete")
-    models = tmp / "models"
-    models.mkdir()
-    _models_dir(models)
-    path = tmp / "hypnos.toml"
-    path.write_text(f'models_dir = "{models}"\n' + CONFIG)
-    # HYPNOS_MODELS_DIR (set by run.sh test) would win over the file's models_dir.
-    srv = ServerProcess(path, tmp / "server.log", ready_timeout=180,
-                        env={"HYPNOS_MODELS_DIR": str(models)})
+    srv = serve(tmp_path_factory.mktemp("chat-complete"), CONFIG, smol=True, thinker=True,
+                vision=True)
     yield srv
     srv.stop()
 

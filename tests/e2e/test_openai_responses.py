@@ -10,23 +10,16 @@ counts that must agree, forced calls that must parse, a prefix reused across a s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import MODELS_DIR, ROOT, require_smollm2
-
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import ServerProcess  # noqa: E402
+from model_dirs import serve
 
 KEY = "sk-responses-test"
 T0 = {"temperature": 0}
-QWEN = MODELS_DIR / "qwen2.5-coder-0.5b" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                           "required": ["city"]}}
@@ -53,21 +46,8 @@ context_len = 2048
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.fail(f"{QWEN} is missing: run `./run.sh models qwen2.5-coder:0.5b` first")
-    tmp = tmp_path_factory.mktemp("responses")
-    models = tmp / "models"
-    models.mkdir()
-    smol = require_smollm2()
-    os.link(QWEN, models / "qwen.gguf")
-    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(smol),
-                    str(models / "thinker.gguf"), "--chat-template-file",
-                    str(ROOT / "tests" / "data" / "qwen3_style.jinja"), "--force"],
-                   check=True, capture_output=True)
-    path = tmp / "hypnos.toml"
-    path.write_text(f'models_dir = "{models}"\n' + CONFIG.format(key=KEY))
-    srv = ServerProcess(path, tmp / "server.log", ready_timeout=180,
-                        env={"HYPNOS_MODELS_DIR": str(models)})
+    srv = serve(tmp_path_factory.mktemp("responses"), CONFIG.format(key=KEY), qwen=True,
+                thinker=True)
     yield srv
     srv.stop()
 
