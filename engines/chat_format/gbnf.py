@@ -317,7 +317,7 @@ def compile_gbnf(text: str, root: str = "root") -> Grammar:
         raise GrammarError(f"undefined rules: {', '.join(undefined)}")
     if root not in reader.ids:
         raise GrammarError(f"no rule {root!r}")
-    rules = reader.rules
+    rules = [alternatives or [] for alternatives in reader.rules]     # every one defined
     shortest = _shortest(rules)
     kind: list[int] = []
     data: list = []
@@ -331,8 +331,8 @@ def compile_gbnf(text: str, root: str = "root") -> Grammar:
             for j, (k, d) in enumerate(alt):
                 kind.append(k)
                 data.append(d)
-                rest = texts[j:]
-                tail.append(None if None in rest else "".join(rest))    # type: ignore[arg-type]
+                rest = [t for t in texts[j:] if t is not None]
+                tail.append("".join(rest) if len(rest) == len(alt) - j else None)
             kind.append(END)
             data.append(None)
             tail.append("")
@@ -345,7 +345,7 @@ def compile_gbnf(text: str, root: str = "root") -> Grammar:
     return dataclasses.replace(g, start=frozenset(out))
 
 
-def _shortest(rules: list) -> list[str | None]:
+def _shortest(rules: list[list[list[tuple]]]) -> list[str | None]:
     """Each rule's shortest text (None: no finite one), by a fixpoint over lengths."""
     best: list[str | None] = [None] * len(rules)
     changed = True
@@ -354,10 +354,11 @@ def _shortest(rules: list) -> list[str | None]:
         for rid, alternatives in enumerate(rules):
             for alt in alternatives:
                 parts = [_pick(*d) if k == CHAR else best[d] for k, d in alt]
-                if None in parts:
+                known = [p for p in parts if p is not None]
+                if len(known) < len(parts):
                     continue
-                text = "".join(parts)                                  # type: ignore[arg-type]
-                if best[rid] is None or len(text) < len(best[rid]):     # type: ignore[arg-type]
+                text, now = "".join(known), best[rid]
+                if now is None or len(text) < len(now):
                     best[rid] = text
                     changed = True
     return best
