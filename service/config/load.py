@@ -108,6 +108,9 @@ def validate_model(m: ModelConfig, key: str, problems: list[str]) -> None:
     _check_range(problems, f"{key}.slots", m.slots, 1, 64)
     _check_range(problems, f"{key}.context_len", m.context_len, 0, 1 << 22)
     _check_range(problems, f"{key}.min_gpu_layer_ratio", m.min_gpu_layer_ratio, 0.0, 1.0)
+    for name in ("idle_demote_secs", "idle_evict_secs"):
+        if getattr(m, name) < 0:
+            problems.append(f"{key}.{name}: must be >= 0, got {getattr(m, name)}")
     if m.tool_format is not None and m.tool_format not in TOOL_FORMATS:
         problems.append(f"{key}.tool_format: must be one of {', '.join(TOOL_FORMATS)}, "
                         f"got {m.tool_format!r}")
@@ -163,6 +166,13 @@ def validate(cfg: Config, problems: list[str]) -> None:
         if m.id in seen:
             problems.append(f"models[{i}].id: duplicate id {m.id!r}")
         seen.add(m.id)
+    names = {m.id for m in cfg.models}
+    for i, m in enumerate(cfg.models):
+        for j, alias in enumerate(m.aliases):
+            if not alias or alias in names:
+                problems.append(f"models[{i}].aliases[{j}]: {alias!r} is empty or already "
+                                "names a model")
+            names.add(alias)
 
 
 def resolve_model_file(models_dir: Path, rel: str) -> Path:

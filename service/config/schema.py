@@ -218,6 +218,14 @@ class ModelConfig:
     # with tools is a 400), or one of hermes, json, qwen3_coder, llama3, mistral, lfm, gemma,
     # glm, harmony.
     tool_format: str = "auto"
+    # Other names the model answers to in every dialect ("claude-sonnet-4-5", "gpt-5"), for
+    # clients that insist on a vendor's model name; /v1/models lists them.
+    aliases: list[str] = field(default_factory=list)
+    # Seconds idle in tier 1 before the model is demoted to tier 2 (0: never; Ollama's
+    # keep_alive sets the same per request).
+    idle_demote_secs: float = 0
+    # Seconds idle before the model is evicted to tier 3 (disk) from tier 1 or 2 (0: never).
+    idle_evict_secs: float = 0
     arch: ArchConfig = field(default_factory=ArchConfig)
     image: ImageConfig | None = None
 

@@ -63,6 +63,10 @@ def install_drain(app: Sanic) -> None:
             await app.ctx.scheduler.shutdown()
 
     @app.after_server_start
+    async def _idle_sweep(app):
+        app.ctx.keep_alive.start()
+
+    @app.after_server_start
     async def _on_sigterm(app):
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM,
                                 lambda: asyncio.ensure_future(drain_and_stop(app)))

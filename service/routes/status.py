@@ -75,6 +75,9 @@ async def list_models(request: Request):
              **({"context_window": sched.context_window(st)}
                 if "text_generation" in st.cfg.all_modalities else {})}
             for st in sched.models.values() if st.enabled]
+    by_id = {row["id"]: row for row in data}
+    data += [{**by_id[st.id], "id": alias, "alias_of": st.id}
+             for st in sched.models.values() if st.id in by_id for alias in st.cfg.aliases]
     fields = status_fields(sched, request.app.ctx.builds)
     return json_response({"object": "list", "backend": fields["backend"],
                           "accelerator": fields["accelerator"], "data": data})

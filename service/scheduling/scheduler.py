@@ -100,8 +100,14 @@ class Scheduler:
             f"{state.id} is in use"
         self.models[state.id] = state
 
+    def resolve(self, name: str) -> str:
+        """The id of the model ``name`` names: its own id, or one of its ``aliases``."""
+        if name in self.models:
+            return name
+        return next((st.id for st in self.models.values() if name in st.cfg.aliases), name)
+
     def get(self, model_id: str, *, enabled_only: bool = True) -> ModelState:
-        st = self.models.get(model_id)
+        st = self.models.get(self.resolve(model_id))
         if st is None:
             raise UnknownModel(f"The model '{model_id}' does not exist; "
                                "GET /v1/models lists the models in service")

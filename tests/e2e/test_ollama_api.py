@@ -1,11 +1,13 @@
 """Ollama's API (/api/*) through the official `ollama` Python client against a real
-`hypnos serve`: the default chat model (Qwen2.5-Coder-0.5B) and the embeddings model.
-Assertions hold whatever the greedy path: shapes, counts, grammars obeyed, tiers moved."""
+`hypnos serve`: the default chat model (Qwen2.5-Coder-0.5B, with two aliases) and the
+embeddings model (evicted after 2 s idle). Assertions hold whatever the greedy path: shapes,
+counts, grammars obeyed, tiers moved."""
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
 import httpx
 import ollama
@@ -26,12 +28,14 @@ engine = "ggml_llama"
 weights_path = "qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 quant = "Q4_K_M"
 context_len = 4096
+aliases = ["gpt-5", "claude-sonnet-4-5"]
 [[models]]
 id = "minilm-l6-v2"
 modality = "embeddings"
 engine = "onnx_runtime"
 weights_path = "minilm-l6-v2/model.int8.onnx"
 tokenizer_path = "minilm-l6-v2/tokenizer.json"
+idle_evict_secs = 2
 """
 MODEL = "qwen2.5-coder:0.5b"
 T0 = {"temperature": 0, "seed": 3}
@@ -138,3 +142,26 @@ def test_bad_requests_get_ollama_envelope(server, path, body, status, fragment):
     resp = httpx.post(server.base + path, json=body, timeout=60)
     assert resp.status_code == status, resp.text
     assert set(resp.json()) == {"error"} and fragment in resp.json()["error"]
+
+
+def test_aliases_reach_the_model_in_every_dialect(client, server):
+    listed = {m["id"]: m for m in httpx.get(server.base + "/v1/models").json()["data"]}
+    assert listed["gpt-5"]["alias_of"] == MODEL and listed["claude-sonnet-4-5"]["alias_of"]
+    r = client.chat(model="gpt-5", messages=user("Hi"), options={"num_predict": 2})
+    assert r.done and r.eval_count > 0
+    msg = httpx.post(server.base + "/v1/messages", timeout=120, json={
+        "model": "claude-sonnet-4-5", "max_tokens": 2, "messages": user("Hi")})
+    assert msg.status_code == 200 and msg.json()["usage"]["output_tokens"] > 0
+
+
+def test_idle_evict_secs_moves_an_idle_model_to_disk(client, server):
+    client.embed(model="minilm-l6-v2", input="hello")
+    deadline = time.monotonic() + 40           # 2 s idle, a sweep every 5 s
+    tier = None
+    while time.monotonic() < deadline:
+        status = httpx.get(server.base + "/v1/memory/status").json()
+        tier = next(m["current_tier"] for m in status["models"] if m["id"] == "minilm-l6-v2")
+        if tier == "tier3_nvme_ssd":
+            break
+        time.sleep(1)
+    assert tier == "tier3_nvme_ssd"

@@ -83,3 +83,33 @@ def test_messages_refuses_a_result_for_no_call_and_a_missing_max_tokens():
             {"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]})
     with pytest.raises(InvalidRequest, match="max_tokens"):
         to_chat_body({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+
+
+# ---------------------------------------------------------------- idle times and aliases
+
+from hypnos.planner.types import Tier  # noqa: E402
+from hypnos.service.inference.keep_alive import idle_target  # noqa: E402
+
+
+@pytest.mark.parametrize("tier, idle, demote, evict, target", [
+    (Tier.GPU, 10, 5, 0, Tier.RAM), (Tier.GPU, 4, 5, 0, None), (Tier.RAM, 10, 5, 0, None),
+    (Tier.GPU, 30, 5, 20, Tier.SSD), (Tier.RAM, 30, 5, 20, Tier.SSD),
+    (Tier.SSD, 30, 5, 20, None), (Tier.GPU, 100, 0, 0, None), (Tier.RAM, 19, 0, 20, None)])
+def test_idle_target(tier, idle, demote, evict, target):
+    assert idle_target(tier, idle, demote, evict) is target
+
+
+def test_aliases_are_checked_and_resolved():
+    import tomllib
+
+    from hypnos.service.config.load import ConfigError, parse_config
+    block = ('[[models]]\nid = "{id}"\nmodality = "embeddings"\nengine = "onnx_runtime"\n'
+             'weights_path = "x.onnx"\naliases = {aliases}\n')
+    good = block.format(id="a", aliases='["gpt-5"]') + block.format(id="b", aliases="[]")
+    cfg = parse_config(tomllib.loads(good))
+    assert cfg.models[0].aliases == ["gpt-5"]
+    bad = block.format(id="a", aliases='["b"]') + block.format(id="b", aliases='["b2", ""]')
+    with pytest.raises(ConfigError) as err:
+        parse_config(tomllib.loads(bad))
+    text = str(err.value)
+    assert "models[0].aliases[0]" in text and "models[1].aliases[1]" in text
