@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -33,7 +34,9 @@ import httpx
 
 from hypnos.bench.harness import ROOT, ServerProcess
 from hypnos.bench.llama_server import LlamaServer, llama_server_binary
-from hypnos.bench.tool_scoring import COLUMNS, Case, Outcome, load_cases, rates, ratio, score
+from hypnos.engines.llama.cpu import extra_buffers_ok
+from hypnos.bench.tool_scoring import (COLUMNS, TEXT_CALL, Case, Outcome, answer_of, load_cases,
+                                       rates, ratio, score)
 
 #: --models key -> (catalog id, GGUF under the models folder).
 MODELS = {
@@ -92,9 +95,12 @@ def servers_for(key: str, names: list[str], models_dir: Path, threads: int, tmp:
                 srv = ServerProcess(cfg, tmp / f"hypnos-{key}.log")
                 targets.append(Target(name, srv.base, model_id, {"num_ctx": CONTEXT}))
             else:
+                # Where Hypnos keeps weights out of llama.cpp's extra buffer types (an AMX
+                # host: this llama.cpp's AMX matmul dies with SIGSEGV), llama-server does too.
+                same = () if extra_buffers_ok() else ("--no-repack",)
                 srv = LlamaServer(llama_server_binary(), models_dir / gguf, threads,
                                   tmp / f"llama-server-{key}.log", context=CONTEXT, slots=1,
-                                  extra=("--jinja",))
+                                  extra=("--jinja", *same))
                 targets.append(Target(name, srv.base, model_id))
             stack.callback(srv.stop)
         for t in targets:
@@ -106,22 +112,26 @@ Row = tuple[str, str, str]          # (server, model key, tool_choice)
 
 
 def run_model(targets: list[Target], key: str, choices: list[str], cases: list[Case],
-              results: dict[Row, list[tuple[Outcome, float]]]) -> None:
+              results: dict[Row, list[tuple[Outcome, float]]], save) -> None:
     """Every case under every choice on every target, the targets taking turns case by case;
-    one progress line per row as it ends."""
+    a line on stderr per case, ``save()`` after each, one line on stdout per row as it ends."""
     for choice in choices:
         todo = [c for c in cases if choice != "required" or c.expect is not None]
-        for case in todo:
+        for i, case in enumerate(todo, 1):
             for t in targets:
                 response, error, seconds = t.ask(case, choice)
-                results.setdefault((t.name, key, choice), []).append(
-                    (score(case, response, error), seconds))
+                outcome = score(case, response, error)
+                results.setdefault((t.name, key, choice), []).append((outcome, seconds))
+                print(f"[{key} {choice} {i}/{len(todo)}] {t.name} {case.id}: "
+                      f"{outcome.problem or 'ok'} ({seconds:.1f} s)", file=sys.stderr,
+                      flush=True)
+            save()
         for t in targets:
             print_row((t.name, key, choice), results[(t.name, key, choice)], flush=True)
 
 
 def print_row(row: Row, done: list[tuple[Outcome, float]], flush: bool = False) -> None:
-    figures = rates([o for o, _ in done])
+    figures = rates([o for o, _ in done])     # COLUMNS, then TEXT_CALL
     cells = "".join(f"  {hits:>3}/{of:<3} {100 * hits / of:5.1f} %" if of else
                     f"  {'-':>15}" for hits, of in figures.values())
     median = statistics.median(s for _, s in done)
@@ -130,8 +140,8 @@ def print_row(row: Row, done: list[tuple[Outcome, float]], flush: bool = False) 
 
 def report(results: dict[Row, list[tuple[Outcome, float]]]) -> None:
     """The table (one line per row, every column hits/cases and %) and the ratios."""
-    header = "".join(f"  {title:>15}" for _, title in COLUMNS)
-    print(f"\n{'server':<13}{'model':<6}{'choice':<10}{header}  {'median/req':>8}")
+    header = "".join(f"  {title:>15}" for _, title in (*COLUMNS, TEXT_CALL))
+    print(f"\n{'server':<13}{'model':<6}{'choice':<10}{header}  {'median':>8}")
     for row in sorted(results, key=lambda r: (r[1], r[2], SERVERS.index(r[0]))):
         print_row(row, results[row])
     for (server, key, choice), done in sorted(results.items()):
@@ -147,6 +157,17 @@ def dump(path: Path, results: dict[Row, list[tuple[Outcome, float]]]) -> None:
     records = [{"server": s, "model": k, "choice": c, "seconds": round(sec, 3), **asdict(o)}
                for (s, k, c), done in results.items() for o, sec in done]
     path.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+
+
+def rescored(path: Path, cases: list[Case]) -> dict[Row, list[tuple[Outcome, float]]]:
+    """A saved run (``--json``) scored again with this scoring, answers as recorded."""
+    by_id = {c.id: c for c in cases}
+    results: dict[Row, list[tuple[Outcome, float]]] = {}
+    for r in json.loads(path.read_text()):
+        outcome = score(by_id[r["case"]], *answer_of(r))
+        results.setdefault((r["server"], r["model"], r["choice"]), []).append(
+            (outcome, r["seconds"]))
+    return results
 
 
 def listed(allowed: tuple[str, ...] | dict):
@@ -170,8 +191,14 @@ def main() -> None:
                     help="pin the run to the first N CPUs; both servers run N threads")
     ap.add_argument("--models-dir", type=Path,
                     default=Path(os.environ.get("HYPNOS_MODELS_DIR", ROOT / "models")))
-    ap.add_argument("--json", type=Path, default=None, help="write every outcome here")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="write every outcome here (rewritten after each case)")
+    ap.add_argument("--rescore", type=Path, default=None, metavar="PATH",
+                    help="run nothing: print the table of a saved --json run, scored again")
     args = ap.parse_args()
+    if args.rescore:
+        report(rescored(args.rescore, load_cases()))
+        return
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])
     threads = len(os.sched_getaffinity(0))
     cases = load_cases()[:args.limit]
@@ -182,13 +209,16 @@ def main() -> None:
     t0 = time.perf_counter()
     results: dict[Row, list[tuple[Outcome, float]]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="hypnos-tool-calls-"))
+
+    def save() -> None:
+        if args.json:
+            dump(args.json, results)
+
     for key in args.models:
         with servers_for(key, args.servers, args.models_dir, threads, tmp) as targets:
-            run_model(targets, key, args.choices, cases, results)
+            run_model(targets, key, args.choices, cases, results, save)
     report(results)
     print(f"wall time {time.perf_counter() - t0:.0f} s; server logs in {tmp}")
-    if args.json:
-        dump(args.json, results)
 
 
 if __name__ == "__main__":

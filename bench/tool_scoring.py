@@ -12,10 +12,16 @@ keyed by a dotted path into the arguments object (``items.0.sku``):
 - ``{"eq": 3}`` / ``{"eq": true}``: that number (an int or a float, not a bool) / that bool;
 - ``{"has": ["ops", "security"]}``: a list with, for each of them, an item holding it;
 - ``{"len": 2}``: a list of that length.
+
+A text answer that holds a call written out (``<tool_call>``, or a JSON object with a "name"
+and then "arguments" or "parameters" key, as small models write one when their server did
+not parse it) is no answer to a case that needs no tool, and is counted in "call in text"
+where a call is expected: a server that parsed it would have returned a call.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +29,16 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 CASES_PATH = Path(__file__).resolve().with_name("tool_cases.json")
-#: The columns printed for a row, in order: (key, title).
+#: The columns printed for a row and compared between servers, in order: (key, title).
 COLUMNS = (("valid", "valid call"), ("right_tool", "right tool"),
            ("right_args", "right args"), ("no_tool", "no tool"))
+#: Printed after them, not compared: over the cases expecting a call, how many answers wrote
+#: one in their text instead.
+TEXT_CALL = ("text_call", "call in text")
+CALL_IN_TEXT = re.compile(
+    r'<tool_call>|"name"\s*:\s*"[^"]*"\s*,\s*"(?:arguments|parameters)"\s*:')
+#: How the problem of a request that got no answer starts (the error follows).
+FAILED = "request failed: "
 
 
 @dataclass(frozen=True)
@@ -49,13 +62,15 @@ def load_cases(path: Path = CASES_PATH) -> list[Case]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One case on one (server, model, tool_choice). ``valid``, ``right_tool`` and
-    ``right_args`` are None for a case that needs no call, ``no_tool`` for one that does."""
+    """One case on one (server, model, tool_choice). ``valid``, ``right_tool``,
+    ``right_args`` and ``text_call`` are None for a case that needs no call, ``no_tool`` for
+    one that does."""
     case: str
     valid: bool | None
     right_tool: bool | None
     right_args: bool | None
     no_tool: bool | None
+    text_call: bool | None
     called: str | None              # the first call's function name
     arguments: str | None           # its arguments as sent
     content: str | None             # the answer's text
@@ -136,29 +151,45 @@ def score(case: Case, response: dict | None, error: str | None = None) -> Outcom
     call and no answer. Only the first call counts: a right call after a wrong one is wrong."""
     if response is None:
         call, answer = (False, None) if case.expect else (None, False)
-        return Outcome(case.id, call, call, call, answer, None, None, None, error)
+        return Outcome(case.id, call, call, call, answer, call, None, None, None,
+                       FAILED + (error or "?"))
     function, content = first_call(response)
     name = function.get("name") if function else None
     arguments = function.get("arguments") if function else None
+    in_text = function is None and CALL_IN_TEXT.search(content or "") is not None
     if case.expect is None:
-        answered = function is None and bool((content or "").strip())
-        return Outcome(case.id, None, None, None, answered, name, arguments, content,
-                       None if answered else ("called a tool" if function else "empty answer"))
+        problem = ("called a tool" if function else "a call in the text" if in_text else
+                   None if (content or "").strip() else "empty answer")
+        return Outcome(case.id, None, None, None, problem is None, None, name, arguments,
+                       content, problem)
     if function is None:
-        return Outcome(case.id, False, False, False, None, None, None, content, "no call")
+        return Outcome(case.id, False, False, False, None, in_text, None, None, content,
+                       "a call in the text" if in_text else "no call")
     invalid = call_problem(function, case.tools)
     right_tool = name == case.expect
     problem = invalid or (None if right_tool else f"called {name}, expected {case.expect}")
     if problem is None:
         problem = args_problem(case, arguments or "")
-    return Outcome(case.id, invalid is None, right_tool, problem is None, None, name,
+    return Outcome(case.id, invalid is None, right_tool, problem is None, None, False, name,
                    arguments, content, problem)
+
+
+def answer_of(record: dict) -> tuple[dict | None, str | None]:
+    """The (response, error) an outcome recorded as a dict (``dataclasses.asdict``) was
+    scored from, as far as scoring reads it: so that a saved run can be scored again."""
+    problem = record.get("problem") or ""
+    if problem.startswith(FAILED):
+        return None, problem[len(FAILED):]
+    calls = [] if record["called"] is None else [{"type": "function", "function": {
+        "name": record["called"], "arguments": record["arguments"]}}]
+    message = {"role": "assistant", "content": record["content"], "tool_calls": calls}
+    return {"choices": [{"index": 0, "message": message}]}, None
 
 
 def rates(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
     """Column key -> (hits, cases it applies to) over one row's outcomes."""
     out = {}
-    for key, _ in COLUMNS:
+    for key, _ in (*COLUMNS, TEXT_CALL):
         marks = [getattr(o, key) for o in outcomes if getattr(o, key) is not None]
         out[key] = (sum(marks), len(marks))
     return out

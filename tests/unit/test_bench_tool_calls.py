@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from hypnos.bench.tool_scoring import (Case, call_problem, holds, load_cases, lookup, rates,
-                                       ratio, score)
+from dataclasses import asdict
+
+from hypnos.bench.tool_scoring import (Case, answer_of, call_problem, holds, load_cases, lookup,
+                                       rates, ratio, score)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -74,10 +76,24 @@ def test_only_the_first_call_counts():
     assert columns(o) == (True, False, False, None) and o.called == "get_time"
 
 
-def test_a_call_written_as_text_is_no_call():
-    text = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+@pytest.mark.parametrize("text", [
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
+    '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```',
+    'Sure: {"name": "get_time", "parameters": {"timezone": "CET"}}',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>'])
+def test_a_call_written_in_the_text_is_no_call_and_no_answer(text):
     o = score(PARIS, answer(text))
-    assert columns(o) == (False, False, False, None) and o.problem == "no call"
+    assert columns(o) == (False, False, False, None) and o.text_call is True
+    assert o.problem == "a call in the text"
+    none = score(HAIKU, answer(text))
+    assert none.no_tool is False and none.problem == "a call in the text"
+
+
+def test_text_about_names_and_arguments_is_an_answer():
+    text = 'Pass "name": the city, then the arguments.'
+    assert score(HAIKU, answer(text)).no_tool is True
+    o = score(PARIS, answer(text))
+    assert o.text_call is False and o.problem == "no call"
 
 
 def test_no_tool_cases_count_a_text_answer_only():
@@ -90,7 +106,18 @@ def test_no_tool_cases_count_a_text_answer_only():
 def test_a_failed_request_is_a_miss_in_the_columns_its_case_counts_in():
     assert columns(score(PARIS, None, "HTTP 500")) == (False, False, False, None)
     o = score(HAIKU, None, "HTTP 400: bad")
-    assert columns(o) == (None, None, None, False) and o.problem == "HTTP 400: bad"
+    assert columns(o) == (None, None, None, False) and o.problem.endswith("HTTP 400: bad")
+
+
+@pytest.mark.parametrize("case, response", [
+    (PARIS, answer("", ("get_weather", {"city": "Paris", "unit": "celsius"}))),
+    (PARIS, answer(None, ("get_weather", '{"city": "Pa'))),
+    (PARIS, answer('{"name": "get_weather", "arguments": {}}')),
+    (HAIKU, answer("Grey drops")), (HAIKU, answer(None)), (HAIKU, None), (PARIS, None)])
+def test_a_saved_outcome_scores_again_the_same(case, response):
+    """--rescore reads outcomes back from a run's JSON and scores them again."""
+    first = score(case, response, "HTTP 503: busy")
+    assert score(case, *answer_of(asdict(first))) == first
 
 
 @pytest.mark.parametrize("predicate, value, expected", [
@@ -131,7 +158,7 @@ def test_rates_count_each_column_over_the_cases_it_applies_to():
                 score(PARIS, answer("sunny")),
                 score(HAIKU, answer("rain haiku"))]
     assert rates(outcomes) == {"valid": (1, 2), "right_tool": (1, 2), "right_args": (1, 2),
-                               "no_tool": (1, 1)}
+                               "no_tool": (1, 1), "text_call": (0, 2)}
 
 
 @pytest.mark.parametrize("ours, theirs, printed", [
