@@ -12,8 +12,9 @@ predicates); over the no-tool cases: answered without a tool. Then Hypnos / llam
 column.
 
     python bench/tool_calls.py [--models 0.5b,1.5b] [--servers hypnos,llama-server]
-                               [--choices auto,required] [--limit N] [--threads 2]
-                               [--json PATH]
+                               [--choices auto,required] [--limit N] [--skip N]
+                               [--threads 2] [--json PATH]
+    python bench/tool_calls.py --rescore PATH [PATH ...]
 
 llama-server is built and cached as `llama_server.py` builds it (first run: ~20 minutes).
 """
@@ -159,11 +160,12 @@ def dump(path: Path, results: dict[Row, list[tuple[Outcome, float]]]) -> None:
     path.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
 
 
-def rescored(path: Path, cases: list[Case]) -> dict[Row, list[tuple[Outcome, float]]]:
-    """A saved run (``--json``) scored again with this scoring, answers as recorded."""
+def rescored(paths: list[Path], cases: list[Case]) -> dict[Row, list[tuple[Outcome, float]]]:
+    """Saved runs (``--json``, e.g. one per model or per range of cases) scored again with
+    this scoring, answers as recorded."""
     by_id = {c.id: c for c in cases}
     results: dict[Row, list[tuple[Outcome, float]]] = {}
-    for r in json.loads(path.read_text()):
+    for r in (r for path in paths for r in json.loads(path.read_text())):
         outcome = score(by_id[r["case"]], *answer_of(r))
         results.setdefault((r["server"], r["model"], r["choice"]), []).append(
             (outcome, r["seconds"]))
@@ -187,21 +189,22 @@ def main() -> None:
     ap.add_argument("--servers", type=listed(SERVERS), default=list(SERVERS))
     ap.add_argument("--choices", type=listed(CHOICES), default=list(CHOICES))
     ap.add_argument("--limit", type=int, default=None, help="only the first N cases")
+    ap.add_argument("--skip", type=int, default=0, help="start after the first N cases")
     ap.add_argument("--threads", type=int, default=2,
                     help="pin the run to the first N CPUs; both servers run N threads")
     ap.add_argument("--models-dir", type=Path,
                     default=Path(os.environ.get("HYPNOS_MODELS_DIR", ROOT / "models")))
     ap.add_argument("--json", type=Path, default=None,
                     help="write every outcome here (rewritten after each case)")
-    ap.add_argument("--rescore", type=Path, default=None, metavar="PATH",
-                    help="run nothing: print the table of a saved --json run, scored again")
+    ap.add_argument("--rescore", type=Path, nargs="+", default=None, metavar="PATH",
+                    help="run nothing: print the table of saved --json runs, scored again")
     args = ap.parse_args()
     if args.rescore:
         report(rescored(args.rescore, load_cases()))
         return
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])
     threads = len(os.sched_getaffinity(0))
-    cases = load_cases()[:args.limit]
+    cases = load_cases()[args.skip:][:args.limit]
     if "llama-server" in args.servers:
         llama_server_binary()                 # build (once) before any server starts
     print(f"{len(cases)} cases, {threads} threads, context {CONTEXT}, 1 slot, temperature 0, "
