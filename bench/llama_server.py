@@ -89,13 +89,15 @@ def llama_server_binary() -> Path:
 # --------------------------------------------------------------------------- servers
 
 class LlamaServer(ManagedProcess):
-    """llama.cpp's llama-server on a free port, same GGUF, threads and context."""
+    """llama.cpp's llama-server on a free port, same GGUF, threads and context; ``extra``
+    are further arguments (``--jinja``)."""
 
-    def __init__(self, binary: Path, weights: Path, threads: int, log_path: Path):
+    def __init__(self, binary: Path, weights: Path, threads: int, log_path: Path,
+                 context: int = CONTEXT, slots: int = SLOTS, extra: tuple[str, ...] = ()):
         super().__init__(
-            lambda port: [str(binary), "-m", str(weights), "-c", str(CONTEXT), "--parallel",
-                          str(SLOTS), "-t", str(threads), "-tb", str(threads), "-ngl", "0",
-                          "--host", "127.0.0.1", "--port", str(port)],
+            lambda port: [str(binary), "-m", str(weights), "-c", str(context), "--parallel",
+                          str(slots), "-t", str(threads), "-tb", str(threads), "-ngl", "0",
+                          "--host", "127.0.0.1", "--port", str(port), *extra],
             log_path, "/health", 120)
 
 
