@@ -257,7 +257,7 @@ def family(path: str) -> str:
 
 def _body_text(content: dict) -> str:
     schema = content.get("schema", {})
-    if set(schema.get("properties", {})) == ENVELOPE_KEYS:
+    if set(schema.get("properties", {})) in (ENVELOPE_KEYS, {"type", "error"}):
         return "error envelope"
     return "" if not schema.get("required") else \
         "object with " + ", ".join(f"`{k}`" for k in schema["required"])

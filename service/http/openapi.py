@@ -30,7 +30,24 @@ ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"], "properties": {
         "message": {"type": "string"}, "type": {"type": "string"},
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+# The envelopes of the other dialects' routes (http.errors.error_response).
+ANTHROPIC_ENVELOPE = {"type": "object", "required": ["type", "error"], "properties": {
+    "type": {"const": "error"}, "error": {
+        "type": "object", "required": ["type", "message"], "properties": {
+            "type": {"type": "string"}, "message": {"type": "string"}}}}}
+OLLAMA_ENVELOPE = {"type": "object", "required": ["error"],
+                   "properties": {"error": {"type": "string"}}}
 PLAIN = {"text/plain": {"schema": {"type": "string"}}}
+
+
+def envelope_for(path: str) -> dict:
+    """The error body a route answers: OpenAI's, Anthropic's on /v1/messages, Ollama's on
+    /api/*."""
+    if path.startswith("/v1/messages"):
+        return ANTHROPIC_ENVELOPE
+    if path.startswith("/api/"):
+        return OLLAMA_ENVELOPE
+    return ENVELOPE
 # Statuses every route can answer without saying so: keys and their quotas (401, 429) on
 # /v1, and on a body the body-limit layer (413) and request_timeout_secs (408), both plain
 # text (spec section 4).
@@ -115,17 +132,18 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | \
-        ({401, 429} if path.startswith("/v1") else set())
+        ({401, 429} if path.startswith(("/v1", "/api/")) else set())
+    envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):
         meaning = spec.meanings.get(status) or DESCRIPTIONS.get(status, "error")
         responses[str(status)] = {"description": meaning,
                                   "content": {"application/json": {
-                                      "schema": spec.other.get(status, ENVELOPE)}}}
+                                      "schema": spec.other.get(status, envelope)}}}
     if content:
         for status, text in TEXT_STATUSES.items():
             responses[str(status)] = {"description": text, "content": PLAIN}
         if spec.form is not None:   # multipart uploads get the JSON 413 (spec section 4)
-            responses["413"]["content"] = {**PLAIN, "application/json": {"schema": ENVELOPE}}
+            responses["413"]["content"] = {**PLAIN, "application/json": {"schema": envelope}}
     op["responses"] = responses
     return op
 
