@@ -336,7 +336,10 @@ def install_error_handlers(app: Sanic) -> None:
 
 
 def _server_error(request, exc):
-    rid = getattr(request.ctx, "request_id", "unknown")
+    # The request's `observe.record.RequestRecord` (read here without importing it: that
+    # module names the key types, which raise these errors); none before the middleware ran.
+    record = getattr(request.ctx, "record", None)
+    rid = record.request_id if record is not None else "unknown"
     log.error("unexpected error in %s %s (%s)", request.method, request.path, rid,
               exc_info=exc)
     return error_response(ServerError(

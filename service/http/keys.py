@@ -210,10 +210,3 @@ def _limited(code: str, message: str, retry_after: int) -> errors.RateLimited:
     return errors.RateLimited(f"{message}; retry in {retry_after} s", code=code,
                               headers={"Retry-After": str(retry_after)})
 
-
-def result_tokens(result) -> int:
-    """Prompt plus completion tokens of a route's engine result (0 when it counts none)."""
-    if result is None:
-        return 0
-    return int(getattr(result, "prompt_tokens", 0) or 0) + \
-        int(getattr(result, "completion_tokens", 0) or 0)

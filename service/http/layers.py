@@ -13,8 +13,8 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
 from hypnos.service.http import errors
-from hypnos.service.http.keys import result_tokens
-from hypnos.service.observe.request_log import request_leases
+from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
+                                           record_of)
 from hypnos.service.wire.model import M, validate
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
@@ -79,13 +79,14 @@ def _check_key(request: Request) -> None:
     key = ring.match(token.strip()) if scheme.lower() == "bearer" else None
     if key is None:
         raise errors.Unauthorized("Invalid API key.", headers=challenge)
-    request.ctx.api_key = key
-    request.ctx.permit = request.app.ctx.limiter.admit(key)
+    record = record_of(request)
+    record.api_key = key
+    record.permit = request.app.ctx.limiter.admit(key)
 
 
 def require_admin(request: Request) -> None:
     """Changing the model pool needs an admin key when keys are configured (403)."""
-    key = getattr(request.ctx, "api_key", None)
+    key = record_of(request).api_key
     if request.app.ctx.keys.enabled and (key is None or not key.admin):
         raise errors.PermissionDenied(
             "Changing the model pool needs an admin key (a server.api_keys entry, or a "
@@ -95,10 +96,7 @@ def require_admin(request: Request) -> None:
 def install_http_layers(app: Sanic) -> None:
     @app.on_request(priority=100)
     async def _start(request: Request):
-        request.ctx.request_id = new_request_id()
-        request.ctx.started = time.monotonic()
-        request.ctx.leases = []
-        request_leases.set(request.ctx.leases)
+        open_record(request, RequestRecord(new_request_id(), time.monotonic()))
         if request.method == "OPTIONS":
             return empty(204, headers=_cors_headers(request))
         length = request.headers.get("content-length", "")
@@ -109,22 +107,23 @@ def install_http_layers(app: Sanic) -> None:
 
     @app.on_response(priority=100)
     async def _finish(request: Request, response):
-        response.headers["x-request-id"] = getattr(request.ctx, "request_id", None) \
-            or new_request_id()
+        record = opened_record(request)
+        response.headers["x-request-id"] = record.request_id if record else new_request_id()
         for k, v in _cors_headers(request).items():
             response.headers.setdefault(k, v)
-        request.ctx.status = response.status
-        # None for a stream (request.respond()): its body was never held in one piece.
-        request.ctx.response_body = getattr(response, "body", None)
+        if record is not None:
+            record.status = response.status
+            # None for a stream (request.respond()): its body was never held in one piece.
+            record.response_body = getattr(response, "body", None)
 
 
 async def before_handler(request: Request) -> None:
     """Per request, before the handler: workflow bookkeeping and next-stage prefetch."""
     app = request.app
-    key = app.ctx.workflows.parse(request.headers.get("x-hypnos-workflow"))
-    request.ctx.workflow = key
+    record = record_of(request)
+    key = record.workflow = app.ctx.workflows.parse(request.headers.get("x-hypnos-workflow"))
     if key is not None:
-        app.ctx.workflows.begin(key, request.ctx.started)
+        app.ctx.workflows.begin(key, record.started)
     nxt = request.headers.get("x-hypnos-next-model")
     if nxt and app.ctx.ready:
         app.ctx.scheduler.prefetch(nxt)
@@ -133,24 +132,20 @@ async def before_handler(request: Request) -> None:
 def after_handler(request: Request) -> None:
     """Once the handler finished (streams: after the last byte): the key's permit and tokens,
     latency per route and the workflow's last byte."""
-    started = getattr(request.ctx, "started", None)
-    if started is None:
+    record = opened_record(request)
+    if record is None:
         return
     now = time.monotonic()
-    permit = getattr(request.ctx, "permit", None)
-    if permit is not None:
-        tokens = result_tokens(getattr(request.ctx, "result", None))
-        request.app.ctx.limiter.release(permit, tokens)
+    if record.permit is not None:
+        request.app.ctx.limiter.release(record.permit, record.tokens)
     if request.route is not None:
         route = "/" + request.route.path.lstrip("/")
-        ms = (now - started) * 1000
+        ms = (now - record.started) * 1000
         request.app.ctx.latency.record(route, ms)
-        status = getattr(request.ctx, "status", 500)
-        request.app.ctx.metrics.request_done(request, route, status, ms)
+        request.app.ctx.metrics.request_done(record, route, ms)
         if _logged(request):
-            request.app.ctx.request_log.observe(request, route, status, ms,
-                                                getattr(request.ctx, "response_body", None))
-    key = getattr(request.ctx, "workflow", None)
+            request.app.ctx.request_log.observe(request, record, route, ms)
+    key = record.workflow
     if key is not None:
         close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
         request.app.ctx.workflows.end(key, now, close)

@@ -29,6 +29,7 @@ from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, E
 from hypnos.service.http import errors
 from hypnos.service.http.layers import deadline_ms
 from hypnos.service.inference.capabilities import Family, require
+from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
@@ -151,12 +152,15 @@ async def leased_by(sched: Scheduler, model_id: str, family: Family, *,
     """Check that ``model_id`` can serve ``family`` (unless the caller just did:
     ``checked``), then lease it for the block. ``param`` names the request field the engine
     reads, for its errors; ``context_len`` and ``fit`` are the scheduler's (see
-    ``Scheduler.lease``)."""
+    ``Scheduler.lease``). The lease is added to the record of the request being served
+    (`observe.record`), if any, once admitted."""
     if not checked:
         require(sched, model_id, family)
+    record = current_record()
     with errors.refusals_as_http():
         async with sched.lease(model_id, deadline_ms=deadline_ms, context_len=context_len,
-                               fit=fit) as lease:
+                               fit=fit, on_admit=record.leases.append if record else None
+                               ) as lease:
             yield LeasedCall(sched, lease, param)
 
 

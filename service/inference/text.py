@@ -29,6 +29,7 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimin
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
+from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import engine_timings
 from hypnos.service.scheduling.scheduler import Fit
 from hypnos.service.wire.chat import ChatParams
@@ -179,5 +180,4 @@ def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> Non
     if first.timings.prefill_tokens_per_s:
         call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
     request.app.ctx.metrics.chat(call.model.id, first.timings)
-    request.ctx.result = dataclasses.replace(
-        first, completion_tokens=sum(r.completion_tokens for r in results))
+    record_of(request).chat(first, sum(r.completion_tokens for r in results))

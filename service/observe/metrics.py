@@ -14,6 +14,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from hypnos.planner.types import Tier
+from hypnos.service.observe.record import RequestRecord
 
 TIER_NUMBER = {Tier.GPU: 1, Tier.RAM: 2, Tier.SSD: 3}
 GPU_FIELDS = (("utilization_percent", "GPU utilisation (percent)"),
@@ -119,26 +120,24 @@ class Metrics:
         if timings.prefill_tokens_per_s:
             self.prefill_tps.labels(model_id).set(timings.prefill_tokens_per_s)
 
-    def request_done(self, request, route: str, status: int, ms: float) -> None:
+    def request_done(self, record: RequestRecord, route: str, ms: float) -> None:
         """Once a response is complete (streams: after the last byte)."""
+        status = record.status
         self.http_requests.labels(route, f"{status // 100}xx").inc()
         self.http_latency_sum.labels(route).inc(ms)
         if ms > self._peaks.get(route, -1.0):
             self._peaks[route] = ms
             self.http_latency_max.labels(route).set(ms)
-        leases = getattr(request.ctx, "leases", None)
-        if not leases or status >= 400:
+        lease = record.lease
+        if lease is None or status >= 400:
             return
-        model = leases[-1].model.id
-        audio_secs = getattr(request.ctx, "audio_secs", None)
-        if audio_secs:                                       # speech
-            self.tts_rtf.labels(model).set(ms / 1000 / audio_secs)
-        ttfa = getattr(request.ctx, "ttfa_ms", None)
-        if ttfa:
-            self.tts_ttfa.labels(model).set(ttfa)
-        result = getattr(request.ctx, "result", None)
-        if getattr(result, "duration_secs", None) and getattr(result, "processing_ms", None):
-            self.stt_rtf.labels(model).set(result.processing_ms / 1000 / result.duration_secs)
+        model = lease.model.id
+        if record.audio_secs:                                # speech
+            self.tts_rtf.labels(model).set(ms / 1000 / record.audio_secs)
+        if record.ttfa_ms:
+            self.tts_ttfa.labels(model).set(record.ttfa_ms)
+        if record.transcribed_secs and record.engine_ms:     # transcription
+            self.stt_rtf.labels(model).set(record.engine_ms / 1000 / record.transcribed_secs)
 
     # ------------------------------------------------------------------ read at scrape time
 

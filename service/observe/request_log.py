@@ -1,15 +1,14 @@
 """The request log (spec section 15): a ring buffer of recent inference calls.
 
 `RequestLog.observe` runs once a response is complete (streams: after the last byte) and
-builds one record from what the request left behind: the leases it took (`request_leases`,
-filled by the scheduler), the engine result on ``request.ctx.result``, the response status
-and, for a JSON answer, its body. Polling (GET routes, the log routes themselves, /metrics)
-is not logged. The captured text (input, output at debug; payloads at trace) is cut at
-`MAX_CAPTURE` characters and passed through ``request_log.redact``.
+builds one log entry from what the request left on its `RequestRecord`: the leases it took,
+what the engine call counted, the response status and, for a JSON answer, its body. Polling
+(GET routes, the log routes themselves, /metrics) is not logged. The captured text (input,
+output at debug; payloads at trace) is cut at `MAX_CAPTURE` characters and passed through
+``request_log.redact``.
 """
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 import json
 import re
@@ -17,14 +16,11 @@ import time
 from collections import deque
 
 from hypnos.service.config.schema import RequestLogConfig
+from hypnos.service.observe.record import RequestRecord
 
 LEVELS = ("off", "error", "warn", "info", "debug", "trace")
 MAX_CAPTURE = 64 * 1024
 REDACTED = "[redacted]"
-# The leases a request took: set per request by the HTTP layer, appended to by the
-# scheduler (so the log knows the model, its previous tier and the switch time).
-request_leases: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "request_leases", default=None)
 
 
 def record_level(status: int) -> str:
@@ -81,32 +77,30 @@ class RequestLog:
 
     # ------------------------------------------------------------------ building a record
 
-    def observe(self, request, route: str, status: int, duration_ms: float,
-                response_body: bytes | None) -> None:
+    def observe(self, request, record: RequestRecord, route: str, duration_ms: float) -> None:
+        status = record.status
         level = record_level(status)
         if not self.captures(level):
             return
         body = _json(request.body) if request.body else None
-        result = getattr(request.ctx, "result", None)
-        leases = getattr(request.ctx, "leases", None) or []
-        lease = leases[-1] if leases else None
+        lease = record.lease
+        response_body = record.response_body
         answer = _json(response_body) if response_body else None
-        record = {
-            "id": request.ctx.request_id, "route": route, "method": request.method,
+        entry = {
+            "id": record.request_id, "route": route, "method": request.method,
             "status": status,
-            "key": getattr(getattr(request.ctx, "api_key", None), "label", None),
+            "key": record.api_key.label if record.api_key is not None else None,
             "started_at": dt.datetime.fromtimestamp(
                 time.time() - duration_ms / 1000, dt.UTC).isoformat(
                 timespec="milliseconds").replace("+00:00", "Z"),
             "duration_ms": round(duration_ms, 2),
             "model": lease.model.id if lease else (body or {}).get("model"),
             "stream": bool((body or {}).get("stream", False)),
-            "tokens_in": getattr(result, "prompt_tokens", None),
-            "tokens_out": getattr(result, "completion_tokens", None),
-            "cached_tokens": getattr(result, "cached_tokens", None),
-            "tokens_per_s": _round(getattr(getattr(result, "timings", None),
-                                           "decode_tokens_per_s", None)),
-            "inference_ms": _inference_ms(result, answer),
+            "tokens_in": record.tokens_in,
+            "tokens_out": record.tokens_out,
+            "cached_tokens": record.cached_tokens,
+            "tokens_per_s": _round(record.tokens_per_s),
+            "inference_ms": _inference_ms(record, answer),
             "tier_switch_ms": round(lease.tier_switch_ms, 2) if lease else None,
             "previous_tier": str(lease.previous_tier) if lease else None,
             "error": ((answer or {}).get("error") or {}).get("message")
@@ -115,14 +109,14 @@ class RequestLog:
         }
         if self.captures("debug"):
             raw = body or {}
-            record["input"] = self._text(raw.get("messages", raw.get("input")), record)
-            record["output"] = self._text(getattr(result, "text", None), record)
+            entry["input"] = self._text(raw.get("messages", raw.get("input")), entry)
+            entry["output"] = self._text(record.output, entry)
         if self.captures("trace"):
-            record["request_payload"] = self._text(
-                request.body.decode("utf-8", "replace") if request.body else None, record)
-            record["response_payload"] = self._text(
-                response_body.decode("utf-8", "replace") if response_body else None, record)
-        self.add(record)
+            entry["request_payload"] = self._text(
+                request.body.decode("utf-8", "replace") if request.body else None, entry)
+            entry["response_payload"] = self._text(
+                response_body.decode("utf-8", "replace") if response_body else None, entry)
+        self.add(entry)
 
 
 def _json(raw: bytes):
@@ -137,12 +131,9 @@ def _round(value):
     return round(value, 2) if isinstance(value, float) else value
 
 
-def _inference_ms(result, answer) -> float | None:
+def _inference_ms(record: RequestRecord, answer) -> float | None:
+    """The answer's own telemetry when it has it, else the engine time the call counted."""
     tele = (answer or {}).get("hypnos_telemetry") if isinstance(answer, dict) else None
     if isinstance(tele, dict) and "inference_latency_ms" in tele:
         return tele["inference_latency_ms"]
-    timings = getattr(result, "timings", None)
-    if timings is not None and getattr(timings, "decode_ms", None) is not None:
-        return round((timings.prefill_ms or 0.0) + timings.decode_ms, 2)
-    processing = getattr(result, "processing_ms", None)
-    return round(processing, 2) if processing else None
+    return round(record.engine_ms, 2) if record.engine_ms is not None else None

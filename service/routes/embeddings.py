@@ -18,6 +18,7 @@ from sanic.response import json as json_response
 from hypnos.service.http.layers import json_body, require_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
+from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, input_texts, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, json_object
 
@@ -85,5 +86,5 @@ async def embeddings(request: Request):
         "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
         "hypnos_telemetry": tele,
     }
-    request.ctx.result = result
+    record_of(request).embedding(result)
     return json_response(body, headers=wait)

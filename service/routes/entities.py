@@ -77,5 +77,4 @@ async def entities(request: Request):
         "usage": {"texts": len(texts), "characters": sum(len(t) for t in texts)},
         "hypnos_telemetry": tele,
     }
-    request.ctx.result = result
     return json_response(body, headers=wait)

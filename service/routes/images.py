@@ -132,7 +132,6 @@ async def _generate(request: Request, model_id: str, req: ImageRequest):
             "data": [{"b64_json": base64.b64encode(i.png).decode("ascii"), "seed": i.seed}
                      for i in images],
             "hypnos_telemetry": tele}
-    request.ctx.result = images
     return json_response(body, headers=wait)
 
 

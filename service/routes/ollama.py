@@ -26,6 +26,7 @@ from hypnos.service.http.openapi import endpoint, json_object
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.chat_checks import chat_lease, check_chat, media_bytes
 from hypnos.service.inference.leased import leased
+from hypnos.service.observe.record import record_of
 from hypnos.service.inference.text import (chat_counter, check_text_model, record,
                                            run_choices, stream_choices, text_lease)
 from hypnos.service.scheduling.accel import model_device
@@ -233,7 +234,7 @@ async def _vectors(request: Request, wire: EmbedBody) -> tuple[list[list[float]]
     texts = embed_texts(wire)
     async with leased(request, wire.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, texts)
-    request.ctx.result = result
+    record_of(request).embedding(result)
     return result.vectors, result.prompt_tokens
 
 

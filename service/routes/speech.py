@@ -6,8 +6,8 @@ always; flac, mp3, opus (Ogg) and aac (ADTS) are encoded with PyAV's bundled FFm
 has the encoder, and fall back to WAV (Content-Type audio/wav) when it has not. A stream
 sends wav or pcm only: the other formats stream as WAV.
 
-After the handler, ``request.ctx.ttfa_ms`` (engine start to first audio) and
-``request.ctx.audio_secs`` are set for the request log and metrics.
+The request's record (`observe.record`) gets the engine's time to first audio and the
+seconds of audio made, for the metrics.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
 from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import telemetry_headers
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
@@ -173,7 +174,8 @@ async def speech(request: Request):
         rate = call.speaker.sample_rate
         body, content_type = await asyncio.to_thread(encode, b"".join(audio.chunks), rate,
                                                      params.response_format)
-        request.ctx.ttfa_ms, request.ctx.audio_secs = audio.ttfa_ms, secs
+        record = record_of(request)
+        record.ttfa_ms, record.audio_secs = audio.ttfa_ms, secs
         call.inference_ms = inference_ms
         headers = {**call.telemetry_headers(secs), **call.wait_headers()}
         return raw(body, content_type=content_type, headers=headers)
@@ -197,7 +199,7 @@ async def _stream(request: Request, params: SpeechParams, call):
     try:
         while (chunk := await queue.get()) is not None:
             await response.send(chunk)
-        request.ctx.audio_secs = task.result()
+        record_of(request).audio_secs = task.result()
     except asyncio.CancelledError:
         call.cancel.set()
         await asyncio.wait({task})
@@ -207,6 +209,6 @@ async def _stream(request: Request, params: SpeechParams, call):
         call.cancel.set()
         await asyncio.wait({task})
     finally:
-        request.ctx.ttfa_ms = audio.ttfa_ms
+        record_of(request).ttfa_ms = audio.ttfa_ms
     await response.eof()
     return None     # the response went out through request.respond()

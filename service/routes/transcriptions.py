@@ -21,6 +21,7 @@ from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service.http import errors
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
+from hypnos.service.observe.record import record_of
 from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
 from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed, require_ready
 from hypnos.service.wire.model import Says, Wire, validate
@@ -202,7 +203,7 @@ async def transcriptions(request: Request):
                             filename=params.filename)
     done = await transcribe(request.app.ctx.scheduler, params.model, req,
                             deadline_ms=deadline_ms(request), audio_param=params.audio_param)
-    request.ctx.result = done.result
+    record_of(request).transcription(done.result)
     return render(params, done)
 
 

@@ -45,7 +45,6 @@ from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
 from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
                                                 OverDeadline, Refused, UnknownModel)
-from hypnos.service.observe.request_log import request_leases
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
@@ -169,7 +168,8 @@ class Scheduler:
 
     @asynccontextmanager
     async def lease(self, model_id: str, *, deadline_ms: float | None = None,
-                    context_len: int | None = None, fit: Fit | None = None
+                    context_len: int | None = None, fit: Fit | None = None,
+                    on_admit: Callable[[Lease], None] | None = None
                     ) -> AsyncIterator[Lease]:
         """Admit a request, make its model resident (paying any promotion), hold a slot.
 
@@ -179,7 +179,9 @@ class Scheduler:
         tier 1 is not rebuilt for it. ``fit`` runs once on the resident engine and returns
         the context it really needs when what is loaded will not do (None when it will);
         the model is then rebuilt for that, still under this one lease. What ``fit`` raises
-        ends the lease.
+        ends the lease. ``on_admit(lease)`` runs once the request is admitted, before any
+        load (so the caller's record names the model and its tier switch even when the load
+        fails).
 
         Raises a `Refused`: UnknownModel, DisabledModel, Busy (queue full), OverDeadline,
         NotServable, LoadRefused (does not fit, beside the leased models or at all, or above
@@ -203,9 +205,8 @@ class Scheduler:
                 f"{decision.deadline_ms:.0f} ms", retry_after_s=decision.retry_after_s)
         with self._counted(st):
             lease = Lease(st, previous_tier=st.tier, estimated_wait_ms=decision.estimated_wait_ms)
-            seen = request_leases.get()
-            if seen is not None:       # the request log reads the model and its tier switch
-                seen.append(lease)
+            if on_admit is not None:
+                on_admit(lease)
             started = time.monotonic()
             if fit is None:
                 lease.add(await self.residency.ensure(st, context_len))

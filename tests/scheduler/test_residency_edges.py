@@ -117,3 +117,17 @@ async def test_a_lost_engine_is_demoted_once_the_requests_on_its_slots_end():
     last = sched.recent_evictions[-1]
     assert (last["model"], last["reason"]) == ("a", "rpc_worker_lost")
     assert "10.0.0.2:50052" in last["detail"]
+
+
+async def test_a_lease_is_reported_on_admission_so_a_failed_load_still_names_its_model():
+    """``on_admit`` (how a request's record learns its leases) sees the lease before the
+    load: a request whose load fails is still logged with its model and previous tier."""
+    fx = FailingLoads()
+    fx.failing = True
+    sched = make([layered_chat("a")], fx)
+    seen = []
+    with pytest.raises(LoadFailed):
+        async with sched.lease("a", on_admit=seen.append):
+            pass
+    assert [lease.model.id for lease in seen] == ["a"]
+    assert seen[0].previous_tier is Tier.SSD
