@@ -58,7 +58,6 @@ ERROR_MEANINGS: dict[tuple[int, str], str] = {
     (429, "session_busy"): "the session is in use by another request",
     (429, "model_at_session_capacity"): "every slot of the model holds a session "
                                         "(`Retry-After: 30`)",
-    (499, "cancelled"): "the client went away or the server is shutting down",
     (500, "server_error"): "the engine failed; the message says how. Retry once and report "
                            "it with the `x-request-id`",
     (503, "model_not_available"): "still staging, shutting down, or the model cannot be "
@@ -66,11 +65,9 @@ ERROR_MEANINGS: dict[tuple[int, str], str] = {
                                   "that does not answer); `Retry-After` when waiting helps",
     (503, "deadline_unmeetable"): "the estimated wait is past `x-hypnos-deadline-ms` (or the "
                                   "profile's objective); `Retry-After`",
-    (504, "timeout"): "an engine-side timeout",
     (507, "insufficient_vram_or_ram"): "the model does not fit beside the models in use "
                                        "(or, worded so, not even alone)",
     (507, "process_memory_cap"): "loading would pass `hardware.max_process_memory_bytes`",
-    (507, "device_out_of_memory"): "the engine ran out of device memory",
 }
 
 

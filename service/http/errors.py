@@ -97,10 +97,6 @@ class RateLimited(HypnosError):
     status, type = 429, "rate_limit_error"
 
 
-class Cancelled(HypnosError):
-    status, type = 499, "cancelled"
-
-
 class ModelNotAvailable(HypnosError):
     status, type = 503, "model_not_available"
 
@@ -109,20 +105,12 @@ class DeadlineUnmeetable(HypnosError):
     status, type = 503, "deadline_unmeetable"
 
 
-class EngineTimeout(HypnosError):
-    status, type = 504, "timeout"
-
-
 class InsufficientMemory(HypnosError):
     status, type = 507, "insufficient_vram_or_ram"
 
 
 class ProcessMemoryCap(HypnosError):
     status, type = 507, "process_memory_cap"
-
-
-class DeviceOutOfMemory(HypnosError):
-    status, type = 507, "device_out_of_memory"
 
 
 class ServerError(HypnosError):

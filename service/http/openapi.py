@@ -55,9 +55,8 @@ TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
                 403: "not an admin key", 404: "unknown model or resource",
                 409: "session made for other weights", 422: "prompt past the context window",
-                429: "queue full or rate limited",
-                499: "cancelled", 500: "engine failure", 503: "not available or staging",
-                504: "engine timeout", 507: "does not fit in memory"}
+                429: "queue full or rate limited", 500: "engine failure",
+                503: "not available or staging", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}
 
 
@@ -68,7 +67,7 @@ def json_object(*required: str, **properties) -> dict:
 
 
 # What a route that leases a model can answer besides a 400 (spec section 4).
-INFERENCE_ERRORS = (404, 429, 500, 503, 504, 507)
+INFERENCE_ERRORS = (404, 429, 500, 503, 507)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
           ok={**json_object("id", "object", "model", "choices", "usage",
                             object={"const": "chat.completion"}, choices={"type": "array"}),
               "text/event-stream": {"type": "string"}},
-          errors=(404, 422, 429, 500, 503, 504, 507))
+          errors=(404, 422, 429, 500, 503, 507))
 async def chat_completions(request: Request):
     require_ready(request)
     body = json_body(request)

@@ -65,7 +65,7 @@ def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
 
 @bp.post("/v1/completions")
 @endpoint("Text completion (OpenAI legacy); SSE when stream is true",
-          body=CompletionsBody, errors=(404, 422, 429, 500, 503, 504, 507),
+          body=CompletionsBody, errors=(404, 422, 429, 500, 503, 507),
           ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def completions(request: Request):
     require_ready(request)
