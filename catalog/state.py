@@ -62,10 +62,6 @@ def variant_problem(models_dir: Path, entry: Entry, variant: Variant) -> str | N
     return None
 
 
-def variant_installed(models_dir: Path, variant: Variant) -> bool:
-    return all(file_state(models_dir, f).present for f in variant.files)
-
-
 def file_wire(models_dir: Path, f: CatalogFile) -> dict:
     st = file_state(models_dir, f)
     out: dict = {"role": f.role}

@@ -45,7 +45,7 @@ class PoolChanges:
 
     @asynccontextmanager
     async def changing(self, model_id: str):
-        """Hold new leases of ``model_id`` while a PUT / DELETE checks and applies its change:
+        """Gate new leases of ``model_id`` while a PUT / DELETE checks and applies its change:
         requests arriving meanwhile wait, then go to the replacement (`UnknownModel` once
         removed). `UnknownModel` for an unknown id, `Busy` while another change to it runs."""
         self.get(model_id, enabled_only=False)

@@ -11,7 +11,7 @@ writes nothing of the caller's. Reading top-down:
   leave an engine built but unbooked) under ``place_lock``: one placement decision at a
   time, so two loads never book the same free bytes.
 - ``_plan_or_wait``: asks the planner (`plan_load`). When the model does not fit beside
-  busy models it groups the swap: new requests of those models are held (they queue
+  busy models it groups the swap: new requests of those models wait at a gate (they queue
   behind this load) and it waits, up to limits.swap_wait_ms, on the scheduler's release
   `Wakeup` (a lease, hold or load ended) before planning again.
 - ``_load_planned``: evicts the victims (``_evict`` -> ``_unload``), loads through
@@ -42,7 +42,7 @@ from hypnos.planner.types import (Budgets, Hardware, NoFit, Placement, Placement
 from hypnos.planner.workers import WorkerBudget
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
-from hypnos.service.scheduling.held import HeldRequests, holding
+from hypnos.service.scheduling.swap_gates import SwapGates, gated
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import LoadOutcome
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
@@ -69,7 +69,7 @@ class Residency:
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self.place_lock = asyncio.Lock()
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).
-        self.held: dict[str, asyncio.Event] = {}
+        self.swap_gates: dict[str, asyncio.Event] = {}
 
     def tier2_booked(self, leaving: str | None = None) -> int:
         """Bytes booked in tier 2; ``leaving``: a model being promoted, whose tier-2 bytes its
@@ -190,8 +190,8 @@ class Residency:
             async with self.place_lock:
                 if st.tier is Tier.GPU and st.engine is not None:
                     return (), None
-                with holding(self.held) as held:
-                    plan = await self._plan_or_wait(st, per_slot, held)
+                with gated(self.swap_gates) as gates:
+                    plan = await self._plan_or_wait(st, per_slot, gates)
                     from_tier = st.tier
                     report = await self._load_planned(st, plan.placement, plan.evict)
         finally:
@@ -200,9 +200,9 @@ class Residency:
         return plan.evict, report
 
     async def _plan_or_wait(self, st: ModelState, per_slot: int | None,
-                            held: HeldRequests) -> LoadPlan:
+                            gates: SwapGates) -> LoadPlan:
         """Plan ``st``'s load. When it does not fit beside busy models (`NoRoom`,
-        `WorkersBusy`), group the swap: hold their new requests (``held``; released once this
+        `WorkersBusy`), group the swap: gate their new requests (``gates``; opened once this
         load is done) and wait up to limits.swap_wait_ms, woken each time a lease ends, for
         the requests they already admitted to finish. The requests of the resident model
         that were queued finish first, and the ones arriving later wait one swap instead of
@@ -214,13 +214,13 @@ class Residency:
             if isinstance(decision, LoadPlan):
                 # In the same step as the plan: no request can lease a victim before its
                 # eviction.
-                held.hold(decision.evict)
+                gates.close(decision.evict)
                 return decision
             if isinstance(decision, (NoRoom, WorkersBusy)):
                 busy = [m.id for m in self.models.values()
                         if m is not st and m.tier is Tier.GPU and m.in_use]
                 if busy and time.monotonic() < deadline:
-                    held.hold(busy)
+                    gates.close(busy)
                     await self.released.wait(timeout=deadline - time.monotonic())
                     continue
             raise LoadRefused(st.id, decision)

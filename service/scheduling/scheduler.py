@@ -4,7 +4,7 @@
 engine. Reading a lease top-down:
 
 1. **Gates**: while the model is being replaced or removed (`PoolChanges`), or while
-   another model's swap holds its new requests (`Residency`), the lease waits.
+   another model's swap gates its new requests (`Residency.swap_gates`), the lease waits.
 2. **Admission** (`planner.admission.admit`): `Busy` when the model's queue is full,
    `OverDeadline` when the estimated wait exceeds the deadline. An admitted request is
    counted (``leases``) from here to the end of its response (streams included); a counted
@@ -134,12 +134,13 @@ class Scheduler:
 
     def _gate(self, model_id: str) -> asyncio.Event | None:
         """What new requests of ``model_id`` wait on now: its change (`PoolChanges`), or a
-        grouped swap to another model that holds them (`Residency.held`); None: nothing."""
-        return self.pool.gate(model_id) or self.residency.held.get(model_id)
+        grouped swap to another model that gates them (`Residency.swap_gates`); None:
+        nothing."""
+        return self.pool.gate(model_id) or self.residency.swap_gates.get(model_id)
 
     async def _pass_gates(self, model_id: str) -> None:
         """Wait while ``model_id`` is being changed (then served by the replacement, or
-        `UnknownModel` once removed) or while a grouped swap to another model holds its new
+        `UnknownModel` once removed) or while a grouped swap to another model gates its new
         requests (then queued behind it)."""
         while (gate := self._gate(model_id)) is not None:
             await gate.wait()

@@ -125,7 +125,7 @@ async def test_zero_wait_keeps_the_immediate_507():
         with pytest.raises(LoadRefused):
             async with sched.lease("b"):
                 pass
-        assert waits == [] and sched.residency.held == {}
+        assert waits == [] and sched.residency.swap_gates == {}
 
 
 async def swap_in_progress():
@@ -138,7 +138,7 @@ async def swap_in_progress():
         pass
     b = asyncio.create_task(request(sched, fx, "b", 0, []))
     await fx.began("load", "b")
-    assert "a" in sched.residency.held and sched.models["a"].tier is Tier.RAM
+    assert "a" in sched.residency.swap_gates and sched.models["a"].tier is Tier.RAM
     return sched, fx, gate, b
 
 
