@@ -27,7 +27,7 @@ PROMPT = [{"role": "user", "content": "Write a long story about a fox who learns
 
 
 def drop_caches(path: Path) -> str:
-    from hypnos.engines.residency import drop_page_cache, resident_fraction
+    from hypnos.engines.page_cache import drop_page_cache, resident_fraction
     drop_page_cache([path])
     try:
         Path("/proc/sys/vm/drop_caches").write_text("1\n")

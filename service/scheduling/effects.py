@@ -147,7 +147,7 @@ class MachineEffects:
         return 0, 0.0
 
     def pin(self, st: ModelState) -> Pinned:
-        from hypnos.engines.residency import PinnedWeights
+        from hypnos.engines.page_cache import PinnedWeights
         return PinnedWeights(self._files(st))
 
     def unpin(self, st: ModelState, pinned: Pinned) -> None:
@@ -156,7 +156,7 @@ class MachineEffects:
         _give_back()
 
     def drop_pages(self, st: ModelState) -> None:
-        from hypnos.engines.residency import drop_page_cache
+        from hypnos.engines.page_cache import drop_page_cache
         drop_page_cache(self._files(st))
 
     def count_eviction(self, st: ModelState) -> None:

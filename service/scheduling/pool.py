@@ -48,7 +48,7 @@ class Stats:
 
 
 class Pinned(Protocol):
-    """What tier 2 holds for a model: its weight files pinned (``engines.residency.
+    """What tier 2 holds for a model: its weight files pinned (``engines.page_cache.
     PinnedWeights``) or its engine kept (`KeptEngine`)."""
 
     @property

@@ -6,7 +6,7 @@ import pytest
 
 from tiny_gemma4 import write_tiny_gemma4
 from hypnos.engines.gguf_meta import read_gguf_meta, split_parts
-from hypnos.engines.residency import weight_files
+from hypnos.engines.page_cache import weight_files
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.engines.residency import (
+from hypnos.engines.page_cache import (
     PinnedWeights, drop_page_cache, resident_fraction, weight_files,
 )
 
