@@ -1,7 +1,7 @@
 """The chat lease every dialect takes (/v1/chat/completions, /v1/messages, /v1/responses,
-/api/chat): the model serves what the request needs, the media parts fit the limits and are
-read, the prompt is counted on the loaded tokenizer inside the lease, and the loaded model has
-a tool format when tools are active."""
+/api/chat): the model serves what the request needs (a tool format when tools are active,
+checked on its config before anything loads), the media parts fit the limits and are read,
+and the prompt is counted on the loaded tokenizer inside the lease."""
 from __future__ import annotations
 
 import asyncio
@@ -47,26 +47,16 @@ async def media_bytes(params: ChatParams, limits) -> list[bytes]:
     return out
 
 
-def check_tool_format(engine, params: ChatParams) -> None:
-    """Tools sent to a loaded model whose template has no tool format: a 400 on tools."""
-    fmt = engine.format
-    if params.request.tools and params.request.tool_choice != "none" and \
-            fmt is not None and fmt.tools is None:
-        raise errors.InvalidRequest(f"The model '{params.model}' has no tool calling "
-                                    "format", param="tools")
-
-
 @asynccontextmanager
 async def chat_lease(request, params: ChatParams) -> AsyncIterator[LeasedCall]:
-    """The checked, leased chat call for ``params`` (``check_chat``, the media read, the
-    prompt counted inside the lease, ``check_tool_format`` on the loaded model)."""
+    """The checked, leased chat call for ``params`` (``check_chat`` before the lease, the
+    media read, the prompt counted inside the lease)."""
     st = check_chat(request, params)
     if params.media:
         params.request.media = await media_bytes(params, request.app.ctx.config.limits)
     window = request.app.ctx.scheduler.context_window(st)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(window, params)) as call:
-        check_tool_format(call.chat, params)
         yield call
 
 

@@ -38,7 +38,9 @@ KEEPALIVE_SECS = 10.0
 
 
 def check_text_model(sched, model_id: str, tools_active: bool = False):
-    """The model serves text generation, and a tool format when tools are sent."""
+    """The model serves text generation, and a tool format when tools are sent: the one
+    tool-format check, on the config before any load (a loaded engine's format has no tool
+    dialect only when the config's tool_format is "none")."""
     st = require(sched, model_id, CHAT)
     if tools_active and st.cfg.tool_format == "none":
         raise errors.InvalidRequest(f"The model '{model_id}' has no tool calling format; "
