@@ -227,7 +227,7 @@ async def test_http_wav_pcm_mp3_and_telemetry_headers():
     assert float(resp.headers["x-hypnos-switch-ms"]) > 0
     assert float(resp.headers["x-hypnos-audio-secs"]) == pytest.approx(
         head["data_size"] / 48000, abs=1e-3)
-    assert 0 < req.ctx.ttfa_ms <= float(resp.headers["x-hypnos-inference-ms"])
+    assert 0 < req.ctx.record.ttfa_ms <= float(resp.headers["x-hypnos-inference-ms"])
     _req, resp = await post(app, {"model": "kokoro", "input": "Hello there.",
                                   "response_format": "pcm"})
     assert resp.headers["content-type"] == "audio/pcm" and len(resp.body) % 2 == 0
@@ -251,7 +251,8 @@ async def test_http_stream_wav_is_open_ended():
     assert len(pcm) > 24000 and rms(pcm) > 0.01
     assert "x-hypnos-previous-tier" in resp.headers and "x-hypnos-switch-ms" in resp.headers
     assert "x-hypnos-inference-ms" not in resp.headers       # unknown when headers go out
-    assert req.ctx.ttfa_ms > 0 and req.ctx.audio_secs == pytest.approx(len(pcm) / 48000)
+    record = req.ctx.record
+    assert record.ttfa_ms > 0 and record.audio_secs == pytest.approx(len(pcm) / 48000)
 
 
 # ---------------------------------------------------------------- real server
