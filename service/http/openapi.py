@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -86,6 +87,10 @@ class Endpoint:
     websocket: bool = False
     # Statuses whose body is not the error envelope: status -> JSON Schema.
     other: dict = field(default_factory=dict)
+    # What the route gate (http/layers.route_gate) requires before the handler runs: an
+    # admin key when keys are configured (403), a READY server (503 + Retry-After).
+    admin: bool = False
+    needs_ready: bool = False
 
 
 H = TypeVar("H", bound=Callable[..., Any])
@@ -99,6 +104,26 @@ def endpoint(summary: str, **kw: Any) -> Callable[[H], H]:
         setattr(handler, ATTR, spec)
         return handler
     return mark
+
+
+def needs_ready(handler: H) -> H:
+    """The route answers 503 + Retry-After while the server is not READY (staging, drain).
+    Put it between ``@bp.<method>(path)`` and ``@endpoint(...)``."""
+    return _amend(handler, needs_ready=True)
+
+
+def admin_only(handler: H) -> H:
+    """The route needs an admin key when keys are configured (403). Put it between
+    ``@bp.<method>(path)`` and ``@endpoint(...)``."""
+    return _amend(handler, admin=True)
+
+
+def _amend(handler: H, **flags: bool) -> H:
+    spec = getattr(handler, ATTR, None)
+    if spec is None:
+        raise TypeError(f"{handler.__qualname__}: put @endpoint(...) below this decorator")
+    setattr(handler, ATTR, dataclasses.replace(spec, **flags))
+    return handler
 
 
 def endpoint_of(handler) -> Endpoint | None:
