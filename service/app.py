@@ -1,5 +1,5 @@
-"""The Sanic app factory, and only that. No module-level state: everything lives on
-``app.ctx``.
+"""The Sanic app factory, and only that. No module-level state: everything lives in one
+`AppState` (service/state.py), which is ``app.ctx``.
 
 ``create_app(config)`` builds the pool (one `ModelState` per configured model, `build`), the
 scheduler, the HTTP layers and error handlers, and registers the routes of `routes.ROUTES`.
@@ -35,7 +35,9 @@ from hypnos.service.observe.telemetry import LatencyBook
 from hypnos.service.observe.workflows import Workflows
 from hypnos.service.scheduling.build import build_state
 from hypnos.service.routes import ROUTES
+from hypnos.service.lifecycle.readiness import Lifecycle
 from hypnos.service.lifecycle.staging import stage_models
+from hypnos.service.state import AppState, state
 
 log = logging.getLogger("hypnos.app")
 _names = itertools.count()
@@ -60,12 +62,6 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     lineup pulls its missing files there, so the port is already open meanwhile).
     ``hardware`` and ``builds`` replace the probes of the machine and of the engine builds
     (``service.accel``)."""
-    app = HypnosApp(name or f"hypnos-{next(_names)}")
-    app.config.REQUEST_MAX_SIZE = config.limits.max_body_bytes
-    app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
-    app.config.RESPONSE_TIMEOUT = config.limits.request_timeout_secs
-    app.config.KEEP_ALIVE_TIMEOUT = 75
-    app.config.NOISY_EXCEPTIONS = False
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
     builds = builds if builds is not None else accel.engine_builds(hardware)
     metrics = Metrics()
@@ -73,26 +69,21 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
                                         rpc_stall_secs=config.hardware.rpc_stall_secs)
     sched = Scheduler(config, hardware, effects,
                       accelerated=accel.accelerated_engines(hardware, builds))
-    app.ctx.builds = builds
-    app.ctx.gpu_warning = accel.warn_once(hardware, builds, [m.engine for m in config.models])
-    app.ctx.config = config
-    app.ctx.catalog = catalog
-    app.ctx.scheduler = sched
-    app.ctx.metrics = metrics
-    app.ctx.latency = LatencyBook()
-    app.ctx.workflows = Workflows()
-    app.ctx.keys = KeyRing(config.server)
     quotas = QuotaBook(state_path(config.source) if config.source is not None else None)
-    app.ctx.limiter = Limiter(quotas, metrics=metrics)
-    app.ctx.request_log = RequestLog(config.server.request_log)
-    app.ctx.keep_alive = KeepAlive(sched)
-    app.ctx.responses = ResponseStore()
-    app.ctx.started = time.monotonic()
-    app.ctx.created = time.time()
-    app.ctx.ready = not stage
-    app.ctx.draining = False
-    app.ctx.ready_reason = "startup tier initialization in progress"
-    app.ctx.before_stage = before_stage
+    app_state = AppState(
+        config=config, catalog=catalog, scheduler=sched, builds=builds,
+        gpu_warning=accel.warn_once(hardware, builds, [m.engine for m in config.models]),
+        metrics=metrics, latency=LatencyBook(), workflows=Workflows(),
+        keys=KeyRing(config.server), limiter=Limiter(quotas, metrics=metrics),
+        request_log=RequestLog(config.server.request_log), keep_alive=KeepAlive(sched),
+        responses=ResponseStore(), started=time.monotonic(), created=time.time(),
+        lifecycle=Lifecycle(staging=stage), before_stage=before_stage)
+    app = HypnosApp(name or f"hypnos-{next(_names)}", ctx=app_state)
+    app.config.REQUEST_MAX_SIZE = config.limits.max_body_bytes
+    app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
+    app.config.RESPONSE_TIMEOUT = config.limits.request_timeout_secs
+    app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.NOISY_EXCEPTIONS = False
     for m in config.models:
         sched.add(build_state(config, m))
     install_http_layers(app)
@@ -103,13 +94,13 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     if stage:
         @app.after_server_start
         async def _begin_staging(app):
-            app.ctx.staging = asyncio.create_task(stage_models(app))
+            state(app).staging = asyncio.create_task(stage_models(app))
 
     @app.before_server_stop
     async def _stop_staging(app):
         # Engines are not unloaded here: the process owning them is about to exit, and the
         # ASGI test client stops the "server" after every request.
-        task = getattr(app.ctx, "staging", None)
+        task = state(app).staging
         if task is not None and not task.done():
             task.cancel()
 

@@ -1,5 +1,6 @@
-"""Cross-cutting HTTP layers: request id, CORS, API keys, readiness gate, latency, and the
-JSON body reader every route uses."""
+"""Cross-cutting HTTP layers: request id, CORS, API keys, the route gate (admin keys and
+readiness, from each route's ``@endpoint``), latency, and the JSON body reader every route
+uses."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,11 @@ from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
 from hypnos.service.http import errors
+from hypnos.service.http.openapi import endpoint_of
+from hypnos.service.lifecycle.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
                                            record_of)
+from hypnos.service.state import state_of
 from hypnos.service.wire.model import M, validate
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
@@ -45,7 +49,7 @@ def origin_allowed(origin: str, allowed: list[str]) -> bool:
 
 def _cors_headers(request: Request) -> dict:
     origin = request.headers.get("origin")
-    if not origin or not origin_allowed(origin, request.app.ctx.config.server.allowed_origins):
+    if not origin or not origin_allowed(origin, state_of(request).config.server.allowed_origins):
         return {}
     return {"access-control-allow-origin": origin, "vary": "Origin",
             "access-control-allow-methods": "GET, POST, OPTIONS",
@@ -60,8 +64,8 @@ def _cors_headers(request: Request) -> dict:
 def _check_key(request: Request) -> None:
     """Match the bearer key (401) and admit it against its limits (429); the permit is
     released by `after_handler` once the response's last byte went out."""
-    ring = request.app.ctx.keys
-    cfg = request.app.ctx.config.server
+    ring = state_of(request).keys
+    cfg = state_of(request).config.server
     path = request.path
     if not ring.enabled or path in OPEN_PATHS or not (
             path.startswith(("/v1", "/api/")) or (
@@ -81,13 +85,13 @@ def _check_key(request: Request) -> None:
         raise errors.Unauthorized("Invalid API key.", headers=challenge)
     record = record_of(request)
     record.api_key = key
-    record.permit = request.app.ctx.limiter.admit(key)
+    record.permit = state_of(request).limiter.admit(key)
 
 
 def require_admin(request: Request) -> None:
     """Changing the model pool needs an admin key when keys are configured (403)."""
     key = record_of(request).api_key
-    if request.app.ctx.keys.enabled and (key is None or not key.admin):
+    if state_of(request).keys.enabled and (key is None or not key.admin):
         raise errors.PermissionDenied(
             "Changing the model pool needs an admin key (a server.api_keys entry, or a "
             "[[server.keys]] entry with admin = true)")
@@ -105,6 +109,11 @@ def install_http_layers(app: Sanic) -> None:
         _check_key(request)
         await before_handler(request)
 
+    # After the blueprints' own request middleware (priority 0: the live route's origin check).
+    @app.on_request(priority=-10)
+    async def _gate(request: Request):
+        route_gate(request)
+
     @app.on_response(priority=100)
     async def _finish(request: Request, response):
         record = opened_record(request)
@@ -119,14 +128,14 @@ def install_http_layers(app: Sanic) -> None:
 
 async def before_handler(request: Request) -> None:
     """Per request, before the handler: workflow bookkeeping and next-stage prefetch."""
-    app = request.app
+    app = state_of(request)
     record = record_of(request)
-    key = record.workflow = app.ctx.workflows.parse(request.headers.get("x-hypnos-workflow"))
+    key = record.workflow = app.workflows.parse(request.headers.get("x-hypnos-workflow"))
     if key is not None:
-        app.ctx.workflows.begin(key, record.started)
+        app.workflows.begin(key, record.started)
     nxt = request.headers.get("x-hypnos-next-model")
-    if nxt and app.ctx.ready:
-        app.ctx.scheduler.prefetch(nxt)
+    if nxt and app.lifecycle.ready:
+        app.scheduler.prefetch(nxt)
 
 
 def after_handler(request: Request) -> None:
@@ -137,18 +146,18 @@ def after_handler(request: Request) -> None:
         return
     now = time.monotonic()
     if record.permit is not None:
-        request.app.ctx.limiter.release(record.permit, record.tokens)
+        state_of(request).limiter.release(record.permit, record.tokens)
     if request.route is not None:
         route = "/" + request.route.path.lstrip("/")
         ms = (now - record.started) * 1000
-        request.app.ctx.latency.record(route, ms)
-        request.app.ctx.metrics.request_done(record, route, ms)
+        state_of(request).latency.record(route, ms)
+        state_of(request).metrics.request_done(record, route, ms)
         if _logged(request):
-            request.app.ctx.request_log.observe(request, record, route, ms)
+            state_of(request).request_log.observe(request, record, route, ms)
     key = record.workflow
     if key is not None:
         close = request.headers.get("x-hypnos-workflow-end", "").lower() in ("true", "1", "yes")
-        request.app.ctx.workflows.end(key, now, close)
+        state_of(request).workflows.end(key, now, close)
 
 
 def _logged(request: Request) -> bool:
@@ -158,15 +167,29 @@ def _logged(request: Request) -> bool:
             and request.method not in ("GET", "HEAD", "OPTIONS"))
 
 
-def require_ready(request: Request) -> None:
-    """Inference and placement routes answer 503 + Retry-After while startup staging runs
-    and once a SIGTERM started the drain (service/lifecycle/shutdown.py)."""
-    if request.app.ctx.draining:
-        raise errors.ModelNotAvailable("Hypnos is shutting down and admits no new requests; "
-                                       "retry against its replacement",
-                                       headers={"Retry-After": "5"})
-    if not request.app.ctx.ready:
-        raise errors.staging_error()
+def not_ready(readiness: Readiness) -> errors.HypnosError | None:
+    """What a ``needs_ready`` route answers in ``readiness``: a 503 + Retry-After while
+    startup staging runs and once a SIGTERM started the drain (lifecycle/shutdown.py)."""
+    if readiness is Readiness.DRAINING:
+        return errors.ModelNotAvailable("Hypnos is shutting down and admits no new requests; "
+                                        "retry against its replacement",
+                                        headers={"Retry-After": "5"})
+    if readiness is Readiness.STARTING:
+        return errors.staging_error()
+    return None
+
+
+def route_gate(request: Request) -> None:
+    """What the route's `Endpoint` requires before its handler runs, in this order: an admin
+    key (``admin``, 403), then a READY server (``needs_ready``, 503). The one place either is
+    enforced."""
+    spec = endpoint_of(request.route.handler) if request.route is not None else None
+    if spec is None:
+        return
+    if spec.admin:
+        require_admin(request)
+    if spec.needs_ready and (refusal := not_ready(state_of(request).lifecycle.readiness)):
+        raise refusal
 
 
 def _number(literal: str) -> float | int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -85,6 +86,10 @@ class Endpoint:
     websocket: bool = False
     # Statuses whose body is not the error envelope: status -> JSON Schema.
     other: dict = field(default_factory=dict)
+    # What the route gate (http/layers.route_gate) requires before the handler runs: an
+    # admin key when keys are configured (403), a READY server (503 + Retry-After).
+    admin: bool = False
+    needs_ready: bool = False
 
 
 H = TypeVar("H", bound=Callable[..., Any])
@@ -98,6 +103,26 @@ def endpoint(summary: str, **kw: Any) -> Callable[[H], H]:
         setattr(handler, ATTR, spec)
         return handler
     return mark
+
+
+def needs_ready(handler: H) -> H:
+    """The route answers 503 + Retry-After while the server is not READY (staging, drain).
+    Put it between ``@bp.<method>(path)`` and ``@endpoint(...)``."""
+    return _amend(handler, needs_ready=True)
+
+
+def admin_only(handler: H) -> H:
+    """The route needs an admin key when keys are configured (403). Put it between
+    ``@bp.<method>(path)`` and ``@endpoint(...)``."""
+    return _amend(handler, admin=True)
+
+
+def _amend(handler: H, **flags: bool) -> H:
+    spec = getattr(handler, ATTR, None)
+    if spec is None:
+        raise TypeError(f"{handler.__qualname__}: put @endpoint(...) below this decorator")
+    setattr(handler, ATTR, dataclasses.replace(spec, **flags))
+    return handler
 
 
 def endpoint_of(handler) -> Endpoint | None:
@@ -131,7 +156,8 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | \
-        ({401, 429} if path.startswith(("/v1", "/api/")) else set())
+        ({401, 429} if path.startswith(("/v1", "/api/")) else set()) | \
+        ({403} if spec.admin else set()) | ({503} if spec.needs_ready else set())
     envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):
         meaning = spec.meanings.get(status) or DESCRIPTIONS.get(status, "error")

@@ -14,6 +14,7 @@ from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import chat_counter, check_text_model, text_lease
 from hypnos.service.media.fetch import part_bytes
 from hypnos.service.wire.chat import ChatParams
+from hypnos.service.state import state_of
 
 
 def check_chat(request, params: ChatParams):
@@ -21,7 +22,7 @@ def check_chat(request, params: ChatParams):
     generation, a tool format when tools are active, vision or audio for media parts, and
     the images within max_images_per_request."""
     req = params.request
-    st = check_text_model(request.app.ctx.scheduler, params.model,
+    st = check_text_model(state_of(request).scheduler, params.model,
                           bool(req.tools) and req.tool_choice != "none")
     mods = st.cfg.all_modalities
     for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
@@ -29,7 +30,7 @@ def check_chat(request, params: ChatParams):
             raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
                                         f"(it does not serve {needed})", param="messages")
     images = params.media.get("image_url", 0)
-    limit = request.app.ctx.config.limits.max_images_per_request
+    limit = state_of(request).config.limits.max_images_per_request
     if images > limit:
         raise errors.InvalidRequest(f"The messages hold {images} images, above "
                                     f"max_images_per_request ({limit})", param="messages")
@@ -53,8 +54,8 @@ async def chat_lease(request, params: ChatParams) -> AsyncIterator[LeasedCall]:
     media read, the prompt counted inside the lease)."""
     st = check_chat(request, params)
     if params.media:
-        params.request.media = await media_bytes(params, request.app.ctx.config.limits)
-    window = request.app.ctx.scheduler.context_window(st)
+        params.request.media = await media_bytes(params, state_of(request).config.limits)
+    window = state_of(request).scheduler.context_window(st)
     async with text_lease(request, params.model, params.estimated_ctx(),
                           chat_counter(window, params)) as call:
         yield call

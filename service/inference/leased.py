@@ -34,6 +34,7 @@ from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Fit, Scheduler
+from hypnos.service.state import state_of
 
 T = TypeVar("T")
 
@@ -168,5 +169,5 @@ def leased(request: Request, model_id: str, family: Family,
            **kw: Any) -> AbstractAsyncContextManager[LeasedCall]:
     """``leased_by`` for a route: the app's scheduler and the request's
     x-hypnos-deadline-ms."""
-    return leased_by(request.app.ctx.scheduler, model_id, family,
+    return leased_by(state_of(request).scheduler, model_id, family,
                      deadline_ms=deadline_ms(request), **kw)

@@ -28,6 +28,7 @@ from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
+from hypnos.service.state import state_of
 
 log = logging.getLogger("hypnos.live")
 
@@ -117,8 +118,8 @@ class LiveSession:
 
     def __init__(self, request: Request, ws):
         self.ws = ws
-        self.sched = request.app.ctx.scheduler
-        limits = request.app.ctx.config.limits
+        self.sched = state_of(request).scheduler
+        limits = state_of(request).config.limits
         self.max_session, self.idle, self.max_utterance = (
             float(getattr(limits, key, default)) for key, default in LIVE_LIMITS.items())
         self.opened = time.monotonic()

@@ -33,6 +33,7 @@ from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import engine_timings
 from hypnos.service.scheduling.scheduler import Fit
 from hypnos.service.wire.chat import ChatParams
+from hypnos.service.state import state_of
 
 KEEPALIVE_SECS = 10.0
 
@@ -181,5 +182,5 @@ def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> Non
     first = results[0]
     if first.timings.prefill_tokens_per_s:
         call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
-    request.app.ctx.metrics.chat(call.model.id, first.timings)
+    state_of(request).metrics.chat(call.model.id, first.timings)
     record_of(request).chat(first, sum(r.completion_tokens for r in results))

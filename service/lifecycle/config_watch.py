@@ -18,6 +18,7 @@ from pathlib import Path
 from hypnos.service.config.load import ConfigError, load_config
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.model_checks import startup_checks
+from hypnos.service.state import state
 
 log = logging.getLogger("hypnos.watch")
 POLL_SECS = 1.0
@@ -53,7 +54,7 @@ def diff_models(old: Config, new: Config) -> PoolDiff:
 async def apply_config_file(app, path: Path) -> PoolDiff | None:
     """Read ``path`` again and apply its model changes; None (and a logged warning naming
     every problem) when the edit is refused, in which case nothing changes."""
-    current: Config = app.ctx.config
+    current: Config = state(app).config
     try:
         new = await asyncio.to_thread(load_config, path)
     except ConfigError as exc:
@@ -62,7 +63,7 @@ async def apply_config_file(app, path: Path) -> PoolDiff | None:
         return None
     new.models_dir = current.models_dir          # as resolved at start (HYPNOS_MODELS_DIR)
     diff = diff_models(current, new)
-    catalog = app.ctx.catalog
+    catalog = state(app).catalog
     tested = catalog.tested_architectures if catalog is not None else None
     states, problems = {}, []
     for i, m in enumerate(new.models):
@@ -75,7 +76,7 @@ async def apply_config_file(app, path: Path) -> PoolDiff | None:
         log.warning("config change refused, the old pool keeps serving: %s",
                     "; ".join(problems))
         return None
-    sched = app.ctx.scheduler
+    sched = state(app).scheduler
     for model_id in diff.replaced + diff.removed:
         await sched.pool.swap(model_id, states.get(model_id), DRAIN_SECS)
     for model_id in diff.added:
@@ -109,8 +110,10 @@ async def watch_config(app, path: Path) -> None:
 def install_config_watch(app, path: Path) -> None:
     @app.after_server_start
     async def _start_watch(app):
-        app.ctx.config_watch = asyncio.create_task(watch_config(app, Path(os.fspath(path))))
+        state(app).config_watch = asyncio.create_task(watch_config(app, Path(os.fspath(path))))
 
     @app.before_server_stop
     async def _stop_watch(app):
-        app.ctx.config_watch.cancel()
+        task = state(app).config_watch
+        if task is not None:
+            task.cancel()

@@ -19,6 +19,8 @@ import time
 
 from sanic import Sanic
 
+from hypnos.service.state import state
+
 log = logging.getLogger("hypnos.shutdown")
 POLL_SECS = 0.05
 ENGINE_STOP_SECS = 10.0
@@ -26,18 +28,15 @@ ENGINE_STOP_SECS = 10.0
 
 def in_flight(app: Sanic) -> int:
     """Requests holding a lease or a hold on any model."""
-    return sum(st.leases + st.holds for st in app.ctx.scheduler.models.values())
+    return sum(st.leases + st.holds for st in state(app).scheduler.models.values())
 
 
 async def drain_and_stop(app: Sanic) -> None:
     """Refuse new work, wait for the running requests (bounded), then stop the server."""
-    if app.ctx.draining:
+    if not state(app).lifecycle.drain():       # a second SIGTERM: stop at once
         app.stop(terminate=False)
         return
-    app.ctx.draining = True
-    app.ctx.ready = False
-    app.ctx.ready_reason = "shutting down"
-    grace = app.ctx.config.server.shutdown_grace_secs
+    grace = state(app).config.server.shutdown_grace_secs
     log.info("SIGTERM: draining %d running requests (at most %s s)", in_flight(app), grace)
     deadline = time.monotonic() + grace
     while in_flight(app) and time.monotonic() < deadline:
@@ -55,16 +54,16 @@ def install_drain(app: Sanic) -> None:
         # Regression: a stream aborted past the grace left its llama.cpp thread decoding while
         # the interpreter shut down, and the process died of SIGSEGV instead of exiting 0. The
         # loop still runs here, so the cancelled handlers stop their engines and let go.
-        app.ctx.keep_alive.close()            # no keep_alive timer moves a model from here
+        state(app).keep_alive.close()         # no keep_alive timer moves a model from here
         deadline = time.monotonic() + ENGINE_STOP_SECS
         while in_flight(app) and time.monotonic() < deadline:
             await asyncio.sleep(POLL_SECS)
         if not in_flight(app):      # engines with their own threads stop them when unloaded
-            await app.ctx.scheduler.shutdown()
+            await state(app).scheduler.shutdown()
 
     @app.after_server_start
     async def _idle_sweep(app):
-        app.ctx.keep_alive.start()
+        state(app).keep_alive.start()
 
     @app.after_server_start
     async def _on_sigterm(app):

@@ -10,6 +10,7 @@ from sanic import Sanic
 from hypnos.planner.types import Tier
 from hypnos.service.scheduling.build import build_state
 from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.state import state
 
 log = logging.getLogger("hypnos.app")
 
@@ -33,13 +34,14 @@ async def _report_rpc_workers(sched: Scheduler) -> None:
 async def stage_models(app: Sanic) -> None:
     """Run ``before_stage``, then move each model with an initial tier there, in config
     order. A model that fails is reported and left cold; staging goes on with the rest."""
-    sched: Scheduler = app.ctx.scheduler
+    sched: Scheduler = state(app).scheduler
     try:
-        if app.ctx.before_stage is not None:
-            await asyncio.to_thread(app.ctx.before_stage)
+        before_stage = state(app).before_stage
+        if before_stage is not None:
+            await asyncio.to_thread(before_stage)
             for st in list(sched.models.values()):   # files may have arrived
                 if st.problem:
-                    sched.add(build_state(app.ctx.config, st.cfg))
+                    sched.add(build_state(state(app).config, st.cfg))
         await _report_rpc_workers(sched)
         for st in list(sched.models.values()):
             target = st.cfg.initial_tier
@@ -51,4 +53,4 @@ async def stage_models(app: Sanic) -> None:
             except Exception as exc:  # noqa: BLE001 - one failing model must not stop the rest
                 log.warning("could not stage %s in %s: %s", st.id, target, exc)
     finally:
-        app.ctx.ready = not app.ctx.draining
+        state(app).lifecycle.staged()       # READY, unless a drain began meanwhile

@@ -17,9 +17,10 @@ from hypnos.service.inference.chat_checks import chat_lease
 from hypnos.service.inference.text import (choice_requests, choice_seeds, record,
                                            run_choices, stream_choices, text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import json_body
 from hypnos.service.wire.sessions import session_key
-from hypnos.service.http.openapi import endpoint, json_object
+from hypnos.service.http.openapi import endpoint, json_object, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("chat")
 
@@ -73,15 +74,15 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
 
 
 @bp.post("/v1/chat/completions")
+@needs_ready
 @endpoint("Chat completion (OpenAI-compatible); SSE when stream is true", body=ChatBody,
           ok={**json_object("id", "object", "model", "choices", "usage",
                             object={"const": "chat.completion"}, choices={"type": "array"}),
               "text/event-stream": {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
 async def chat_completions(request: Request):
-    require_ready(request)
     body = json_body(request)
-    params = parse_chat(body, request.app.ctx.config.limits)
+    params = parse_chat(body, state_of(request).config.limits)
     params.request.session_key = session_key(request, body)
     async with chat_lease(request, params) as call:
         reqs = choice_requests(params.request, params.n)

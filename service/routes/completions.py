@@ -19,13 +19,14 @@ from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service.http import errors
 from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
 from hypnos.service.wire.model import Says, validate
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import json_body
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import (check_text_model, choice_requests, choice_seeds,
                                            record, run_choices, stream_choices, text_lease,
                                            text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
-from hypnos.service.http.openapi import endpoint, ANY_OBJECT
+from hypnos.service.http.openapi import endpoint, ANY_OBJECT, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("completions")
 MAX_LEGACY_LOGPROBS = 5
@@ -64,13 +65,13 @@ def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
 
 
 @bp.post("/v1/completions")
+@needs_ready
 @endpoint("Text completion (OpenAI legacy); SSE when stream is true",
           body=CompletionsBody, errors=(404, 422, 429, 500, 503, 507),
           ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
 async def completions(request: Request):
-    require_ready(request)
     wire = validate(CompletionsBody, json_body(request))
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     model = wire.model
     prompt = _prompt(wire, limits)
     stream, include_usage = parse_stream(wire)
@@ -79,8 +80,8 @@ async def completions(request: Request):
     n, n_status = parse_n(wire)
     req = ChatRequest(messages=[], prompt=prompt, logprobs=top is not None, top_logprobs=top or 0,
                       **parse_sampling(wire, limits, default_max_tokens=16))
-    st = check_text_model(request.app.ctx.scheduler, model)
-    window = request.app.ctx.scheduler.context_window(st)
+    st = check_text_model(state_of(request).scheduler, model)
+    window = state_of(request).scheduler.context_window(st)
     estimate = request_context(tokens_from_chars(len(prompt)), req.max_tokens)
     async with text_lease(request, model, min(estimate, window)) as call:
         reqs = choice_requests(req, n)

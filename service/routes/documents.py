@@ -26,24 +26,24 @@ from hypnos.service.wire.documents import (
 )
 from hypnos.service.inference.capabilities import DOCUMENTS, require
 from hypnos.service.inference.leased import LeasedCall, leased
-from hypnos.service.http.layers import require_ready
 from hypnos.service.media.markdown_join import join_pages
 from hypnos.service.media.fetch import fetch_url
 from hypnos.service.inference.pictures import check_vision_model, describe_page
 from hypnos.service.media.picture_store import PictureStore, PicturesTooLarge, StoredDocument
-from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
+from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.wire.model import body_schema
+from hypnos.service.state import state, state_of
 
 bp = Blueprint("documents")
 KEEPALIVE_SECS = 10.0
 
 
 def picture_store(app) -> PictureStore:
-    store = getattr(app.ctx, "pictures", None)
+    store = state(app).pictures
     if store is None:
-        cfg = app.ctx.config.server
-        store = app.ctx.pictures = PictureStore(cfg.document_pictures_ttl_secs,
-                                                cfg.document_pictures_max_bytes)
+        cfg = state(app).config.server
+        store = state(app).pictures = PictureStore(cfg.document_pictures_ttl_secs,
+                                                   cfg.document_pictures_max_bytes)
     return store
 
 
@@ -61,7 +61,7 @@ class Conversion:
 
     async def describe(self, page: ConvertedPage) -> None:
         if self.params.describe_pictures is not None:
-            self.described += await describe_page(self.request.app.ctx.scheduler,
+            self.described += await describe_page(state_of(self.request).scheduler,
                                                   self.params.describe_pictures, page)
 
     def page_body(self, page: ConvertedPage) -> dict:
@@ -111,7 +111,7 @@ class Conversion:
 
 
 async def _fetch(request: Request, params: ConvertParams) -> None:
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     if not limits.allow_remote_image_urls:
         raise errors.InvalidRequest("This server does not fetch remote URLs "
                                     "(limits.allow_remote_image_urls); upload the file "
@@ -140,17 +140,17 @@ CONVERT_FORM = {"type": "object", "required": ["model"], **copy.deepcopy(FILE_OR
 
 
 @bp.post("/v1/documents/convert")
+@needs_ready
 @endpoint("Convert a document (multipart upload, or JSON with base64 file or url); events per "
           "page when stream is true", body=ConvertBody, form=CONVERT_FORM,
           errors=INFERENCE_ERRORS,
           ok={"application/json": body_schema(DocumentBody),
               "text/event-stream": {"type": "string"}})
 async def convert(request: Request):
-    require_ready(request)
     params = parse_convert(request)
-    require(request.app.ctx.scheduler, params.model, DOCUMENTS)
+    require(state_of(request).scheduler, params.model, DOCUMENTS)
     if params.describe_pictures is not None:
-        check_vision_model(request.app.ctx.scheduler, params.describe_pictures)
+        check_vision_model(state_of(request).scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
     async with leased(request, params.model, DOCUMENTS, param="file", checked=True) as call:

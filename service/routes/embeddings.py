@@ -15,12 +15,13 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import json_body
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, input_texts, validate
-from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, json_object
+from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, json_object, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("embeddings")
 
@@ -67,13 +68,13 @@ def encode(vector: list[float], fmt: str):
 
 
 @bp.post("/v1/embeddings")
+@needs_ready
 @endpoint("Embeddings (OpenAI-compatible)", body=EmbeddingsBody, errors=INFERENCE_ERRORS,
           ok=json_object("object", "data", "model", object={"const": "list"},
                          data={"type": "array", "items": {
                              "type": "object", "required": ["object", "embedding", "index"]}}))
 async def embeddings(request: Request):
-    require_ready(request)
-    params = parse_embeddings(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
+    params = parse_embeddings(json_body(request), state_of(request).config.limits.max_prompt_chars)
     async with leased(request, params.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, params.texts)
         tele = call.telemetry({"queue_ms": call.queue_ms})

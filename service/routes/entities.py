@@ -13,11 +13,12 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ExtractRequest
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import json_body
 from hypnos.service.inference.capabilities import ENTITIES
 from hypnos.service.inference.leased import leased
 from hypnos.service.wire.model import Says, Wire, input_texts, validate
-from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
+from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("entities")
 
@@ -57,11 +58,11 @@ def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
 
 
 @bp.post("/v1/entities")
+@needs_ready
 @endpoint("Named entities in texts for given labels (GLiNER)", body=EntitiesBody,
           errors=INFERENCE_ERRORS)
 async def entities(request: Request):
-    require_ready(request)
-    params = parse_entities(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
+    params = parse_entities(json_body(request), state_of(request).config.limits.max_prompt_chars)
     async with leased(request, params.model, ENTITIES, param="input") as call:
         result = await call.run(call.extractor.extract, params.request)
         tele = call.telemetry({"queue_ms": call.queue_ms, "windows": result.windows,

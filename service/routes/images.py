@@ -23,9 +23,10 @@ from hypnos.service.http import errors
 from hypnos.service.config.schema import ImageConfig
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire
-from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
+from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("images")
 MIN_SIDE, MAX_SIDE, STEP = 256, 2048, 16
@@ -114,7 +115,7 @@ def parse_image_request(fields: dict, image: ImageConfig, max_images: int) -> Im
 
 
 def _image_config(request: Request, model_id: str) -> ImageConfig:
-    st = require(request.app.ctx.scheduler, model_id, IMAGES)
+    st = require(state_of(request).scheduler, model_id, IMAGES)
     return st.cfg.image or ImageConfig()
 
 
@@ -160,13 +161,13 @@ IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "prope
 
 
 @bp.post("/v1/images/generations")
+@needs_ready
 @endpoint("Image generation (OpenAI-compatible)", body=ImageBody, errors=INFERENCE_ERRORS)
 async def generations(request: Request):
-    require_ready(request)
     fields = read_body(request, ImageBody).model_dump(exclude_none=True)
     model_id = _model(fields)
     image = _image_config(request, model_id)
-    req = parse_image_request(fields, image, request.app.ctx.config.limits.max_images_per_request)
+    req = parse_image_request(fields, image, state_of(request).config.limits.max_images_per_request)
     return await _generate(request, model_id, req)
 
 
@@ -191,9 +192,9 @@ def _references(request: Request, max_bytes: int) -> list[bytes]:
 
 
 @bp.post("/v1/images/edits")
+@needs_ready
 @endpoint("Image edit (OpenAI-compatible multipart)", form=IMAGE_FORM, errors=INFERENCE_ERRORS)
 async def edits(request: Request):
-    require_ready(request)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise errors.InvalidRequest("/v1/images/edits takes multipart/form-data with the "
                                     "reference images as 'image' parts")
@@ -208,7 +209,7 @@ async def edits(request: Request):
     if not image.edit:
         raise errors.InvalidRequest(f"The model '{model_id}' does not edit images "
                                     "([models.image] edit = false)", param="model")
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     req = parse_image_request(fields, image, limits.max_images_per_request)
     req.references = _references(request, limits.max_image_bytes)
     return await _generate(request, model_id, req)

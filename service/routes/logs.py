@@ -12,6 +12,7 @@ from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.observe.request_log import LEVELS
 from hypnos.service.http.openapi import endpoint
+from hypnos.service.state import state_of
 
 bp = Blueprint("logs")
 STATUS_FILTERS = ("ok", "error", "4xx", "5xx")
@@ -35,7 +36,7 @@ def _limit(raw: str | None) -> int | None:
     "limit": {"type": "string", "pattern": LIMIT.pattern},
     "status": {"enum": list(STATUS_FILTERS)}})
 async def list_logs(request: Request):
-    log = request.app.ctx.request_log
+    log = state_of(request).request_log
     # Blank values kept: "?limit=" is a bad limit, not an absent one (the document's pattern).
     args = request.get_args(keep_blank_values=True)
     status = args.get("status")
@@ -52,17 +53,17 @@ async def list_logs(request: Request):
 @bp.get("/v1/logs/<request_id>")
 @endpoint("One request log record", errors=(404,))
 async def one_log(request: Request, request_id: str):
-    record = request.app.ctx.request_log.find(request_id)
+    record = state_of(request).request_log.find(request_id)
     if record is None:
         raise errors.NotFoundError(f"No request log record {request_id!r} (the log keeps the "
-                                   f"last {request.app.ctx.request_log.capacity})")
+                                   f"last {state_of(request).request_log.capacity})")
     return json_response(record)
 
 
 @bp.delete("/v1/logs")
 @endpoint("Clear the request log")
 async def clear_logs(request: Request):
-    request.app.ctx.request_log.records.clear()
+    state_of(request).request_log.records.clear()
     return json_response({"cleared": True})
 
 
@@ -75,5 +76,5 @@ class LevelBody(Wire):
 @endpoint("Change the request log's capture level", body=LevelBody)
 async def set_level(request: Request):
     level = read_body(request, LevelBody).level
-    request.app.ctx.request_log.level = level
+    state_of(request).request_log.level = level
     return json_response({"level": level})

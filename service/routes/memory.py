@@ -14,11 +14,12 @@ from hypnos.service.http import errors
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory
-from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
-from hypnos.service.http.openapi import endpoint
+from hypnos.service.http.openapi import endpoint, needs_ready
+from hypnos.service.state import state, state_of
 
 bp = Blueprint("memory")
 
@@ -74,7 +75,7 @@ def _model(sched, st: ModelState) -> dict:
 @endpoint("Tiers, budgets, models, evictions and latency")
 async def status(request: Request):
     app = request.app
-    sched = app.ctx.scheduler
+    sched = state(app).scheduler
     booked1, booked2 = sched.tier1_booked(), sched.tier2_booked()
     gpu = nvml_sample() if sched.hardware.accelerator == "NvidiaCuda" and \
         not sched.hardware.simulated else None
@@ -101,13 +102,13 @@ async def status(request: Request):
         "physical_pool_free_bytes": available_memory() if sched.hardware.unified else None,
         "process_footprint_bytes": rss, "process_memory_bytes": rss,
         "process_booked_bytes": memory.booked_bytes, "process_unaccounted_bytes": unbooked,
-        "process_memory_cap_bytes": app.ctx.config.hardware.max_process_memory_bytes,
+        "process_memory_cap_bytes": state(app).config.hardware.max_process_memory_bytes,
         "models": [_model(sched, st) for st in sched.models.values()],
         "recent_evictions": list(sched.recent_evictions)[::-1],
-        "latency": {"routes": app.ctx.latency.snapshot(),
-                    "workflows": app.ctx.workflows.snapshot()},
+        "latency": {"routes": state(app).latency.snapshot(),
+                    "workflows": state(app).workflows.snapshot()},
         "kv_park": sched.kv_park.snapshot(),
-        "stored_responses": app.ctx.responses.snapshot(),
+        "stored_responses": state(app).responses.snapshot(),
     }
     if gpu is not None:
         body["gpu"] = gpu.stats
@@ -116,7 +117,7 @@ async def status(request: Request):
         await workers.refresh(sched.models.values(), STATUS_PROBE_AGE_S)
         body["rpc_workers"] = workers.status(sched.models.values())
         body["rpc_backend"] = llama_has_rpc()     # llama.cpp built with GGML_RPC=ON
-    profile = app.ctx.config.server.profile
+    profile = state(app).config.server.profile
     if profile is not None:
         metric, target = PROFILES[profile]
         objective = {"metric": metric} if target is None else {"metric": metric,
@@ -135,12 +136,12 @@ class TierBody(Wire):
 
 
 @bp.post("/v1/memory/tier")
+@needs_ready
 @endpoint("Move a model to a tier", body=TierBody, errors=(404, 429, 500, 503, 507))
 async def move_tier(request: Request):
-    require_ready(request)
     body = read_body(request, TierBody)
     model_id, target, ctx = body.model, Tier(body.target_tier), body.context_len
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     st = sched.get(model_id)
     if st.problem:
         raise errors.ModelNotAvailable(st.problem)
@@ -153,7 +154,7 @@ async def move_tier(request: Request):
 @bp.get("/v1/memory/kv-park")
 @endpoint("KV parking: state and parked conversations")
 async def kv_park_status(request: Request):
-    return json_response(request.app.ctx.scheduler.kv_park.snapshot())
+    return json_response(state_of(request).scheduler.kv_park.snapshot())
 
 
 class KvParkBody(Wire):
@@ -177,6 +178,6 @@ class KvParkBody(Wire):
 async def kv_park_configure(request: Request):
     body = read_body(request, KvParkBody)
     enabled, max_bytes = body.enabled, body.max_bytes
-    store = request.app.ctx.scheduler.kv_park
+    store = state_of(request).scheduler.kv_park
     store.configure(enabled, max_bytes)
     return json_response(store.snapshot())

@@ -13,13 +13,14 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body, require_ready
-from hypnos.service.http.openapi import endpoint, json_object
+from hypnos.service.http.layers import json_body
+from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.text import (record, run_choices, stream_choices,
                                            text_telemetry)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.messages import CountTokensBody, MessagesBody, count_body, to_chat_body
+from hypnos.service.state import state_of
 
 bp = Blueprint("messages")
 
@@ -71,6 +72,7 @@ def _message(model: str, content: list[dict], usage: dict, stop: dict) -> dict:
 
 
 @bp.post("/v1/messages")
+@needs_ready
 @endpoint("Anthropic Messages: a chat turn as content blocks; Anthropic's SSE events when "
           "stream is true", body=MessagesBody,
           ok={**json_object("id", "type", "role", "content", "stop_reason", "usage",
@@ -78,9 +80,8 @@ def _message(model: str, content: list[dict], usage: dict, stop: dict) -> dict:
               "text/event-stream": {"type": "string"}},
           errors=(401, 404, 422, 429, 500, 503, 507))
 async def messages(request: Request):
-    require_ready(request)
     wire, chat = to_chat_body(json_body(request))
-    params = parse_chat(chat, request.app.ctx.config.limits)
+    params = parse_chat(chat, state_of(request).config.limits)
     single = bool(wire.tool_choice and wire.tool_choice.disable_parallel_tool_use)
     async with chat_lease(request, params) as call:
         if params.stream:
@@ -181,11 +182,11 @@ async def _stream(request: Request, params, call, single: bool):
 
 
 @bp.post("/v1/messages/count_tokens")
+@needs_ready
 @endpoint("Anthropic's token count of a Messages request, by the model's own tokenizer and "
           "chat template (loads the model)", body=CountTokensBody,
           ok=json_object("input_tokens"), errors=(401, 404, 429, 500, 503, 507))
 async def count_tokens(request: Request):
-    require_ready(request)
-    params = parse_chat(count_body(json_body(request)), request.app.ctx.config.limits)
+    params = parse_chat(count_body(json_body(request)), state_of(request).config.limits)
     count, headers = await prompt_tokens(request, params)
     return json_response({"input_tokens": count}, headers=headers)

@@ -8,6 +8,7 @@ from sanic.response import raw
 
 from hypnos.service.scheduling.hardware import nvml_sample
 from hypnos.service.http.openapi import endpoint
+from hypnos.service.state import state_of
 
 bp = Blueprint("metrics")
 
@@ -15,7 +16,7 @@ bp = Blueprint("metrics")
 @bp.get("/metrics")
 @endpoint("Prometheus metrics", ok={"text/plain": {"type": "string"}})
 async def metrics(request: Request):
-    ctx = request.app.ctx
+    ctx = state_of(request)
     hw = ctx.scheduler.hardware
     sample = (await asyncio.to_thread(nvml_sample)
               if hw.accelerator == "NvidiaCuda" and not hw.simulated else None)

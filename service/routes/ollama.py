@@ -21,8 +21,8 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.planner.types import Tier
 from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body, require_ready
-from hypnos.service.http.openapi import endpoint, json_object
+from hypnos.service.http.layers import json_body
+from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.chat_checks import chat_lease, check_chat, media_bytes
 from hypnos.service.inference.leased import leased
@@ -35,6 +35,7 @@ from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import (ChatBody, EmbedBody, GenerateBody, ModelBody,
                                         chat_body, embed_texts, generate_chat_body,
                                         keep_alive_secs, parse_generate)
+from hypnos.service.state import state_of
 
 bp = Blueprint("ollama")
 VERSION = "0.12.0"          # the Ollama API version whose shapes these routes follow
@@ -71,20 +72,20 @@ def _calls(r: ChatResult) -> list[dict]:
 
 async def _apply_keep_alive(request: Request, model_id: str, secs: float | None) -> None:
     if secs is not None:
-        await request.app.ctx.keep_alive.after_request(model_id, secs)
+        await state_of(request).keep_alive.after_request(model_id, secs)
 
 
 # ------------------------------------------------------------------ chat and generate
 
 @bp.post("/api/chat")
+@needs_ready
 @endpoint("Ollama chat: NDJSON lines unless stream is false", body=ChatBody,
           ok={**json_object("model", "message", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
 async def chat(request: Request):
-    require_ready(request)
     wire, body = chat_body(json_body(request))
     keep = keep_alive_secs(wire.keep_alive)         # refused before any work
-    params = parse_chat(body, request.app.ctx.config.limits)
+    params = parse_chat(body, state_of(request).config.limits)
     stream = wire.stream is not False
     started = time.perf_counter()
     async with chat_lease(request, params) as call:
@@ -106,21 +107,21 @@ async def chat(request: Request):
 
 
 @bp.post("/api/generate")
+@needs_ready
 @endpoint("Ollama generate: a prompt under the model's template (raw: as it is); NDJSON "
           "lines unless stream is false", body=GenerateBody,
           ok={**json_object("model", "response", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
 async def generate(request: Request):
-    require_ready(request)
     body = json_body(request)
     wire = parse_generate(body)
     keep = keep_alive_secs(wire.keep_alive)
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     stream = wire.stream is not False
     if not wire.prompt:           # Ollama's way to load (or, with keep_alive 0, unload)
-        check_text_model(request.app.ctx.scheduler, wire.model)
+        check_text_model(state_of(request).scheduler, wire.model)
         if keep != 0:
-            await request.app.ctx.scheduler.move(wire.model, Tier.GPU)
+            await state_of(request).scheduler.move(wire.model, Tier.GPU)
         await _apply_keep_alive(request, wire.model, keep)
         return json_response({"model": wire.model, "created_at": _now(), "response": "",
                               "done": True, "done_reason": "unload" if keep == 0 else "load"})
@@ -129,7 +130,7 @@ async def generate(request: Request):
         sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
                                        if k in Sampling.model_fields})
         req = ChatRequest(messages=[], prompt=wire.prompt, **parse_sampling(sampling, limits))
-        check_text_model(request.app.ctx.scheduler, wire.model)
+        check_text_model(state_of(request).scheduler, wire.model)
         estimate = request_context(tokens_from_chars(len(wire.prompt)), req.max_tokens)
         lease = text_lease(request, wire.model, estimate)
     else:
@@ -139,7 +140,7 @@ async def generate(request: Request):
             params.request.media = await media_bytes(params, limits)
         req = params.request
         lease = text_lease(request, wire.model, params.estimated_ctx(), chat_counter(
-            request.app.ctx.scheduler.context_window(st), params))
+            state_of(request).scheduler.context_window(st), params))
     async with lease as call:
         if stream:
             await _stream(request, call, req, wire.model, "response", started)
@@ -206,10 +207,10 @@ async def _stream(request: Request, call, req: ChatRequest, model: str, field: s
 # ------------------------------------------------------------------ embeddings
 
 @bp.post("/api/embed")
+@needs_ready
 @endpoint("Ollama embed: one vector per input", body=EmbedBody,
           ok=json_object("model", "embeddings"), errors=(404, 429, 500, 503, 507))
 async def embed(request: Request):
-    require_ready(request)
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, prompt_tokens = await _vectors(request, wire)
@@ -219,10 +220,10 @@ async def embed(request: Request):
 
 
 @bp.post("/api/embeddings")
+@needs_ready
 @endpoint("Ollama's older embeddings route: one prompt, one vector", body=EmbedBody,
           ok=json_object("embedding"), errors=(404, 429, 500, 503, 507))
 async def embeddings(request: Request):
-    require_ready(request)
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, _ = await _vectors(request, wire)
@@ -262,15 +263,15 @@ def _served(sched) -> list:
 @bp.get("/api/tags")
 @endpoint("Ollama tags: the pool's chat and embedding models", ok=json_object("models"))
 async def tags(request: Request):
-    return json_response({"models": [_listed(st) for st in _served(request.app.ctx.scheduler)]})
+    return json_response({"models": [_listed(st) for st in _served(state_of(request).scheduler)]})
 
 
 @bp.get("/api/ps")
 @endpoint("Ollama ps: the models in tier 1, with the VRAM booked for them (0 on the CPU)",
           ok=json_object("models"))
 async def ps(request: Request):
-    sched = request.app.ctx.scheduler
-    timers = request.app.ctx.keep_alive
+    sched = state_of(request).scheduler
+    timers = state_of(request).keep_alive
     out = []
     for st in _served(sched):
         if st.tier is not Tier.GPU:
@@ -288,7 +289,7 @@ async def ps(request: Request):
           ok=json_object("details", "capabilities"), errors=(404,))
 async def show(request: Request):
     wire = validate(ModelBody, json_body(request))
-    st = request.app.ctx.scheduler.get(wire.id)
+    st = state_of(request).scheduler.get(wire.id)
     mods = set(st.cfg.all_modalities)
     caps = (["completion"] if mods & {"text_generation", "vision"} else []) + (
         ["embedding"] if "embeddings" in mods else []) + (
@@ -297,7 +298,7 @@ async def show(request: Request):
     return json_response({"modelfile": "", "parameters": "", "template": "",
                           "details": _details(st), "capabilities": caps,
                           "model_info": {"general.architecture": _details(st)["family"],
-                                         "context_length": request.app.ctx.scheduler
+                                         "context_length": state_of(request).scheduler
                                          .context_window(st)}})
 
 

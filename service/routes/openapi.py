@@ -6,6 +6,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.service.http.openapi import document, endpoint
+from hypnos.service.state import state
 
 bp = Blueprint("openapi")
 
@@ -14,6 +15,7 @@ bp = Blueprint("openapi")
 @endpoint("This document")
 async def openapi(request: Request):
     app = request.app
-    if getattr(app.ctx, "openapi", None) is None:
-        app.ctx.openapi = document(app)     # routes are fixed once the server runs
-    return json_response(app.ctx.openapi)
+    built = state(app).openapi
+    if built is None:
+        built = state(app).openapi = document(app)    # routes are fixed once the server runs
+    return json_response(built)

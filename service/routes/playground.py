@@ -14,6 +14,7 @@ from sanic.response import file as file_response
 
 from hypnos.service.http import errors
 from hypnos.service.http.openapi import endpoint
+from hypnos.service.state import state_of
 
 bp = Blueprint("playground")
 PLAYGROUND_DIR = Path(__file__).resolve().parent.parent / "playground"
@@ -27,7 +28,7 @@ CSP = ("default-src 'self'; img-src 'self' data: blob:; media-src 'self' blob: d
 
 
 async def _serve(request: Request, name: str):
-    if not request.app.ctx.config.server.playground:
+    if not state_of(request).config.server.playground:
         raise errors.NotFoundError("The playground is turned off on this server "
                                    "(server.playground = false); the API lives under /v1")
     path = (PLAYGROUND_DIR / name).resolve()

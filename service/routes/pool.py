@@ -19,12 +19,13 @@ from hypnos.planner.types import MoeOffload
 from hypnos.service.http import errors
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.schema import ModelConfig
-from hypnos.service.http.layers import read_body, require_admin, require_ready
+from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.config.overlay import persist
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.http.openapi import endpoint
+from hypnos.service.http.openapi import endpoint, admin_only, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("pool")
 DEFAULT_DRAIN_SECS = 120.0
@@ -62,7 +63,7 @@ def _block_text(request: Request, body: PoolBody) -> str:
     assert spec is not None
     from hypnos.catalog.blocks import config_block
     from hypnos.catalog.catalog import CatalogError
-    catalog = request.app.ctx.catalog
+    catalog = state_of(request).catalog
     if catalog is None:
         raise errors.InvalidRequest("This server has no model catalog", param="catalog")
     try:
@@ -85,9 +86,9 @@ async def checked_model(request: Request, body: PoolBody, model_id: str | None) 
                                     param="config") from None
     if model_id is not None:
         m = dataclasses.replace(m, id=model_id)
-    catalog = request.app.ctx.catalog
+    catalog = state_of(request).catalog
     tested = catalog.tested_architectures if catalog is not None else None
-    st, problems = await asyncio.to_thread(startup_checks, request.app.ctx.config, m, tested)
+    st, problems = await asyncio.to_thread(startup_checks, state_of(request).config, m, tested)
     if problems:
         raise errors.InvalidRequest("; ".join(problems), param="config")
     assert st is not None           # no problems: the state was built
@@ -95,8 +96,8 @@ async def checked_model(request: Request, body: PoolBody, model_id: str | None) 
 
 
 def _replace_config(request: Request, model_id: str, m: ModelConfig | None) -> None:
-    """Keep ``app.ctx.config.models`` (staging, the catalog's "configured") in step."""
-    cfg = request.app.ctx.config
+    """Keep ``state(app).config.models`` (staging, the catalog's "configured") in step."""
+    cfg = state_of(request).config
     models = [x for x in cfg.models if x.id != model_id]
     cfg.models = models + ([m] if m is not None else [])
 
@@ -105,7 +106,7 @@ def _answer(request: Request, st: ModelState | None, model_id: str, action: str,
             persisted: bool, status: int = 200):
     body = {"model": model_id, "action": action, "persisted": persisted}
     if st is not None:
-        body["placement"] = request.app.ctx.scheduler.placement_of(st).to_wire()
+        body["placement"] = state_of(request).scheduler.placement_of(st).to_wire()
     return json_response(body, status=status)
 
 
@@ -132,30 +133,30 @@ POOL_ERRORS = (403, 404, 429, 503)
 
 
 @bp.post("/v1/models")
+@admin_only
+@needs_ready
 @endpoint("Add a model to the pool (admin)", body=PoolBody, status=201, errors=(403, 503),
           meanings=ADD_MEANINGS)
 async def add_model(request: Request):
-    require_admin(request)
-    require_ready(request)
     body = read_body(request, PoolBody)
     st, text = await checked_model(request, body, None)
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     if st.id in sched.models:
         raise errors.InvalidRequest(f"The id '{st.id}' is taken; PUT /v1/models/{st.id} "
                                     "replaces that model", param="config")
     sched.add(st)
     _replace_config(request, st.id, st.cfg)
-    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, st.id, text)
+    persisted = await asyncio.to_thread(persist, state_of(request).config.source, st.id, text)
     return _answer(request, st, st.id, "added", persisted, status=201)
 
 
 @bp.put("/v1/models/<model_id>")
+@admin_only
+@needs_ready
 @endpoint("Replace a model in the pool (admin)", body=PoolBody, errors=POOL_ERRORS,
           meanings=POOL_MEANINGS)
 async def replace_model(request: Request, model_id: str):
-    require_admin(request)
-    require_ready(request)
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     sched.get(model_id, enabled_only=False)
     body = read_body(request, PoolBody)
     drain = _drain_secs(body.drain_secs)
@@ -163,23 +164,23 @@ async def replace_model(request: Request, model_id: str):
         st, text = await checked_model(request, body, model_id)
         await sched.pool.drain_and_install(model_id, st, drain)
     _replace_config(request, model_id, st.cfg)
-    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, text)
+    persisted = await asyncio.to_thread(persist, state_of(request).config.source, model_id, text)
     return _answer(request, st, model_id, "replaced", persisted)
 
 
 @bp.delete("/v1/models/<model_id>")
+@admin_only
+@needs_ready
 @endpoint("Remove a model from the pool (admin)", errors=POOL_ERRORS,
           meanings={**POOL_MEANINGS, 400: "drain_secs is not a number of seconds from 0 to "
                                           "86400"},
           query={"drain_secs": {"type": "string"}})
 async def remove_model(request: Request, model_id: str):
-    require_admin(request)
-    require_ready(request)
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     sched.get(model_id, enabled_only=False)
     await sched.pool.swap(model_id, None, _drain_secs(request.args.get("drain_secs")))
     _replace_config(request, model_id, None)
-    persisted = await asyncio.to_thread(persist, request.app.ctx.config.source, model_id, None)
+    persisted = await asyncio.to_thread(persist, state_of(request).config.source, model_id, None)
     return _answer(request, None, model_id, "removed", persisted)
 
 
@@ -188,20 +189,21 @@ SWITCH_MEANINGS = {404: "unknown model id", 503: "still staging"}
 
 
 async def _switch(request: Request, model_id: str, enabled: bool):
-    require_ready(request)
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     st = await sched.pool.set_enabled(model_id, enabled)
     return json_response({"model": model_id, "enabled": st.enabled,
                           "placement": sched.placement_of(st).to_wire()})
 
 
 @bp.post("/v1/models/<model_id>/enable")
+@needs_ready
 @endpoint("Enable a model", errors=(404, 503), meanings=SWITCH_MEANINGS)
 async def enable(request: Request, model_id: str):
     return await _switch(request, model_id, True)
 
 
 @bp.post("/v1/models/<model_id>/disable")
+@needs_ready
 @endpoint("Disable a model", errors=(404, 429, 503), meanings={
     **SWITCH_MEANINGS, 429: "the model is leased (retry when idle), or rate limited"})
 async def disable(request: Request, model_id: str):
@@ -209,11 +211,11 @@ async def disable(request: Request, model_id: str):
 
 
 @bp.post("/v1/models/<model_id>/moe-offload")
+@needs_ready
 @endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
           body=MoeBody, meanings={422: "mode is not off, auto or on"})
 async def moe_offload(request: Request, model_id: str):
-    require_ready(request)
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     st = sched.get(model_id, enabled_only=False)
     try:        # an unknown mode is the spec's 422
         wire = read_body(request, MoeBody)

@@ -17,8 +17,8 @@ from sanic.response import json as json_response
 
 from hypnos.engines import registry
 from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body, require_ready
-from hypnos.service.http.openapi import endpoint, json_object
+from hypnos.service.http.layers import json_body
+from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredResponse,
                                                        session_plan)
@@ -30,6 +30,7 @@ from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, chat_
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
                                                output_items, response_object, usage)
 from hypnos.service.wire.sessions import session_key
+from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
 RESPONSE = json_object("id", "object", "status", "output", "model",
@@ -39,7 +40,7 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
 def _previous(request: Request, response_id: str | None) -> StoredResponse | None:
     if response_id is None:
         return None
-    item = request.app.ctx.responses.get(response_id)
+    item = state_of(request).responses.get(response_id)
     if item is None:
         raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
                                    "(never stored, deleted, or dropped from the store)",
@@ -54,7 +55,7 @@ async def _conversation_key(request: Request, call, conversation: str) -> str | 
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
         return None
     engine, key = call.engine, SESSION_PREFIX + conversation
-    recency = request.app.ctx.responses.recency()
+    recency = state_of(request).responses.recency()
 
     def plan() -> bool:
         bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
@@ -72,7 +73,7 @@ class Turn:
         self.prev = _previous(request, self.wire.previous_response_id)
         self.history = self.prev.messages if self.prev is not None else []
         chat, self.new, self.ignored = to_chat_body(self.wire, self.history)
-        self.params = parse_chat(chat, request.app.ctx.config.limits)
+        self.params = parse_chat(chat, state_of(request).config.limits)
         self.id = new_id("resp")
         self.conversation = self.prev.conversation if self.prev is not None else self.id
         self.stored = self.wire.store is not False
@@ -88,17 +89,17 @@ class Turn:
     def keep(self, request: Request, response: dict, items: list[dict]) -> None:
         if self.stored:
             messages = [*self.history, *self.new, assistant_message(items)]
-            request.app.ctx.responses.put(StoredResponse(
+            state_of(request).responses.put(StoredResponse(
                 self.id, self.wire.model, self.conversation, messages, response))
 
 
 @bp.post("/v1/responses")
+@needs_ready
 @endpoint("OpenAI Responses: a turn as output items, stored for previous_response_id unless "
           "store is false; the Responses SSE events when stream is true", body=ResponsesBody,
           ok={**RESPONSE, "text/event-stream": {"type": "string"}},
           errors=(401, 404, 422, 429, 500, 503, 507))
 async def create(request: Request):
-    require_ready(request)
     turn = Turn(request, json_body(request))
     params = turn.params
     async with chat_lease(request, params) as call:
@@ -149,23 +150,23 @@ async def _stream(request: Request, turn: Turn, call):
 
 
 @bp.post("/v1/responses/input_tokens")
+@needs_ready
 @endpoint("The token count of a Responses request's input, by the model's own tokenizer and "
           "chat template (loads the model)", body=InputTokensBody,
           ok=json_object("object", "input_tokens", object={"const": "response.input_tokens"}),
           errors=(401, 404, 429, 500, 503, 507))
 async def input_tokens(request: Request):
-    require_ready(request)
     wire = count_body(json_body(request))
     prev = _previous(request, wire.previous_response_id)
     chat, _new, _ignored = chat_body(wire, prev.messages if prev is not None else [])
-    params = parse_chat({**chat, "max_tokens": 1}, request.app.ctx.config.limits)
+    params = parse_chat({**chat, "max_tokens": 1}, state_of(request).config.limits)
     count, headers = await prompt_tokens(request, params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
                          headers=headers)
 
 
 def _stored(request: Request, response_id: str) -> StoredResponse:
-    item = request.app.ctx.responses.get(response_id)
+    item = state_of(request).responses.get(response_id)
     if item is None:
         raise errors.NotFoundError(f"No stored response with id {response_id!r}",
                                    param="response_id", code="response_not_found")
@@ -183,5 +184,5 @@ async def get_response(request: Request, response_id: str):
           ok=json_object("id", "object", "deleted"), errors=(401, 404))
 async def delete_response(request: Request, response_id: str):
     _stored(request, response_id)
-    request.app.ctx.responses.delete(response_id)
+    state_of(request).responses.delete(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})

@@ -20,9 +20,10 @@ from sanic.response import json as json_response
 from hypnos.service.http import errors
 from hypnos.service.inference import sessions
 from hypnos.service.wire.sessions import session_key
-from hypnos.service.http.layers import read_body, require_ready
+from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Wire
-from hypnos.service.http.openapi import endpoint
+from hypnos.service.http.openapi import endpoint, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("sessions")
 DEFAULT_PREFILL_TPS = 500.0          # before a prefill was measured
@@ -32,7 +33,7 @@ WATCH_KEEPALIVE_SECS = 15.0
 
 
 def _chat_model(request: Request, model_id):
-    return sessions.session_model(request.app.ctx.scheduler, model_id)
+    return sessions.session_model(state_of(request).scheduler, model_id)
 
 
 def _require_key(request: Request, body: dict | None) -> str:
@@ -57,23 +58,23 @@ class RestoreBody(SessionBody):
 
 
 @bp.post("/v1/sessions/export")
+@needs_ready
 @endpoint("Export a chat session's KV state", body=SessionBody, errors=(404, 429, 503))
 async def export(request: Request):
-    require_ready(request)
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
     key = _require_key(request, body.model_dump())
-    blob, n_tok = await sessions.export(request.app.ctx.scheduler, st, key)
+    blob, n_tok = await sessions.export(state_of(request).scheduler, st, key)
     return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
                           "blob_bytes": len(blob),
                           "blob_b64": base64.b64encode(blob).decode("ascii")})
 
 
 @bp.post("/v1/sessions/restore")
+@needs_ready
 @endpoint("Restore an exported session", body=RestoreBody,
           errors=(404, 409, 429, 500, 503, 507))
 async def restore(request: Request):
-    require_ready(request)
     body = read_body(request, RestoreBody)
     st = _chat_model(request, body.model)
     key = _require_key(request, body.model_dump())
@@ -84,7 +85,7 @@ async def restore(request: Request):
         blob = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise errors.BadSessionBlob("'blob' is not valid base64") from None
-    n_tok = await sessions.restore(request.app.ctx.scheduler, st, key, blob)
+    n_tok = await sessions.restore(state_of(request).scheduler, st, key, blob)
     return json_response({"restored": True, "session_id": key, "model": st.id,
                           "n_tok": n_tok})
 
@@ -95,7 +96,7 @@ async def release(request: Request):
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
     key = _require_key(request, body.model_dump())
-    await sessions.release(request.app.ctx.scheduler, st, key)
+    await sessions.release(state_of(request).scheduler, st, key)
     return json_response({"released": True, "session_id": key, "model": st.id})
 
 
@@ -127,7 +128,7 @@ async def estimate(request: Request):
     if tokens is None:
         raise errors.InvalidRequest("'tokens' is required", param="tokens")
     model_id = request.args.get("model") or request.args.get("name") or ""
-    st = request.app.ctx.scheduler.models.get(model_id)
+    st = state_of(request).scheduler.models.get(model_id)
     rate = (st.stats.prefill_tps if st is not None and st.stats.prefill_tps else
             DEFAULT_PREFILL_TPS)
     blob = _positive(request, "blob_bytes", tokens * BLOB_BYTES_PER_TOKEN)
@@ -142,6 +143,7 @@ async def estimate(request: Request):
 
 
 @bp.get("/v1/sessions/watch")
+@needs_ready
 @endpoint("Server-sent events about a session", errors=(404, 503),
           ok={"text/event-stream": {"type": "string"}},
           query={"model": {"type": "string", "minLength": 1},
@@ -154,7 +156,7 @@ async def watch(request: Request):
     if key is None:
         raise errors.InvalidRequest("'session_id' is required", param="session_id")
     st = _chat_model(request, request.args.get("model") or request.args.get("name"))
-    async with request.app.ctx.scheduler.hold(st.id):
+    async with state_of(request).scheduler.hold(st.id):
         response = await request.respond(content_type="text/event-stream",
                                          headers={"cache-control": "no-cache"})
         await response.send(": watch established\n\n")

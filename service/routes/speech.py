@@ -27,11 +27,12 @@ from hypnos.engines.records import SpeechRequest
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import json_body, require_ready
+from hypnos.service.http.layers import json_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import telemetry_headers
 from hypnos.service.wire.model import Says, Wire, validate
-from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint
+from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
+from hypnos.service.state import state_of
 
 log = logging.getLogger(__name__)
 bp = Blueprint("speech")
@@ -158,13 +159,13 @@ class _Audio:
 # ------------------------------------------------------------------- routes
 
 @bp.post("/v1/audio/speech")
+@needs_ready
 @endpoint("Speech synthesis (OpenAI-compatible): audio bytes, chunked when stream is true",
           body=SpeechBody, errors=INFERENCE_ERRORS,
           ok={ctype: {"type": "string", "contentMediaType": ctype}
               for ctype in sorted(set(CONTENT_TYPES.values()))})
 async def speech(request: Request):
-    require_ready(request)
-    params = parse_speech(json_body(request), request.app.ctx.config.limits.max_prompt_chars)
+    params = parse_speech(json_body(request), state_of(request).config.limits.max_prompt_chars)
     async with leased(request, params.model, SPEECH, param="input") as call:
         if params.stream:
             return await _stream(request, params, call)

@@ -15,6 +15,7 @@ from hypnos.service.scheduling.accel import status_fields
 from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
+from hypnos.service.state import state_of
 
 bp = Blueprint("status")
 
@@ -42,10 +43,10 @@ def documents_health(sched) -> dict:
                          status={"const": "ok"}, backend={"enum": ["cuda", "metal", "cpu"]},
                          accelerator={"type": "boolean"}, documents=DOCUMENTS_HEALTH))
 async def health(request: Request):
-    sched = request.app.ctx.scheduler
+    sched = state_of(request).scheduler
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
-                          "uptime_secs": int(time.monotonic() - request.app.ctx.started),
-                          **status_fields(sched, request.app.ctx.builds),
+                          "uptime_secs": int(time.monotonic() - state_of(request).started),
+                          **status_fields(sched, state_of(request).builds),
                           **({"documents": docs} if (docs := documents_health(sched)) else {})})
 
 
@@ -55,9 +56,10 @@ async def health(request: Request):
           other={503: {"type": "object", "required": ["ready", "reason"],
                        "properties": {"ready": {"const": False}, "reason": {"type": "string"}}}})
 async def ready(request: Request):
-    if request.app.ctx.ready:
+    lifecycle = state_of(request).lifecycle
+    if lifecycle.ready:
         return json_response({"ready": True})
-    return json_response({"ready": False, "reason": request.app.ctx.ready_reason}, status=503)
+    return json_response({"ready": False, "reason": lifecycle.readiness.reason}, status=503)
 
 
 @bp.get("/v1/models")
@@ -67,8 +69,8 @@ async def ready(request: Request):
     data={"type": "array", "items": {
         "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
 async def list_models(request: Request):
-    sched = request.app.ctx.scheduler
-    created = int(request.app.ctx.created)
+    sched = state_of(request).scheduler
+    created = int(state_of(request).created)
     data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
              "modality": st.cfg.modality, "current_tier": str(st.tier),
              "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases + st.holds,
@@ -78,7 +80,7 @@ async def list_models(request: Request):
     by_id = {row["id"]: row for row in data}
     data += [{**by_id[st.id], "id": alias, "alias_of": st.id}
              for st in sched.models.values() if st.id in by_id for alias in st.cfg.aliases]
-    fields = status_fields(sched, request.app.ctx.builds)
+    fields = status_fields(sched, state_of(request).builds)
     return json_response({"object": "list", "backend": fields["backend"],
                           "accelerator": fields["accelerator"], "data": data})
 
@@ -87,12 +89,12 @@ async def list_models(request: Request):
 @endpoint("The model catalog, with what is installed and configured", errors=(404,),
           query={"modality": {"type": "string"}})
 async def catalog(request: Request):
-    cat = request.app.ctx.catalog
+    cat = state_of(request).catalog
     if cat is None:
         raise errors.NotFoundError("This server has no model catalog")
-    cfg = request.app.ctx.config
+    cfg = state_of(request).config
     configured = {st.id: (st.enabled, st.cfg.weights_path)
-                  for st in request.app.ctx.scheduler.models.values()}
+                  for st in state_of(request).scheduler.models.values()}
     body = catalog_wire(cat, cfg.models_dir, modality=request.args.get("modality"),
                         configured=configured)
     return json_response(body)
@@ -121,11 +123,11 @@ class AdvisorBody(Wire):
                     404: "this server has no model catalog"})
 async def advisor(request: Request):
     from hypnos.advisor import AdvisorError, NoLineupFits, advise
-    cat = request.app.ctx.catalog
+    cat = state_of(request).catalog
     if cat is None:
         raise errors.NotFoundError("This server has no model catalog")
     body = read_body(request, AdvisorBody)
-    hw = request.app.ctx.scheduler.hardware
+    hw = state_of(request).scheduler.hardware
     unified = body.unified_memory
     if unified is None:
         unified = hw.unified if body.vram_bytes is None else False

@@ -23,9 +23,10 @@ from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
-from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed, require_ready
+from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed
 from hypnos.service.wire.model import Says, Wire, validate
-from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint
+from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
+from hypnos.service.state import state_of
 
 bp = Blueprint("transcriptions")
 
@@ -125,7 +126,7 @@ def parse_json(body: dict, limits) -> TranscriptionParams:
 
 
 def parse_request(request: Request) -> TranscriptionParams:
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("multipart/form-data"):
         return parse_multipart(request, limits)
@@ -191,17 +192,17 @@ TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properti
 
 
 @bp.post("/v1/audio/transcriptions")
+@needs_ready
 @endpoint("Transcription (OpenAI-compatible): a multipart upload, or JSON with audio_bytes",
           body=TranscriptionBody, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
           ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
               "text/vtt": {"type": "string"}})
 async def transcriptions(request: Request):
-    require_ready(request)
     params = parse_request(request)
     req = TranscribeRequest(audio=params.audio, language=params.language,
                             prompt=params.prompt, hotwords=list(params.hotwords),
                             filename=params.filename)
-    done = await transcribe(request.app.ctx.scheduler, params.model, req,
+    done = await transcribe(state_of(request).scheduler, params.model, req,
                             deadline_ms=deadline_ms(request), audio_param=params.audio_param)
     record_of(request).transcription(done.result)
     return render(params, done)
@@ -209,20 +210,20 @@ async def transcriptions(request: Request):
 
 @bp.on_request
 async def guard_upgrade(request: Request):
-    """Refuse a live upgrade from a foreign browser origin (403) or while staging (503)
-    before the WebSocket handshake, as a plain HTTP answer. (API keys were checked by the
-    HTTP layer already: /v1 paths, upgrades included.)"""
+    """Refuse a live upgrade from a foreign browser origin (403) before the WebSocket
+    handshake, as a plain HTTP answer; the route gate's 503 while staging comes after it.
+    (API keys were checked by the HTTP layer already: /v1 paths, upgrades included.)"""
     if request.path != LIVE_PATH:
         return
     origin = request.headers.get("origin")
-    if origin and not origin_allowed(origin, request.app.ctx.config.server.allowed_origins):
+    if origin and not origin_allowed(origin, state_of(request).config.server.allowed_origins):
         raise errors.PermissionDenied(f"Origin {origin} may not open {LIVE_PATH} "
                                       "(server.allowed_origins)")
-    require_ready(request)
 
 
 # Sanic's Blueprint.websocket has no annotations (mypy: it makes the handler untyped).
 @bp.websocket(LIVE_PATH, name="audio_stream")  # type: ignore[untyped-decorator]
+@needs_ready
 @endpoint("Live transcription over a WebSocket (docs/live-transcription.md)", websocket=True,
           ok={}, query={"model": {"type": "string"}})
 async def audio_stream(request: Request, ws):

@@ -16,6 +16,7 @@ from hypnos.engines.records import DocumentRequest
 from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.wire.model import Says, Wire, validate
+from hypnos.service.state import state_of
 
 FORMATS = ("markdown", "json")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -157,7 +158,7 @@ class ConvertBody(Wire):
 
 
 def parse_convert(request: Request) -> ConvertParams:
-    limits = request.app.ctx.config.limits
+    limits = state_of(request).config.limits
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = request.form or {}
         fields = {k: form.get(k) for k in form}
