@@ -1,0 +1,171 @@
+"""MTP drafts through llama.cpp's staging bindings, on the tiny random-weight Qwen3.5 GGUF
+with one nextn (MTP) block (``tests/tiny_qwen35.py``, ``nextn=1``).
+
+Plumbing only: the weights are noise, so nothing here says a draft would be accepted. What
+holds whatever the weights: the bindings load and the MTP context links to the target's;
+after a target decode the drafter proposes ``n_max`` in-vocabulary ids and leaves its KV as
+it found it (the same state drafts the same twice); feeding a verification batch and rolling
+the rejected tail back leaves the MTP KV exactly as long as the target's, and the drafter
+drafts again from there; sequences are independent; a GGUF without nextn layers is refused
+with an error that names them, at config time (its header) and at load.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from tiny_qwen35 import write_tiny_qwen35
+from hypnos.engines.errors import MtpUnavailable
+from hypnos.engines.gguf_meta import read_gguf_meta
+from hypnos.engines.llama.speculative.mtp import (MtpDrafter, enable_mtp_loading,
+                                                  require_mtp_heads)
+
+pytestmark = pytest.mark.real
+
+N_MAX = 4
+PROMPT = [40, 41, 42, 43, 44, 45, 46, 47]
+OTHER = [60, 61, 62, 63, 64]
+
+
+@pytest.fixture(scope="module")
+def ll():
+    import llama_cpp.llama_cpp as ll
+    ll.llama_backend_init()
+    return ll
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mtp")
+    return (write_tiny_qwen35(d / "tiny-qwen35-mtp.gguf", nextn=1),
+            write_tiny_qwen35(d / "tiny-qwen35.gguf"))
+
+
+def load(ll, path):
+    params = ll.llama_model_default_params()
+    enable_mtp_loading(params)
+    model = ll.llama_model_load_from_file(str(path).encode(), params)
+    assert model, path
+    return model
+
+
+class Target:
+    """The target side of the loop, as the decode loop drives it: one context, two
+    sequences, recurrent-state snapshots for rollback, a batch per decode."""
+
+    def __init__(self, ll, model):
+        self.ll = ll
+        params = ll.llama_context_default_params()
+        params.n_ctx, params.n_seq_max, params.n_batch, params.n_ubatch = 512, 2, 64, 64
+        params.n_rs_seq = N_MAX
+        params.kv_unified = False
+        params.n_threads = params.n_threads_batch = min(2, len(os.sched_getaffinity(0)))
+        self.ctx = ll.llama_init_from_model(model, params)
+        assert self.ctx
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
+        self.batch = ll.llama_batch_init(64, 0, 1)
+
+    def decode(self, seq, tokens, first_pos):
+        """Decode ``tokens`` at ``first_pos``.. of ``seq``; the argmax after each row."""
+        b = self.batch
+        for i, t in enumerate(tokens):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, first_pos + i, 1, True
+            b.seq_id[i][0] = seq
+        b.n_tokens = len(tokens)
+        assert self.ll.llama_decode(self.ctx, b) == 0
+        return [int(np.argmax(np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, i),
+                                                    shape=(self.n_vocab,))))
+                for i in range(len(tokens))]
+
+    def kv_len(self, seq):
+        return self.ll.llama_memory_seq_pos_max(self.mem, seq) + 1
+
+
+@pytest.fixture(scope="module")
+def loop(ll, paths):
+    model = load(ll, paths[0])
+    target = Target(ll, model)
+    drafter = MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+                         model_id="tiny-qwen35-mtp")
+    yield target, drafter
+    drafter.close()
+    ll.llama_free(target.ctx)
+    ll.llama_model_free(model)
+
+
+def prefill(target, drafter, seq, prompt):
+    """A new job on ``seq``: both KVs cleared, the prompt decoded and shown to the drafter;
+    returns the slot's tokens (the prompt plus the target's next token)."""
+    target.ll.llama_memory_seq_rm(target.mem, seq, 0, -1)
+    drafter.rollback(seq, 0)
+    nxt = target.decode(seq, prompt, 0)[-1]
+    drafter.observe_batch(target.batch, len(prompt))
+    return prompt + [nxt]
+
+
+def test_the_header_reports_the_nextn_layers(paths):
+    with_heads, without = read_gguf_meta(paths[0]), read_gguf_meta(paths[1])
+    assert (with_heads.nextn_layers, with_heads.num_layers) == (1, 3)
+    assert (without.nextn_layers, without.num_layers) == (0, 2)
+    assert with_heads.has_mtp_heads and not without.has_mtp_heads
+    require_mtp_heads(with_heads, "tiny")
+
+
+def test_a_gguf_without_nextn_layers_is_refused_by_name(ll, paths):
+    with pytest.raises(MtpUnavailable, match="no nextn layers"):
+        require_mtp_heads(read_gguf_meta(paths[1]), "tiny-qwen35")
+    model = load(ll, paths[1])
+    target = Target(ll, model)
+    try:
+        with pytest.raises(MtpUnavailable, match=r"tiny-qwen35: .*nextn_predict_layers"):
+            MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+                       model_id="tiny-qwen35")
+    finally:
+        ll.llama_free(target.ctx)
+        ll.llama_model_free(model)
+
+
+def test_the_mtp_context_is_its_own_and_drafts_in_vocabulary(loop):
+    target, drafter = loop
+    assert drafter.n_heads == 1 and not drafter.shares_memory
+    tokens = prefill(target, drafter, 0, PROMPT)
+    assert drafter.kv_len(0) == target.kv_len(0) == len(PROMPT)
+    assert drafter.can_draft(0, len(tokens))
+    drafts = drafter.propose(0, tokens, N_MAX)
+    assert len(drafts) == N_MAX
+    assert all(0 <= t < target.n_vocab for t in drafts)
+    assert drafter.kv_len(0) == len(PROMPT)          # the drafted rows were cut
+    assert drafter.propose(0, tokens, N_MAX) == drafts
+    assert drafter.propose(0, tokens, 2) == drafts[:2]
+    assert drafter.propose(0, tokens[:-1], N_MAX) == []     # not where its state stands
+
+
+def test_a_rejected_tail_rolls_back_both_kvs_to_the_same_length(loop):
+    target, drafter = loop
+    tokens = prefill(target, drafter, 0, PROMPT)
+    drafts = drafter.propose(0, tokens, N_MAX)
+    first = len(tokens) - 1
+    target.decode(0, [tokens[-1]] + drafts, first)           # verify the draft in one batch
+    drafter.observe_batch(target.batch, 1 + len(drafts))
+    assert drafter.kv_len(0) == target.kv_len(0) == first + 1 + len(drafts)
+    keep = first + 1 + 2                                      # two drafts accepted
+    target.ll.llama_memory_seq_rm(target.mem, 0, keep, -1)
+    drafter.rollback(0, keep)
+    assert drafter.kv_len(0) == target.kv_len(0) == keep
+    accepted = tokens + drafts[:2]
+    assert drafter.can_draft(0, len(accepted) + 1)
+    again = drafter.propose(0, accepted + [drafts[2]], N_MAX)
+    assert len(again) == N_MAX and drafter.kv_len(0) == keep
+
+
+def test_sequences_are_independent(loop):
+    target, drafter = loop
+    tokens = prefill(target, drafter, 0, PROMPT)
+    before = drafter.propose(0, tokens, N_MAX)
+    other = prefill(target, drafter, 1, OTHER)
+    assert len(drafter.propose(1, other, N_MAX)) == N_MAX
+    drafter.rollback(1, 0)
+    assert drafter.kv_len(1) == 0 and not drafter.can_draft(1, len(other))
+    assert drafter.kv_len(0) == len(PROMPT)
+    assert drafter.propose(0, tokens, N_MAX) == before
