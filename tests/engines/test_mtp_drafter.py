@@ -66,17 +66,21 @@ class Target:
         self.n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
         self.batch = ll.llama_batch_init(64, 0, 1)
 
-    def decode(self, seq, tokens, first_pos):
-        """Decode ``tokens`` at ``first_pos``.. of ``seq``; the argmax after each row."""
+    def decode(self, seq, tokens, first_pos, every_row=False):
+        """Decode ``tokens`` at ``first_pos``.. of ``seq``; the argmax after each row that
+        asks for logits (the last only, as the decode loop's prompt chunks do, or all, as a
+        verification batch does)."""
         b = self.batch
         for i, t in enumerate(tokens):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, first_pos + i, 1, True
+            out = every_row or i == len(tokens) - 1
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, first_pos + i, 1, out
             b.seq_id[i][0] = seq
         b.n_tokens = len(tokens)
         assert self.ll.llama_decode(self.ctx, b) == 0
+        rows = range(len(tokens)) if every_row else [len(tokens) - 1]
         return [int(np.argmax(np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, i),
                                                     shape=(self.n_vocab,))))
-                for i in range(len(tokens))]
+                for i in rows]
 
     def kv_len(self, seq):
         return self.ll.llama_memory_seq_pos_max(self.mem, seq) + 1
@@ -146,7 +150,7 @@ def test_a_rejected_tail_rolls_back_both_kvs_to_the_same_length(loop):
     tokens = prefill(target, drafter, 0, PROMPT)
     drafts = drafter.propose(0, tokens, N_MAX)
     first = len(tokens) - 1
-    target.decode(0, [tokens[-1]] + drafts, first)           # verify the draft in one batch
+    target.decode(0, [tokens[-1]] + drafts, first, every_row=True)   # verify in one batch
     drafter.observe_batch(target.batch, 1 + len(drafts))
     assert drafter.kv_len(0) == target.kv_len(0) == first + 1 + len(drafts)
     keep = first + 1 + 2                                      # two drafts accepted
