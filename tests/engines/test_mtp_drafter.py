@@ -6,8 +6,10 @@ holds whatever the weights: the bindings load and the MTP context links to the t
 after a target decode the drafter proposes ``n_max`` in-vocabulary ids and leaves its KV as
 it found it (the same state drafts the same twice); feeding a verification batch and rolling
 the rejected tail back leaves the MTP KV exactly as long as the target's, and the drafter
-drafts again from there; sequences are independent; a GGUF without nextn layers is refused
-with an error that names them, at config time (its header) and at load.
+drafts again from there, also when only the target's KV was cut (the per-sequence view the
+decode loop's Drafter protocol calls); sequences are independent; a GGUF without nextn layers
+is refused with an error that names them, at config time (its header) and at load; and a
+hybrid target (as most MTP models are) drops a draft's tail only with recurrent snapshots.
 """
 import os
 
@@ -53,11 +55,11 @@ class Target:
     """The target side of the loop, as the decode loop drives it: one context, two
     sequences, recurrent-state snapshots for rollback, a batch per decode."""
 
-    def __init__(self, ll, model):
+    def __init__(self, ll, model, n_rs_seq=N_MAX):
         self.ll = ll
         params = ll.llama_context_default_params()
         params.n_ctx, params.n_seq_max, params.n_batch, params.n_ubatch = 512, 2, 64, 64
-        params.n_rs_seq = N_MAX
+        params.n_rs_seq = n_rs_seq
         params.kv_unified = False
         params.n_threads = params.n_threads_batch = min(2, len(os.sched_getaffinity(0)))
         self.ctx = ll.llama_init_from_model(model, params)
@@ -142,7 +144,8 @@ def test_the_mtp_context_is_its_own_and_drafts_in_vocabulary(loop):
     assert drafter.kv_len(0) == len(PROMPT)          # the drafted rows were cut
     assert drafter.propose(0, tokens, N_MAX) == drafts
     assert drafter.propose(0, tokens, 2) == drafts[:2]
-    assert drafter.propose(0, tokens[:-1], N_MAX) == []     # not where its state stands
+    assert drafter.propose(0, tokens + [5], N_MAX) == []    # past what the target decoded
+    assert drafter.kv_len(0) == len(PROMPT)
 
 
 def test_a_rejected_tail_rolls_back_both_kvs_to_the_same_length(loop):
@@ -154,7 +157,7 @@ def test_a_rejected_tail_rolls_back_both_kvs_to_the_same_length(loop):
     drafter.observe_batch(target.batch, 1 + len(drafts))
     assert drafter.kv_len(0) == target.kv_len(0) == first + 1 + len(drafts)
     keep = first + 1 + 2                                      # two drafts accepted
-    target.ll.llama_memory_seq_rm(target.mem, 0, keep, -1)
+    assert target.ll.llama_memory_seq_rm(target.mem, 0, keep, -1)   # n_rs_seq snapshots
     drafter.rollback(0, keep)
     assert drafter.kv_len(0) == target.kv_len(0) == keep
     accepted = tokens + drafts[:2]
@@ -173,3 +176,38 @@ def test_sequences_are_independent(loop):
     assert drafter.kv_len(1) == 0 and not drafter.can_draft(1, len(other))
     assert drafter.kv_len(0) == len(PROMPT)
     assert drafter.propose(0, tokens, N_MAX) == before
+
+
+def test_the_sequence_view_follows_a_cut_of_the_targets_kv_alone(loop):
+    target, drafter = loop
+    tokens = prefill(target, drafter, 0, PROMPT)
+    view = drafter.for_seq(0)
+    assert view.method == "mtp"
+    drafts = view.propose(tokens, N_MAX)
+    first = len(tokens) - 1
+    target.decode(0, [tokens[-1]] + drafts, first, every_row=True)
+    drafter.observe_batch(target.batch, 1 + len(drafts))
+    view.on_accept(len(drafts), 1)
+    keep = first + 2                                          # one draft accepted
+    assert target.ll.llama_memory_seq_rm(target.mem, 0, keep, -1)
+    again = view.propose(tokens + drafts[:1] + [drafts[1]], N_MAX)
+    assert len(again) == N_MAX
+    assert drafter.kv_len(0) == target.kv_len(0) == keep
+
+
+@pytest.mark.parametrize("n_rs_seq", [0, N_MAX])
+def test_a_hybrid_target_drops_a_draft_tail_only_with_recurrent_snapshots(ll, paths, n_rs_seq):
+    """qwen35 is hybrid (Gated DeltaNet + attention), like most MTP models: llama.cpp cuts a
+    sequence's tail only when the context keeps recurrent-state snapshots (``n_rs_seq``, at
+    least the draft length). A fact the decode loop's integration depends on."""
+    model = load(ll, paths[0])
+    target = Target(ll, model, n_rs_seq=n_rs_seq)
+    try:
+        assert ll.llama_model_is_hybrid(model)
+        target.decode(0, PROMPT, 0)
+        target.decode(0, [1, 2, 3], len(PROMPT), every_row=True)
+        cut = ll.llama_memory_seq_rm(target.mem, 0, len(PROMPT) + 1, -1)
+        assert cut == (n_rs_seq > 0)
+    finally:
+        ll.llama_free(target.ctx)
+        ll.llama_model_free(model)

@@ -37,7 +37,16 @@ one that calls ``llama_decode`` on the target, and blocks on the MTP context's d
    token list whose last token was sampled by the target and is not decoded yet; returns
    up to ``n_max`` token ids (``[]`` when it cannot draft: see ``can_draft``);
 3. whenever the target's KV of a sequence is cut at ``keep`` (a rejected draft tail, a
-   reused prefix, a new job with ``keep = 0``): ``rollback(seq, keep)``.
+   reused prefix, a new job with ``keep = 0``): ``rollback(seq, keep)``. Optional where the
+   next call is ``observe`` or ``propose`` with the cut context: ``observe`` cuts stale MTP
+   rows at the positions it feeds, ``propose`` cuts to ``len(tokens) - 1``.
+
+``for_seq(seq)`` gives the per-sequence view the decode loop's ``Drafter`` protocol
+(``speculative/__init__.py`` on the spec branch: ``method``, ``propose(context, n_max)``,
+``on_accept``, ``close``) asks for, as a ``DraftSource``.
+
+A KV restored from outside (a parked slot, an imported session) has no MTP rows: the MTP KV
+then holds a hole there (attention skips it), and drafts are worse, never wrong.
 
 A recurrent or hybrid target (qwen35 is hybrid) can roll back only with retained
 recurrent-state snapshots: its context needs ``n_rs_seq >= n_max`` (the target's business,
@@ -170,11 +179,17 @@ class MtpDrafter:
 
     def propose(self, seq: int, tokens: Sequence[int], n_max: int) -> list[int]:
         """Up to ``n_max`` drafted token ids following ``tokens`` (greedy over the head's
-        logits; a step whose best probability is under ``p_min`` ends the draft). Leaves the
-        MTP KV as it found it. Raises EngineError when an MTP decode fails."""
+        logits; a step whose best probability is under ``p_min`` ends the draft). A
+        ``tokens`` shorter than what was observed means the target's KV was cut there: the
+        MTP KV is cut too (``rollback``), so a caller that cuts only the target's KV still
+        drafts right. Leaves the MTP KV as it found it otherwise. Raises EngineError when an
+        MTP decode fails."""
+        state = self.states[seq]
+        past = len(tokens) - 1               # positions the target's KV holds
+        if past >= 0 and (state.kv_len > past or (state.ready and state.ready_pos > past)):
+            self.rollback(seq, past)         # the target's KV was cut without telling us
         if n_max <= 0 or not tokens or not self.can_draft(seq, len(tokens)):
             return []
-        state = self.states[seq]
         first, token, hidden = state.ready_pos, int(tokens[-1]), state.pending
         drafts: list[int] = []
         try:
@@ -198,6 +213,10 @@ class MtpDrafter:
         if not self.shares_memory:
             self._cut(seq, keep)
         self.states[seq].rollback(keep)
+
+    def for_seq(self, seq: int) -> MtpSeqDrafter:
+        """The ``Drafter`` of one sequence (the slot ``seq``)."""
+        return MtpSeqDrafter(self, seq)
 
     def kv_len(self, seq: int) -> int:
         """Positions the MTP KV holds for ``seq`` (llama.cpp's own count)."""
@@ -248,3 +267,23 @@ class MtpDrafter:
         if not ptr:
             raise EngineError("the MTP context kept no nextn embedding")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+
+class MtpSeqDrafter:
+    """One sequence's view of an ``MtpDrafter``, shaped as the decode loop's ``Drafter``:
+    ``propose(context, n_max)`` with ``context`` = the slot's tokens plus its pending one.
+    ``close`` frees nothing (the engine closes the shared ``MtpDrafter``)."""
+
+    method = "mtp"
+
+    def __init__(self, drafter: MtpDrafter, seq: int):
+        self.drafter, self.seq = drafter, seq
+
+    def propose(self, context: list[int], n_max: int) -> list[int]:
+        return self.drafter.propose(self.seq, context, n_max)
+
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        pass                        # the next propose cuts the rejected rows
+
+    def close(self) -> None:
+        pass
