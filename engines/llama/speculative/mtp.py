@@ -106,9 +106,12 @@ class MtpDrafter:
         head = mtp_model or model
         self.n_heads = require_nextn(ll, head, model_id)
         self.n_embd = int(ll.llama_model_n_embd(model))
-        if int(ll.llama_model_n_embd(head)) != self.n_embd:
-            raise MtpUnavailable(f"{model_id}: the MTP model's width "
-                                 f"{ll.llama_model_n_embd(head)} is not the target's {self.n_embd}")
+        # A separate head may be narrower inside (Gemma 4's assistant) but must take and give
+        # hidden states of the target's width.
+        width = int(ll.llama_model_n_embd_out(head)) or int(ll.llama_model_n_embd(head))
+        if width != self.n_embd:
+            raise MtpUnavailable(f"{model_id}: the MTP model's hidden states are {width} wide, "
+                                 f"the target's {self.n_embd}")
         self.n_vocab = int(ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model)))
         self.ctx = ll.llama_init_from_model(head, self._params(
             n_seq_max=n_seq_max, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch))
