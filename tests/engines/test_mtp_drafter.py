@@ -129,6 +129,18 @@ def test_sequences_are_independent(loop):
     assert drafter.propose(0, tokens, N_MAX) == before
 
 
+def test_all_slots_draft_together_and_leave_their_kvs_as_they_were(loop):
+    target, drafter = loop
+    a = prefill(target, drafter, 0, PROMPT)
+    b = prefill(target, drafter, 1, OTHER)
+    both = drafter.propose_many([(0, a, N_MAX), (1, b, 2)])
+    assert [len(d) for d in both] == [N_MAX, 2]
+    assert all(0 <= t < target.n_vocab for d in both for t in d)
+    assert (drafter.kv_len(0), drafter.kv_len(1)) == (len(PROMPT), len(OTHER))
+    assert drafter.propose_many([(0, a, N_MAX), (1, b, 2)]) == both
+    assert drafter.propose_many([(1, b + [5], N_MAX), (0, a, 0)]) == [[], []]
+
+
 def test_the_sequence_view_follows_a_cut_of_the_targets_kv_alone(loop):
     target, drafter = loop
     tokens = prefill(target, drafter, 0, PROMPT)

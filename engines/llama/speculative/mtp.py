@@ -36,6 +36,7 @@ one that calls ``llama_decode`` on the target, and blocks on the MTP context's d
 2. to draft for a slot: ``propose(seq, tokens, n_max)``, ``tokens`` being the slot's whole
    token list whose last token was sampled by the target and is not decoded yet; returns
    up to ``n_max`` token ids (``[]`` when it cannot draft: see ``can_draft``);
+   ``propose_many`` drafts for every slot at once, one MTP decode per draft step;
 3. whenever the target's KV of a sequence is cut at ``keep`` (a rejected draft tail, a
    reused prefix, a new job with ``keep = 0``): ``rollback(seq, keep)``. Optional where the
    next call is ``observe`` or ``propose`` with the cut context: ``observe`` cuts stale MTP
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -187,29 +189,53 @@ class MtpDrafter:
         MTP KV is cut too (``rollback``), so a caller that cuts only the target's KV still
         drafts right. Leaves the MTP KV as it found it otherwise. Raises EngineError when an
         MTP decode fails."""
-        state = self.states[seq]
-        past = len(tokens) - 1               # positions the target's KV holds
-        if past >= 0 and (state.kv_len > past or (state.ready and state.ready_pos > past)):
-            self.rollback(seq, past)         # the target's KV was cut without telling us
-        if n_max <= 0 or not tokens or not self.can_draft(seq, len(tokens)):
-            return []
-        first, token, hidden = state.ready_pos, int(tokens[-1]), state.pending
-        drafts: list[int] = []
+        return self.propose_many([(seq, tokens, n_max)])[0]
+
+    def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]
+                     ) -> list[list[int]]:
+        """``propose`` for several sequences (distinct ids) at once, in request order: each
+        draft step is one MTP decode carrying a row for every sequence still drafting, as
+        the target's batch carries every slot."""
+        if len(requests) > self.n_batch:
+            return (self.propose_many(requests[:self.n_batch])
+                    + self.propose_many(requests[self.n_batch:]))
+        drafts: list[list[int]] = [[] for _ in requests]
+        live = [_Draft(i, seq, self.states[seq].ready_pos, n_max, int(tokens[-1]),
+                       self.states[seq].pending)
+                for i, (seq, tokens, n_max) in enumerate(requests)
+                if self._align(seq, tokens) and n_max > 0]
+        cuts = [(d.seq, d.first) for d in live]
         try:
-            while len(drafts) < n_max:
-                pos = first if self.shares_memory else first + len(drafts)
-                self._fill([(token, pos, seq, hidden)], logits=True)
+            step = 0
+            while live:
+                self._fill([(d.token, d.first if self.shares_memory else d.first + step,
+                             d.seq, d.hidden) for d in live], logits=True)
                 self._decode()
-                token = self._pick()
-                if token is None:
-                    break
-                drafts.append(token)
-                if len(drafts) < n_max:
-                    hidden = self._own_hidden()
+                live = [d for row, d in enumerate(live) if self._extend(d, row, drafts[d.index])]
+                step += 1
         finally:
             if not self.shares_memory:
-                self._cut(seq, first)
+                for seq, first in cuts:
+                    self._cut(seq, first)
         return drafts
+
+    def _align(self, seq: int, tokens: Sequence[int]) -> bool:
+        """Follow a cut of the target's KV to ``len(tokens) - 1``; whether it can draft."""
+        state, past = self.states[seq], len(tokens) - 1
+        if past >= 0 and (state.kv_len > past or (state.ready and state.ready_pos > past)):
+            self.rollback(seq, past)
+        return bool(tokens) and self.can_draft(seq, len(tokens))
+
+    def _extend(self, d: _Draft, row: int, out: list[int]) -> bool:
+        """Read output ``row`` of the last MTP decode into ``out``; whether ``d`` drafts on."""
+        token = self._pick(row)
+        if token is None:
+            return False
+        out.append(token)
+        if len(out) >= d.n_max:
+            return False
+        d.token, d.hidden = token, self._own_hidden(row)
+        return True
 
     def rollback(self, seq: int, keep: int) -> None:
         """The target's KV of ``seq`` was cut at ``keep``: cut the MTP KV there too."""
@@ -255,8 +281,8 @@ class MtpDrafter:
         self.ll.llama_memory_seq_rm(self.mem, seq, keep, -1)
         self.states[seq].kv_len = min(self.states[seq].kv_len, keep)
 
-    def _pick(self) -> int | None:
-        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, 0),
+    def _pick(self, row: int) -> int | None:
+        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, row),
                                        shape=(self.n_vocab,))
         best = int(np.argmax(logits))
         if self.p_min > 0.0:
@@ -265,11 +291,23 @@ class MtpDrafter:
                 return None
         return best
 
-    def _own_hidden(self) -> np.ndarray:
-        ptr = self.ext.llama_get_embeddings_nextn_ith(self.ctx, 0)
+    def _own_hidden(self, row: int) -> np.ndarray:
+        ptr = self.ext.llama_get_embeddings_nextn_ith(self.ctx, row)
         if not ptr:
             raise EngineError("the MTP context kept no nextn embedding")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+
+@dataclass
+class _Draft:
+    """One sequence's draft in progress (``propose_many``): request ``index``, where its
+    draft starts, its length cap, and the next row's token and hidden state."""
+    index: int
+    seq: int
+    first: int
+    n_max: int
+    token: int
+    hidden: np.ndarray
 
 
 class MtpSeqDrafter:
