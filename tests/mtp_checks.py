@@ -2,8 +2,6 @@
 MTP layers, and the target side of the decode loop driven by hand."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from hypnos.engines.llama.speculative.mtp import enable_mtp_loading
@@ -29,7 +27,7 @@ class Target:
         params.n_ctx, params.n_seq_max, params.n_batch, params.n_ubatch = 512, 2, 64, 64
         params.n_rs_seq = n_rs_seq
         params.kv_unified = False
-        params.n_threads = params.n_threads_batch = min(2, len(os.sched_getaffinity(0)))
+        params.n_threads = params.n_threads_batch = 1     # tiny: spinning threads only cost
         self.ctx = ll.llama_init_from_model(model, params)
         assert self.ctx
         self.mem = ll.llama_get_memory(self.ctx)

@@ -43,7 +43,7 @@ def paths(tmp_path_factory):
 def loop(ll, paths):
     model = load(ll, paths[0])
     target = Target(ll, model)
-    drafter = MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+    drafter = MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=1,
                          model_id="tiny-qwen35-mtp")
     yield target, drafter
     drafter.close()
@@ -76,7 +76,7 @@ def test_a_gguf_without_nextn_layers_is_refused_by_name(ll, paths):
     target = Target(ll, model)
     try:
         with pytest.raises(MtpUnavailable, match=r"tiny-qwen35: .*nextn_predict_layers"):
-            MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+            MtpDrafter(ll, model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=1,
                        model_id="tiny-qwen35")
     finally:
         ll.llama_free(target.ctx)

@@ -40,7 +40,7 @@ def paths(tmp_path_factory):
 def pair(ll, paths):
     target_model, head = load(ll, paths[0]), load(ll, paths[1])
     target = Target(ll, target_model, n_rs_seq=0)
-    drafter = MtpDrafter(ll, target_model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+    drafter = MtpDrafter(ll, target_model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=1,
                          mtp_model=head, model_id="tiny-gemma4")
     yield target, drafter
     drafter.close()
@@ -85,7 +85,7 @@ def test_a_head_of_another_width_is_refused(ll, paths):
     target = Target(ll, target_model, n_rs_seq=0)
     try:
         with pytest.raises(MtpUnavailable, match="128 wide, the target's 64"):
-            MtpDrafter(ll, target_model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=2,
+            MtpDrafter(ll, target_model, target.ctx, n_seq_max=2, n_ctx=512, n_threads=1,
                        mtp_model=head, model_id="tiny-gemma4")
     finally:
         ll.llama_free(target.ctx)

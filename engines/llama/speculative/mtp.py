@@ -96,6 +96,8 @@ class MtpDrafter:
 
     ``ll`` is ``llama_cpp.llama_cpp``; ``model`` the target's (loaded with ``load_mtp``);
     ``mtp_model`` a separate MTP-only GGUF's model if the heads come apart (same loading).
+    ``n_ctx``/``n_seq_max`` as the target's context; ``n_batch``: rows per MTP decode (the
+    target's n_batch feeds a prompt chunk in one); ``n_threads`` as the target's.
     Raises MtpUnavailable when the model has no nextn layers or widths differ, EngineError
     when llama.cpp refuses the context. ``close`` frees it (the models stay the caller's).
     """
