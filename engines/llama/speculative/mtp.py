@@ -22,8 +22,12 @@ Qwen3-Next, GLM-4 MoE, Nemotron-H MoE, MiMo 2, Step 3.5 ...):
   own KV cache, and gives logits for the token after next plus its own hidden state
   (``llama_get_embeddings_nextn_ith``, with ``masked=True``: output rows only), which feeds
   the next draft step. Where llama.cpp links the MTP context to the target's memory instead
-  (``llama_get_ctx_other(mtp) == target``), it keeps no KV of its own.
-- Drafting k tokens is k one-row decodes of the MTP context at consecutive positions; the
+  (``llama_get_ctx_other(mtp) == target``), it keeps no KV of its own: Gemma 4's separate
+  ``gemma4-assistant`` head (narrower inside, ``embedding_length_out`` = the target's width;
+  ``nextn.pre_projection`` in, ``nextn.post_projection`` out) attends with queries only over
+  the target's KV, so every draft step sits at the same position and nothing is cut.
+- Drafting k tokens is k decodes of the MTP context (one row per drafting slot) at
+  consecutive positions; the
   drafted rows are then cut from its KV (``llama_memory_seq_rm``), and the rows the target
   verifies are fed again with the target's real hidden states. A rejected tail is cut from
   both KVs at the same position.
