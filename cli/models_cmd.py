@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from hypnos.catalog.blocks import config_block
-from hypnos.catalog.catalog import CatalogError, load_catalog
+from hypnos.catalog.catalog import CatalogError, load_catalog, optional_features
 from hypnos.catalog.pull import PullError, plan, pull_variant
 from hypnos.catalog.state import catalog_wire
 from hypnos.cli.client import server_options
@@ -94,14 +94,18 @@ def _list_pool(client, as_json: bool, modality: str | None) -> None:
                    "engine cannot run yet.")
 @click.option("--dry-run", is_flag=True,
               help="List the exact files, sizes, sha256s and URLs; download nothing.")
-def pull(specs, config_path, as_json: bool, force: bool, dry_run: bool) -> None:
+@click.option("--mtp", is_flag=True,
+              help="Also fetch the variant's MTP draft head, where the catalog lists one "
+                   "(for speculative = \"mtp\").")
+def pull(specs, config_path, as_json: bool, force: bool, dry_run: bool, mtp: bool) -> None:
     """Download catalog variants (<id> or <id>:<quant>) into models_dir. An entry the pinned
     engine cannot run yet (it needs a newer llama.cpp) is refused, exit 1, unless --force."""
     cfg = resolve_config(config_path)
     catalog = load_catalog()
     resolved = [_resolve(catalog, s) for s in specs]
+    optional = optional_features("mtp") if mtp else ()
     if dry_run:
-        _print_plan(catalog, resolved, cfg.models_dir, as_json)
+        _print_plan(catalog, resolved, cfg.models_dir, as_json, optional)
         return
     for entry, _variant in resolved:
         reason = catalog.unsupported_reason(entry)
@@ -112,7 +116,8 @@ def pull(specs, config_path, as_json: bool, force: bool, dry_run: bool) -> None:
         try:
             with _progress(as_json) as progress:
                 results.append(pull_variant(entry, variant, cfg.models_dir,
-                                            progress=progress, force=force))
+                                            progress=progress, force=force,
+                                            optional=optional))
         except PullError as exc:
             if as_json:
                 print_json({"error": str(exc), "done": [r.to_dict() for r in results]})
@@ -125,10 +130,10 @@ def pull(specs, config_path, as_json: bool, force: bool, dry_run: bool) -> None:
         print_json({"pulled": [r.to_dict() for r in results]})
 
 
-def _print_plan(catalog, resolved, models_dir, as_json: bool) -> None:
+def _print_plan(catalog, resolved, models_dir, as_json: bool, optional=()) -> None:
     out = []
     for entry, variant in resolved:
-        rows = plan(entry, variant, models_dir)
+        rows = plan(entry, variant, models_dir, optional)
         item = {"spec": f"{entry.id}:{variant.quant}", "models_dir": str(models_dir),
                 "files": rows, "size_bytes": variant.size_bytes}
         if variant.size_note:

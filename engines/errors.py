@@ -30,6 +30,16 @@ class EngineNotBuilt(EngineUnavailable):
         Exception.__init__(self, f"{what} is not implemented in this version of Hypnos")
 
 
+class MtpUnavailable(EngineUnavailable):
+    """``speculative = "mtp"`` on a model that cannot draft with MTP heads: its GGUF has no
+    nextn layers, or a separate head does not fit it (a 503 naming the model; refused at
+    load)."""
+
+    def __init__(self, message: str):
+        self.engine, self.extra = "ggml_llama", ""
+        Exception.__init__(self, message)
+
+
 class ContextOverflow(EngineError):
     """The prompt does not fit the context of a slot (a 422 context_over_budget)."""
 

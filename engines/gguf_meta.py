@@ -68,6 +68,14 @@ class GgufMeta:
     expert_bytes: int                # all tensors whose name contains "_exps"
     expert_layer_bytes: tuple[int, ...] = ()
     kv_heads_per_layer: tuple[int, ...] = field(default=())
+    #: MTP (multi-token prediction) blocks, ``<arch>.nextn_predict_layers``: the last ones
+    #: of ``num_layers``, which a plain decode skips; > 0 is what ``speculative = "mtp"``
+    #: needs (``has_mtp_heads``).
+    nextn_layers: int = 0
+
+    @property
+    def has_mtp_heads(self) -> bool:
+        return self.nextn_layers > 0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -268,6 +276,7 @@ def _build_meta(path: Path, size: int, kv: dict, tensors: list[tuple[str, int]])
         file_bytes=size, tensor_bytes=sum(n for _, n in tensors),
         non_layer_bytes=non_layer, layer_bytes=tuple(layer_bytes), expert_bytes=experts,
         expert_layer_bytes=tuple(expert_layer), kv_heads_per_layer=kv_per_layer,
+        nextn_layers=num("nextn_predict_layers"),
     )
 
 

@@ -150,3 +150,78 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
 if __name__ == "__main__":
     out = write_tiny_gemma4(Path(sys.argv[1]))
     print(f"{out} ({out.stat().st_size} bytes)")
+
+
+@dataclass(frozen=True)
+class TinyAssistant:
+    """A Gemma 4 assistant (MTP draft head, ``gemma4-assistant``) for ``TinyGemma4``: narrower
+    inside than its target, reading and giving hidden states of the target's width."""
+    n_embd: int = 32
+    ffn: int = 64
+    seed: int = 1
+
+
+def write_tiny_gemma4_assistant(path: Path, target: TinyGemma4 = TinyGemma4(),
+                                spec: TinyAssistant = TinyAssistant()) -> Path:
+    """Write a random-weight ``gemma4-assistant`` GGUF for ``target`` to ``path``: the file
+    format of Gemma 4's separate MTP heads (``mtp-gemma-4-*.gguf``): every block is an MTP
+    block (``nextn_predict_layers == block_count``), attention is query-only (it reads the
+    target's KV), ``nextn.pre_projection`` maps [token embedding, target hidden state] in,
+    ``nextn.post_projection`` gives the next hidden state out. Plumbing only: noise weights."""
+    import gguf
+
+    arch, layers, swa = "gemma4-assistant", 2, [True, False]
+    tokens, types, merges = vocabulary()
+    hd, d, back = target.head_dim, spec.n_embd, target.n_embd
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-random-gemma4-assistant")
+    w.add_context_length(target.context)
+    w.add_embedding_length(d)
+    w.add_uint32(f"{arch}.embedding_length_out", back)
+    w.add_block_count(layers)
+    w.add_uint32(f"{arch}.nextn_predict_layers", layers)
+    w.add_feed_forward_length(spec.ffn)
+    w.add_head_count(target.heads)
+    w.add_head_count_kv(target.heads_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_rope_dimension_count(hd)
+    w.add_sliding_window(target.window)
+    w.add_array(f"{arch}.attention.sliding_window_pattern", swa)
+    w.add_uint32(f"{arch}.attention.key_length_swa", hd)
+    w.add_uint32(f"{arch}.attention.value_length_swa", hd)
+    w.add_uint32(f"{arch}.rope.dimension_count_swa", hd)
+    w.add_float32(f"{arch}.rope.freq_base_swa", 10_000.0)
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_pad_token_id(0)
+    w.add_unk_token_id(3)
+
+    noise, ones = Weights(spec.seed).noise, Weights.ones
+    w.add_tensor("token_embd.weight", noise(len(tokens), d))
+    w.add_tensor("output_norm.weight", ones(d))
+    w.add_tensor("rope_freqs.weight", ones(hd // 2))
+    w.add_tensor("nextn.pre_projection.weight", noise(d, 2 * back))
+    w.add_tensor("nextn.post_projection.weight", noise(back, d))
+    for i in range(layers):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(d))
+        w.add_tensor(f"{b}.attn_q.weight", noise(hd * target.heads, d))
+        w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * target.heads))
+        w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
+        w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
+        w.add_tensor(f"{b}.layer_output_scale.weight", ones(1))
+        w.add_tensor(f"{b}.ffn_norm.weight", ones(d))
+        w.add_tensor(f"{b}.ffn_gate.weight", noise(spec.ffn, d))
+        w.add_tensor(f"{b}.ffn_up.weight", noise(spec.ffn, d))
+        w.add_tensor(f"{b}.ffn_down.weight", noise(d, spec.ffn))
+        w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
+    finish(w)
+    return path

@@ -14,7 +14,15 @@ The weights are noise: it proves the plumbing (the loader and its recurrent stat
 template through the engine, the qwen3_coder dialect and the <think> block, forced calls under
 the grammar), never what a Qwen model would answer.
 
-    python tests/tiny_qwen35.py OUT.gguf
+``nextn=1`` adds one MTP (multi-token prediction) block, as Qwen3.5/3.6/3.8 files carry it: the
+block count grows by one, ``qwen35.nextn_predict_layers = 1`` says the last block is not part
+of the trunk, and that block is a full-attention decoder block plus the ``nextn.*`` tensors
+(``eh_proj`` projecting the concatenated normed token embedding and target hidden state,
+``enorm``, ``hnorm``, ``shared_head_norm``; the LM head is the model's). Its weights are noise
+too: it proves the MTP plumbing (llama.cpp loads the head, an MTP context runs it, drafts are
+token ids), never that a draft would be accepted.
+
+    python tests/tiny_qwen35.py OUT.gguf [--nextn]
 """
 from __future__ import annotations
 
@@ -31,8 +39,9 @@ VISIBLE = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response
            "</tool_response>"]
 
 
-def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
-    """Write the model to ``path`` and return it. Deterministic for a given seed."""
+def write_tiny_qwen35(path: Path, seed: int = 0, nextn: int = 0) -> Path:
+    """Write the model to ``path`` and return it. Deterministic for a given seed; ``nextn``
+    (0 or 1: llama.cpp's qwen35 MTP graph runs one block) appends that many MTP blocks."""
     import gguf
     d, heads, heads_kv, hd, ffn = 64, 2, 1, 32, 128
     d_state, k_heads, v_heads, d_conv = 16, 2, 4, 4
@@ -42,7 +51,9 @@ def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
     w.add_name("tiny-random-qwen35")
     w.add_context_length(4096)
     w.add_embedding_length(d)
-    w.add_block_count(2)
+    w.add_block_count(2 + nextn)
+    if nextn:
+        w.add_nextn_predict_layers(nextn)
     w.add_feed_forward_length(ffn)
     w.add_head_count(heads)
     w.add_head_count_kv(heads_kv)
@@ -89,10 +100,32 @@ def write_tiny_qwen35(path: Path, seed: int = 0) -> Path:
         w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
         w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
         w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+    for i in range(2, 2 + nextn):
+        _add_mtp_block(w, f"blk.{i}", noise, ones, d, heads, heads_kv, hd, ffn)
     finish(w)
     return path
 
 
+def _add_mtp_block(w, b: str, noise, ones, d: int, heads: int, heads_kv: int, hd: int,
+                   ffn: int) -> None:
+    """One MTP block: a gated full-attention decoder block and the ``nextn.*`` tensors."""
+    w.add_tensor(f"{b}.attn_norm.weight", ones(d))
+    w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
+    w.add_tensor(f"{b}.attn_q.weight", noise(hd * heads * 2, d))
+    w.add_tensor(f"{b}.attn_k.weight", noise(hd * heads_kv, d))
+    w.add_tensor(f"{b}.attn_v.weight", noise(hd * heads_kv, d))
+    w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * heads))
+    w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
+    w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
+    w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+    w.add_tensor(f"{b}.nextn.eh_proj.weight", noise(d, 2 * d))
+    w.add_tensor(f"{b}.nextn.enorm.weight", ones(d))
+    w.add_tensor(f"{b}.nextn.hnorm.weight", ones(d))
+    w.add_tensor(f"{b}.nextn.shared_head_norm.weight", ones(d))
+
+
 if __name__ == "__main__":
-    out = write_tiny_qwen35(Path(sys.argv[1]))
+    out = write_tiny_qwen35(Path(sys.argv[1]), nextn=int("--nextn" in sys.argv[2:]))
     print(f"{out} ({out.stat().st_size} bytes)")

