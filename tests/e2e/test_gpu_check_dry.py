@@ -1,0 +1,33 @@
+"""``bash bench/gpu_check.sh --dry-run`` on this CPU machine (issue 27): it builds nothing,
+writes a 10 MiB synthetic GGUF, runs check 0 (llama.cpp and the app on the CPU) in a child
+process, records the GPU checks and what cannot run as skipped with reasons, and exits 0."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_dry_run_passes_and_reports_every_check(tmp_path):
+    env = {**os.environ, "GPU_CHECK_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"),
+           "KIT": str(tmp_path / "no-kit"), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "bench/gpu_check.sh"), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    body = json.loads((tmp_path / "out/gpu_check.json").read_text())
+    steps = {s["step"]: s["rc"] for s in body["steps"]}
+    assert steps == {"preflight": 0, "wheels": "dry", "link_hypnos": 0, "build_llama": "dry",
+                     "install_llama_cpp": "dry", "write_models": 0}
+    rows = body["rows"]
+    plumbing = [r for r in rows if r["check"].startswith("0 ")]
+    assert len(plumbing) == 5 and all(r["verdict"] == "pass" for r in plumbing)
+    others = [r for r in rows if not r["check"].startswith("0 ")]
+    assert {r["check"][0] for r in others} == set("1234567")
+    assert all(r["verdict"] == "skip" and r["reason"] for r in others)
+    assert (tmp_path / "work/models/syn-10m.gguf").stat().st_size <= 10 * 2**20
+    assert (tmp_path / "work/site/hypnos/service").is_symlink()
+    assert "5 pass, 0 fail, 10 skip" in (tmp_path / "out/gpu_check.txt").read_text()
