@@ -49,11 +49,12 @@ def checks() -> list[Check]:
     return [
         Check(0, "plumbing on the CPU", eng.check_plumbing, 10, gpu=False),
         Check(1, "offload and /health", eng.check_offload, 30),
+        # The headline next, so that a slow build leaves time for it before the others.
+        Check(5, "swap workload vs llama-server router", srv.check_swap_workload, 120),
         Check(2, "memory truth vs NVML", eng.check_memory_truth, 60),
         Check(3, "tier moves vs pinned H2D", eng.check_tier_moves, 60),
-        Check(6, "layer split and KV parking", eng.check_split_and_parking, 60),
         Check(4, "decode GPU vs CPU, vs llama-server", srv.check_decode, 90),
-        Check(5, "swap workload vs llama-server router", srv.check_swap_workload, 120),
+        Check(6, "layer split and KV parking", eng.check_split_and_parking, 60),
         Check(7, "not runnable there", srv.check_not_runnable, 0, gpu=False),
     ]
 
@@ -66,13 +67,14 @@ def write_results(out: Path, rows: list[Row], steps: list[dict], ctx: Ctx) -> No
     (out / "gpu_check.txt").write_text(render(rows, steps))
 
 
-def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> list[Row]:
+def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bool]:
     """Run ``check`` in a child process (this script with ``--only N --child FILE``), so a
     crash in CUDA code or a hang costs that check only: a child killed by a signal, or past
-    twice its expected time (within the deadline), is that check's failure."""
+    twice its expected time (within the deadline), is that check's failure. Returns the rows
+    and whether the child printed them already."""
     label = f"{check.number} {check.name}"
     if (check.gpu and ctx.smoke) or ctx.left() < check.needs_s:
-        return run_check(check, ctx)          # the skip row, without a child
+        return run_check(check, ctx), False   # the skip row, without a child
     limit = max(check.needs_s, min(2 * check.needs_s + 30, ctx.left()))
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         rows_file = Path(tmp) / "rows.json"
@@ -81,11 +83,11 @@ def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> list[Row]:
         try:
             proc = subprocess.run(cmd, timeout=limit)
         except subprocess.TimeoutExpired:
-            return [Row(label, "-", "-", "fail", f"timed out after {limit:.0f} s")]
+            return [Row(label, "-", "-", "fail", f"timed out after {limit:.0f} s")], False
         if not rows_file.is_file():
             return [Row(label, "-", "-", "fail", f"the check's process died (exit "
-                        f"{proc.returncode}) before writing its rows")]
-        return [Row(**r) for r in json.loads(rows_file.read_text())]
+                        f"{proc.returncode}) before writing its rows")], False
+        return [Row(**r) for r in json.loads(rows_file.read_text())], True
 
 
 def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None) -> list[Row]:
@@ -96,8 +98,9 @@ def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = Non
         if only is not None and check.number not in only:
             continue
         print(f"-- check {check.number} {check.name} ({ctx.left():.0f} s left)", flush=True)
-        got = run_check(check, ctx) if argv is None else run_isolated(check, ctx, argv)
-        for r in got:
+        got, printed = (run_check(check, ctx), False) if argv is None else \
+            run_isolated(check, ctx, argv)
+        for r in [] if printed else got:
             print(f"   {r.verdict:<5}{r.check}: {r.measured} (expected {r.expected})"
                   + (f" - {r.reason}" if r.reason else ""), flush=True)
         rows += got

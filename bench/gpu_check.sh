@@ -71,7 +71,7 @@ preflight() {
 }
 
 wheels() {
-  python3 -m venv --system-site-packages "$WORK/venv" &&
+  [ -x "$PY" ] || python3 -m venv --system-site-packages "$WORK/venv" &&
   "$PY" -m pip install -q --no-index --find-links "$KIT/wheels" sanic sanic-testing pydantic \
       tomlkit gguf diskcache ||
   { echo "resolver refused; installing the kit's wheels without dependencies";
@@ -97,6 +97,7 @@ EOF
 cmake_flags() {
   local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON
     -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH" -DGGML_RPC=ON
+    "-DGGML_CUDA_FA=${GGML_CUDA_FA:-ON}"
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF)
@@ -116,8 +117,14 @@ cmake_flags() {
   printf '%s\n' "${flags[@]}"
 }
 
+# A rerun on a warm machine reuses the source and build tree (no re-extraction: new mtimes
+# would rebuild everything), so cmake --build only checks that it is up to date.
 build_llama() {
-  mkdir -p "$SRC" && tar xzf "$KIT"/llama-cpp-python-*-trimmed.tar.gz -C "$SRC" --strip-components=1 &&
+  if [ ! -d "$SRC/vendor" ]; then
+    mkdir -p "$SRC" && tar xzf "$KIT"/llama-cpp-python-*-trimmed.tar.gz -C "$SRC" --strip-components=1 ||
+      return 1
+  fi
+
   mapfile -t flags < <(cmake_flags) &&
   cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" "${flags[@]}" > "$OUT/cmake-configure.log" 2>&1 &&
   cmake --build "$BUILD" -j "$(nproc)" --target llama ggml ggml-base ggml-cpu ggml-cuda ggml-rpc \
@@ -136,16 +143,18 @@ install_llama_cpp() {
   "$PY" -c 'import llama_cpp.llama_cpp as l; print("gpu offload:", l.llama_supports_gpu_offload())'
 }
 
+# gguf NAME MIB SEED: bench/synthetic_gguf.py, unless a rerun finds the file already there.
+gguf() {
+  [ -s "$MODELS/$1" ] && { echo "$1 already written"; return 0; }
+  "$PY" "$ROOT/bench/synthetic_gguf.py" "$MODELS/$1.tmp" --size-mib "$2" --seed "$3" &&
+    mv "$MODELS/$1.tmp" "$MODELS/$1"
+}
+
 write_models() {
   mkdir -p "$MODELS"
-  if [ $DRY = 1 ]; then
-    "$PY" "$ROOT/bench/synthetic_gguf.py" "$MODELS/syn-10m.gguf" --size-mib 10
-    return
-  fi
-  for i in 1 2 3; do
-    "$PY" "$ROOT/bench/synthetic_gguf.py" "$MODELS/syn-1g-$i.gguf" --size-mib 1024 --seed "$i" || return 1
-  done
-  "$PY" "$ROOT/bench/synthetic_gguf.py" "$MODELS/syn-8g.gguf" --size-mib 8192 --seed 8
+  if [ $DRY = 1 ]; then gguf syn-10m.gguf 10 0; return; fi
+  gguf syn-1g-1.gguf 1024 1 && gguf syn-1g-2.gguf 1024 2 && gguf syn-1g-3.gguf 1024 3 &&
+    gguf syn-8g.gguf 8192 8
 }
 
 say "gpu_check.sh: root $ROOT, kit $KIT, work $WORK, out $OUT, dry run $DRY, budget ${BUDGET_S}s"

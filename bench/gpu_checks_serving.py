@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from gpu_check_core import Ctx, Row, Skip, judged
-from gpu_checks_engine import CONTEXT, config_text
+from gpu_checks_engine import CONTEXT, config_text, one_model_budget
 from harness import ManagedProcess, ServerProcess
 
 PROMPT = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
@@ -108,7 +108,7 @@ def check_decode(ctx: Ctx) -> list[Row]:
                    f"({device})", "GPU faster", gpu > cpu and device == "cuda")]
     binary = need_server(ctx)
     tmp = Path(tempfile.mkdtemp(prefix="gpu-check-decode-"))
-    text = config_text([model], slots=4)
+    text = config_text([model], slots=4, ids=["chat"])   # llama_server.chat asks "chat"
     (tmp / "hypnos.toml").write_text(text)
     srv = ref = None
     try:
@@ -128,11 +128,8 @@ def check_decode(ctx: Ctx) -> list[Row]:
 
 
 def swap_config(models: list[Path]) -> str:
-    """The three models, a simulated tier 1 that holds one of them (1.3 x its file plus the
-    reserve), host RAM left as it is."""
-    from hypnos.planner.budgets import VRAM_RESERVE_BYTES
-    one = VRAM_RESERVE_BYTES + int(models[0].stat().st_size * 1.3)
-    return config_text(models, vram=one)
+    """The three models, a simulated tier 1 that holds one of them, host RAM as it is."""
+    return config_text(models, vram=one_model_budget(models[0]))
 
 
 def check_swap_workload(ctx: Ctx) -> list[Row]:
