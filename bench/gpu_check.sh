@@ -71,7 +71,12 @@ preflight() {
 }
 
 wheels() {
-  [ -x "$PY" ] || python3 -m venv --system-site-packages "$WORK/venv" &&
+  if [ ! -x "$PY" ] && ! python3 -m venv --system-site-packages "$WORK/venv"; then
+    echo "no venv here: the kit's wheels go into $SITE for the image's python3"
+    PY=python3
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$KIT"/wheels/*.whl
+    return
+  fi
   "$PY" -m pip install -q --no-index --find-links "$KIT/wheels" sanic sanic-testing pydantic \
       tomlkit gguf diskcache ||
   { echo "resolver refused; installing the kit's wheels without dependencies";
@@ -119,6 +124,12 @@ cmake_flags() {
 
 # A rerun on a warm machine reuses the source and build tree (no re-extraction: new mtimes
 # would rebuild everything), so cmake --build only checks that it is up to date.
+TARGETS=(llama ggml ggml-base ggml-cpu ggml-cuda ggml-rpc mtmd llama-server)
+build_plan() {
+  echo "cmake -S $SRC/vendor/llama.cpp -B $BUILD $(cmake_flags | tr '\n' ' ')"
+  echo "cmake --build $BUILD -j $(nproc) --target ${TARGETS[*]}"
+}
+
 build_llama() {
   if [ ! -d "$SRC/vendor" ]; then
     mkdir -p "$SRC" && tar xzf "$KIT"/llama-cpp-python-*-trimmed.tar.gz -C "$SRC" --strip-components=1 ||
@@ -127,8 +138,7 @@ build_llama() {
 
   mapfile -t flags < <(cmake_flags) &&
   cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" "${flags[@]}" > "$OUT/cmake-configure.log" 2>&1 &&
-  cmake --build "$BUILD" -j "$(nproc)" --target llama ggml ggml-base ggml-cpu ggml-cuda ggml-rpc \
-      mtmd llama-server > "$OUT/cmake-build.log" 2>&1
+  cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" > "$OUT/cmake-build.log" 2>&1
   local rc=$?
   tail -5 "$OUT/cmake-configure.log" "$OUT/cmake-build.log" 2>/dev/null
   return $rc
@@ -161,9 +171,16 @@ say "gpu_check.sh: root $ROOT, kit $KIT, work $WORK, out $OUT, dry run $DRY, bud
 always preflight preflight
 step wheels wheels
 always link_hypnos link_hypnos
+# The models are written (one core, the disk) while llama.cpp builds (every core).
+say "write_models, in the background (log: $OUT/write_models.log)"
+write_models > "$OUT/write_models.log" 2>&1 &
+MODELS_PID=$!
+always build_plan build_plan
 step build_llama build_llama
 step install_llama_cpp install_llama_cpp
-always write_models write_models
+say "waiting for the models"
+always write_models wait $MODELS_PID
+cat "$OUT/write_models.log"
 
 if [ $DRY = 1 ]; then
   set -- --cpu-smoke --model "$MODELS/syn-10m.gguf"

@@ -20,7 +20,8 @@ def test_the_dry_run_passes_and_reports_every_check(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     body = json.loads((tmp_path / "out/gpu_check.json").read_text())
     steps = {s["step"]: s["rc"] for s in body["steps"]}
-    assert steps == {"preflight": 0, "wheels": "dry", "link_hypnos": 0, "build_llama": "dry",
+    assert steps == {"preflight": 0, "wheels": "dry", "link_hypnos": 0, "build_plan": 0,
+                     "build_llama": "dry",
                      "install_llama_cpp": "dry", "write_models": 0}
     rows = body["rows"]
     plumbing = [r for r in rows if r["check"].startswith("0 ")]
@@ -30,4 +31,5 @@ def test_the_dry_run_passes_and_reports_every_check(tmp_path):
     assert all(r["verdict"] == "skip" and r["reason"] for r in others)
     assert (tmp_path / "work/models/syn-10m.gguf").stat().st_size <= 10 * 2**20
     assert (tmp_path / "work/site/hypnos/service").is_symlink()
+    assert "-DGGML_CUDA=ON" in proc.stdout and "-DCMAKE_CUDA_ARCHITECTURES=90" in proc.stdout
     assert "5 pass, 0 fail, 10 skip" in (tmp_path / "out/gpu_check.txt").read_text()
