@@ -70,9 +70,15 @@ preflight() {
   [ $DRY = 1 ]                        # a dry run uses none of it
 }
 
+# A venv over the image's packages lets pip's resolver check the kit against them; when the
+# image's python3 is itself a venv (a venv made from it would not see its packages) or has no
+# venv module, the wheels go into $SITE without dependencies instead.
 wheels() {
-  if [ ! -x "$PY" ] && ! python3 -m venv --system-site-packages "$WORK/venv"; then
-    echo "no venv here: the kit's wheels go into $SITE for the image's python3"
+  local nested
+  nested=$(python3 -c 'import sys; print(int(sys.prefix != sys.base_prefix))')
+  if [ ! -x "$PY" ] && { [ "$nested" = 1 ] ||
+      ! python3 -m venv --system-site-packages "$WORK/venv"; }; then
+    echo "the wheels go into $SITE for the image's python3 (nested venv: $nested)"
     PY=python3
     python3 -m pip install -q --no-index --no-deps --target "$SITE" "$KIT"/wheels/*.whl
     return

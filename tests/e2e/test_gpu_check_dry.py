@@ -33,3 +33,18 @@ def test_the_dry_run_passes_and_reports_every_check(tmp_path):
     assert (tmp_path / "work/site/hypnos/service").is_symlink()
     assert "-DGGML_CUDA=ON" in proc.stdout and "-DCMAKE_CUDA_ARCHITECTURES=90" in proc.stdout
     assert "5 pass, 0 fail, 10 skip" in (tmp_path / "out/gpu_check.txt").read_text()
+
+
+def test_a_failing_check_is_reported_and_the_run_goes_on(tmp_path):
+    """Check 0 on a file that is no GGUF fails (in its child process) and check 7 still runs;
+    the exit status is 1."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu_check.py"), "--cpu-smoke",
+                           "--model", str(bad), "--only", "0,7", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "o/gpu_check.json").read_text())["rows"]
+    assert [r["verdict"] for r in rows if r["check"].startswith("0 ")] == ["fail"]
+    assert rows[0]["reason"]
+    assert [r["verdict"] for r in rows if r["check"].startswith("7 ")] == ["skip"] * 4
