@@ -12,6 +12,9 @@
 # bench/gpu_check.py, which writes gpu_check.json and gpu_check.txt to $OUT. Each step's
 # exit status and seconds go to $OUT/steps.tsv; a failed step does not stop the later ones.
 # Work files go to $GPU_CHECK_WORK (default /tmp/hypnos-gpu). Exit status: gpu_check.py's.
+# A rehearsal on a CPU machine (the whole path, a CPU build): GPU_CHECK_CUDA=OFF,
+# GPU_CHECK_SIZES="16 64" (MiB of the three small models and the large one), PYTHON=a venv
+# that has Hypnos's packages, GPU_CHECK_PLUMBING=1 (bench/gpu_checks_engine.py).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,11 +52,13 @@ always() {
   return 0
 }
 
+CUDA=${GPU_CHECK_CUDA:-ON}
+read -r SMALL_MIB LARGE_MIB <<< "${GPU_CHECK_SIZES:-1024 8192}"
 if [ $DRY = 1 ]; then
   PY=${PYTHON:-$ROOT/.venv/bin/python}
   [ -x "$PY" ] || PY=python3
 else
-  PY=$WORK/venv/bin/python
+  PY=${PYTHON:-$WORK/venv/bin/python}
 fi
 SITE=$WORK/site                     # hypnos (links to the tree) and llama_cpp, on PYTHONPATH
 SRC=$WORK/src
@@ -107,7 +112,7 @@ EOF
 
 cmake_flags() {
   local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON
-    -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH" -DGGML_RPC=ON
+    "-DGGML_CUDA=$CUDA" "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH" -DGGML_RPC=ON
     "-DGGML_CUDA_FA=${GGML_CUDA_FA:-ON}"
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
@@ -130,7 +135,8 @@ cmake_flags() {
 
 # A rerun on a warm machine reuses the source and build tree (no re-extraction: new mtimes
 # would rebuild everything), so cmake --build only checks that it is up to date.
-TARGETS=(llama ggml ggml-base ggml-cpu ggml-cuda ggml-rpc mtmd llama-server)
+TARGETS=(llama ggml ggml-base ggml-cpu ggml-rpc mtmd llama-server)
+[ "$CUDA" = ON ] && TARGETS+=(ggml-cuda)
 build_plan() {
   echo "cmake -S $SRC/vendor/llama.cpp -B $BUILD $(cmake_flags | tr '\n' ' ')"
   echo "cmake --build $BUILD -j $(nproc) --target ${TARGETS[*]}"
@@ -169,8 +175,8 @@ gguf() {
 write_models() {
   mkdir -p "$MODELS"
   if [ $DRY = 1 ]; then gguf syn-10m.gguf 10 0; return; fi
-  gguf syn-1g-1.gguf 1024 1 && gguf syn-1g-2.gguf 1024 2 && gguf syn-1g-3.gguf 1024 3 &&
-    gguf syn-8g.gguf 8192 8
+  gguf syn-1g-1.gguf "$SMALL_MIB" 1 && gguf syn-1g-2.gguf "$SMALL_MIB" 2 &&
+    gguf syn-1g-3.gguf "$SMALL_MIB" 3 && gguf syn-8g.gguf "$LARGE_MIB" 8
 }
 
 say "gpu_check.sh: root $ROOT, kit $KIT, work $WORK, out $OUT, dry run $DRY, budget ${BUDGET_S}s"
