@@ -69,3 +69,40 @@ def test_steps_and_table(tmp_path):
     text = render(rows, parsed)
     assert text.rstrip().endswith("1 pass, 1 fail, 1 skip")
     assert "(too big)" in text and "build_llama" in text
+
+
+def test_vram_growth_keeps_to_one_measure():
+    from gpu_checks_engine import vram_growth
+    assert vram_growth((5000, 300), (9000, 4300)) == (4000, "process")
+    # A process with no CUDA context yet is not listed: the device's figure, both times.
+    assert vram_growth((5000, None), (9000, 4300)) == (4000, "device")
+
+
+def test_the_tolerance_is_5_percent_or_256_mib():
+    from gpu_checks_engine import MIB, within
+    assert within(1000 * MIB + 255 * MIB, 1000 * MIB)
+    assert not within(1000 * MIB + 257 * MIB, 1000 * MIB)
+    assert within(int(8000 * MIB * 1.049), 8000 * MIB)
+    assert not within(int(8000 * MIB * 1.06), 8000 * MIB)
+
+
+def test_the_checks_configs_parse_and_the_budget_holds_one_model_not_two(tmp_path):
+    import tomllib
+
+    import synthetic_gguf
+    from gpu_checks_engine import config_text, one_model_budget, tier1_booking
+
+    from hypnos.planner.budgets import VRAM_RESERVE_BYTES
+    from hypnos.service.config.load import parse_config
+    models = [tmp_path / f"syn-{i}.gguf" for i in range(3)]
+    for i, m in enumerate(models):
+        synthetic_gguf.write(m, 4 * 2**20, seed=i)
+    budget = one_model_budget(models[0])
+    cfg = parse_config(tomllib.loads(config_text(models, vram=budget, slots=4,
+                                                 ids=["a", "b", "chat"])))
+    assert [m.id for m in cfg.models] == ["a", "b", "chat"]
+    assert {(m.slots, m.context_len) for m in cfg.models} == {(4, 4 * 2048)}
+    assert cfg.hardware.simulate.vram_bytes == budget
+    booking, layer = tier1_booking(models[0])
+    assert 0 < layer < booking
+    assert booking <= budget - VRAM_RESERVE_BYTES < 2 * booking
