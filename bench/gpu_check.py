@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.deadline = args.deadline or time.time() + 480
+    args.out.mkdir(parents=True, exist_ok=True)
     models = [m.resolve() for m in args.models + ([args.model] if args.model else [])]
     if not models:
         ap.error("give --models or --model")

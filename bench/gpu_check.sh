@@ -27,6 +27,7 @@ DRY=0
 OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUT"
 : > "$OUT/steps.tsv"
+exec > >(tee "$OUT/gpu_check.log") 2>&1     # all of it comes back, not only the output's tail
 START=$(date +%s)
 DEADLINE=$((START + BUDGET_S))
 

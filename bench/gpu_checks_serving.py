@@ -107,7 +107,7 @@ def check_decode(ctx: Ctx) -> list[Row]:
     rows = [judged("4 decode GPU vs CPU (in-process)", f"{gpu:.0f} vs {cpu:.0f} tok/s "
                    f"({device})", "GPU faster", gpu > cpu and device == "cuda")]
     binary = need_server(ctx)
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-decode-"))
+    tmp = Path(tempfile.mkdtemp(prefix="decode-", dir=ctx.out))     # the logs come back
     text = config_text([model], slots=4, ids=["chat"])   # llama_server.chat asks "chat"
     (tmp / "hypnos.toml").write_text(text)
     srv = ref = None
@@ -140,7 +140,7 @@ def check_swap_workload(ctx: Ctx) -> list[Row]:
         raise Skip("needs three models")
     binary = need_server(ctx)
     models = ctx.models[:3]
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-swap-"))
+    tmp = Path(tempfile.mkdtemp(prefix="swap-", dir=ctx.out))
     (tmp / "hypnos.toml").write_text(swap_config(models))
     ids = [f"m{i}" for i in range(3)]
     names = [m.stem for m in models]       # the router names models by file stem
