@@ -134,8 +134,6 @@ cmake_flags() {
   printf '%s\n' "${flags[@]}"
 }
 
-# A rerun on a warm machine reuses the source and build tree (no re-extraction: new mtimes
-# would rebuild everything), so cmake --build only checks that it is up to date.
 TARGETS=(llama ggml ggml-base ggml-cpu ggml-rpc mtmd llama-server)
 [ "$CUDA" = ON ] && TARGETS+=(ggml-cuda)
 build_plan() {
@@ -143,7 +141,13 @@ build_plan() {
   echo "cmake --build $BUILD -j $(nproc) --target ${TARGETS[*]}"
 }
 
+# A rerun on a warm machine reuses the source and the build (no re-extraction: new mtimes
+# would rebuild everything): a build that finished left $BUILD/.hypnos-built.
 build_llama() {
+  if [ -f "$BUILD/.hypnos-built" ] && [ -x "$BUILD/bin/llama-server" ]; then
+    echo "built before ($(cat "$BUILD/.hypnos-built")): reused"
+    return 0
+  fi
   if [ ! -d "$SRC/vendor" ]; then
     mkdir -p "$SRC" && tar xzf "$KIT"/llama-cpp-python-*-trimmed.tar.gz -C "$SRC" --strip-components=1 ||
       return 1
@@ -154,6 +158,7 @@ build_llama() {
   cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" > "$OUT/cmake-build.log" 2>&1
   local rc=$?
   tail -5 "$OUT/cmake-configure.log" "$OUT/cmake-build.log" 2>/dev/null
+  [ $rc = 0 ] && date -u +%FT%TZ > "$BUILD/.hypnos-built"
   return $rc
 }
 
