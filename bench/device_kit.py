@@ -151,9 +151,14 @@ def pinned(project: str) -> str:
         return project
 
 
+def normalized(name: str) -> str:
+    """A project name as IMAGE_HAS and WANTED spell it (``Pydantic_Core`` -> pydantic-core)."""
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
 def project_of(wheel: Path) -> str:
     """The normalized project name of a wheel file (``Pydantic_Core-2.1-..`` -> pydantic-core)."""
-    return wheel.name.split("-")[0].lower().replace("_", "-").replace(".", "-")
+    return normalized(wheel.name.split("-")[0])
 
 
 def download_wheels(dest: Path) -> list[Path]:

@@ -106,3 +106,54 @@ def test_every_base_dependency_is_carried_or_in_the_image():
              for d in deps}
     missing = names - set(kit.WANTED) - kit.IMAGE_HAS
     assert not missing, f"not in the kit nor the image: {sorted(missing)}"
+
+
+def requirement_closure(names) -> set[str]:
+    """``names`` and what they require, as installed here (extras left out)."""
+    import re
+    from importlib import metadata
+    seen: set[str] = set()
+    todo = [kit.normalized(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [kit.normalized(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0])
+                 for r in reqs if "extra ==" not in r]
+    return seen
+
+
+IMPORTS = """
+import json, sys, tomllib
+from importlib import metadata
+sys.path.insert(0, sys.argv[1])
+import gpu_check, gpu_checks_engine, gpu_checks_serving, synthetic_gguf
+import hypnos.cli.main, hypnos.engines.llama.engine, llama_cpp.mtmd_cpp
+from sanic import Sanic
+from hypnos.service.app import create_app
+from hypnos.service.config.load import parse_config
+Sanic.test_mode = True
+create_app(parse_config(tomllib.loads('models_dir = "/tmp"')), stage=False, name="kit")
+owners = metadata.packages_distributions()
+tops = {m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names)
+print(json.dumps(sorted({d for t in tops for d in owners.get(t, [])})))
+"""
+
+
+def test_what_the_check_imports_comes_with_the_kit_or_the_image():
+    """Every distribution that the GPU check's modules and the app import (in a clean
+    interpreter) is in the device image, in the kit's wheels (WANTED and what they require)
+    or is llama-cpp-python (the kit's source)."""
+    import json
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", IMPORTS, str(ROOT / "bench")], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    used = {kit.normalized(d) for d in json.loads(out.strip().splitlines()[-1])}
+    covered = requirement_closure(kit.WANTED) | kit.IMAGE_HAS | {"llama-cpp-python", "hypnos"}
+    assert "sanic" in used and "pydantic" in used
+    assert used - covered == set()
