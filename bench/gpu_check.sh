@@ -153,9 +153,14 @@ build_llama() {
       return 1
   fi
 
-  mapfile -t flags < <(cmake_flags) &&
-  cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" "${flags[@]}" > "$OUT/cmake-configure.log" 2>&1 &&
-  cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" > "$OUT/cmake-build.log" 2>&1
+  mapfile -t flags < <(cmake_flags)
+  cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" "${flags[@]}" > "$OUT/cmake-configure.log" 2>&1 ||
+    { tail -20 "$OUT/cmake-configure.log"; return 1; }
+  # Stopped 60 s before the deadline, so the table still gets written (a rerun resumes it).
+  local left=$((DEADLINE - $(date +%s) - 60))
+  [ "$left" -gt 0 ] || left=1
+  timeout "$left" cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" \
+    > "$OUT/cmake-build.log" 2>&1
   local rc=$?
   tail -5 "$OUT/cmake-configure.log" "$OUT/cmake-build.log" 2>/dev/null
   [ $rc = 0 ] && date -u +%FT%TZ > "$BUILD/.hypnos-built"
