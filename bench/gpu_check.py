@@ -1,188 +1,159 @@
-"""The device check (issue 17): on an NVIDIA machine, SmolLM2 served with every layer on the
-GPU, and what NVML and llama.cpp say against what Hypnos booked. Prints one table; exits 1
-when a check fails (2 when the machine or the build cannot run it at all).
+"""The device check (issues 17 and 27): on an NVIDIA machine, Hypnos on synthetic llama GGUFs
+with llama.cpp's CUDA build, against NVML, the pinned host-to-device bandwidth and
+llama.cpp's own ``llama-server``. Writes ``gpu_check.json`` and ``gpu_check.txt`` to --out;
+exits 1 when a check fails, 0 otherwise (skipped checks are listed with their reason, never
+counted as passed).
 
-    python bench/gpu_check.py [--model models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf]
+    bash bench/gpu_check.sh             # on the device: builds, writes the models, runs this
+    python bench/gpu_check.py --models A.gguf B.gguf C.gguf --large L.gguf \\
+        --llama-server BUILD/bin/llama-server --out DIR [--deadline UNIX_S]
+    python bench/gpu_check.py --cpu-smoke --model SMALL.gguf --out DIR   # any CPU machine
 
-Checks, in one process, through the server's own routes (Sanic's ASGI client):
-  1. VRAM: NVML shows this process's VRAM (else the device's) grow by the booked bytes when
-     the model is moved to tier 1, within 5 % or 256 MiB; llama.cpp offloaded every layer.
-  2. Tier moves: to tier 2 and to tier 3 free that VRAM (back within 256 MiB of the start), a
-     move back restores it; the promotion time per GiB from tier 2 and from tier 3.
-  3. Decode tokens/s on the GPU against the same model on the CPU (gpu_layers 0), same run,
-     same prompt, greedy: the GPU must be faster.
-  4. A simulated 250 MiB tier-1 budget (``[hardware.simulate]``): the planner splits the
-     layers, and the layers llama.cpp reports offloaded are the planner's gpu_layers.
-
-Needs a CUDA build of llama-cpp-python (``HYPNOS_GPU=cuda ./run.sh``; on a host without
-network, build the wheel from the sdist with the system nvcc: ``CMAKE_ARGS="-DGGML_CUDA=on
--DCMAKE_CUDA_ARCHITECTURES=90" CMAKE_BUILD_PARALLEL_LEVEL=16 pip wheel --no-deps
---no-build-isolation --no-cache-dir <llama-cpp-python sdist or source dir>``). Not run on a
-GPU yet: the machine that wrote it has none.
+Checks (bench/gpu_checks_engine.py, bench/gpu_checks_serving.py):
+  1. the build offloads (``llama_supports_gpu_offload()``), /health says backend cuda,
+     accelerator true, and llama.cpp offloaded every layer;
+  2. memory truth: NVML's per-process VRAM growth against the booking, both models, within
+     5 % or 256 MiB; demotion frees it;
+  3. tier moves 1->2->1 and 1->3->1: the promotion's GiB/s against the pinned host-to-device
+     copy of the model's bytes measured in the same run (PyTorch, else CuPy); target >= 50 %;
+  4. decode tokens/s on the GPU against the CPU (in-process), and Hypnos against llama-server
+     on the GPU, same file, single stream and 4 concurrent;
+  5. the swap workload on the GPU: three ~1 GiB models, tier 1 holding one (simulated
+     budget), round-robin, Hypnos against ``llama-server --models-max 1``;
+  6. a simulated tier-1 budget splits layers as the planner says, and KV parking across a GPU
+     swap restores the conversation;
+  7. what cannot run there, listed as skipped with the reason.
+Every check runs whatever the others did (an exception is its failure) and is skipped when
+--deadline leaves it too little time. ``--cpu-smoke`` runs the plumbing on the CPU (check 0,
+only there: llama.cpp, the app, its routes and tier moves on the small model) and records
+checks 1-6 as skipped for want of a GPU.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
+import subprocess
 import sys
-import threading
+import tempfile
 import time
-import tomllib
+from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-MIB, GIB = 2**20, 2**30
-TOLERANCE = (0.05, 256 * MIB)
-SIM_BUDGET = 250 * MIB
-PROMPT = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check_core import Check, Ctx, Row, render, run_check, steps_table  # noqa: E402
 
 
-class Table:
-    def __init__(self):
-        self.rows: list[tuple[str, str, str, bool]] = []
-
-    def add(self, check: str, measured: str, expected: str, ok: bool) -> bool:
-        self.rows.append((check, measured, expected, ok))
-        return ok
-
-    def print(self) -> None:
-        print(f"{'check':<34}{'measured':<34}{'expected':<34}verdict")
-        for check, measured, expected, ok in self.rows:
-            print(f"{check:<34}{measured:<34}{expected:<34}{'pass' if ok else 'FAIL'}")
-
-    @property
-    def failed(self) -> bool:
-        return not all(ok for *_, ok in self.rows)
+def checks() -> list[Check]:
+    import gpu_checks_engine as eng
+    import gpu_checks_serving as srv
+    return [
+        Check(0, "plumbing on the CPU", eng.check_plumbing, 10, gpu=False),
+        Check(1, "offload and /health", eng.check_offload, 30),
+        # The headline next, so that a slow build leaves time for it before the others.
+        Check(5, "swap workload vs llama-server router", srv.check_swap_workload, 120),
+        Check(2, "memory truth vs NVML", eng.check_memory_truth, 60),
+        Check(3, "tier moves vs pinned H2D", eng.check_tier_moves, 60),
+        Check(4, "decode GPU vs CPU, vs llama-server", srv.check_decode, 90),
+        Check(6, "layer split and KV parking", eng.check_split_and_parking, 60),
+        Check(7, "not runnable there", srv.check_not_runnable, 0, gpu=False),
+    ]
 
 
-def config_text(model: Path, simulate_vram: int | None = None) -> str:
-    sim = (f"[hardware.simulate]\nvram_bytes = {simulate_vram}\n") if simulate_vram else ""
-    return (f'models_dir = "{model.parent.parent}"\n{sim}'
-            f'[[models]]\nid = "smol"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
-            f'weights_path = "{model.parent.name}/{model.name}"\nslots = 1\ncontext_len = 2048\n'
-            f'keep_warm_in_ram = true\n')
+def write_results(out: Path, rows: list[Row], steps: list[dict], ctx: Ctx) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    body = {"steps": steps, "rows": [asdict(r) for r in rows], "notes": ctx.notes,
+            "smoke": ctx.smoke, "unix_s": int(time.time())}
+    (out / "gpu_check.json").write_text(json.dumps(body, indent=1, default=str) + "\n")
+    (out / "gpu_check.txt").write_text(render(rows, steps))
 
 
-def make_app(text: str, name: str):
-    from sanic import Sanic
-    from hypnos.service.app import create_app
-    from hypnos.service.config.load import parse_config
-    Sanic.test_mode = True
-    return create_app(parse_config(tomllib.loads(text)), stage=False, name=name)
+def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bool]:
+    """Run ``check`` in a child process (this script with ``--only N --child FILE``), so a
+    crash in CUDA code or a hang costs that check only: a child killed by a signal, or past
+    twice its expected time (within the deadline), is that check's failure. Returns the rows
+    and whether the child printed them already."""
+    label = f"{check.number} {check.name}"
+    if (check.gpu and ctx.smoke) or ctx.left() < check.needs_s:
+        return run_check(check, ctx), False   # the skip row, without a child
+    limit = max(check.needs_s, min(2 * check.needs_s + 30, ctx.left()))
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        rows_file = Path(tmp) / "rows.json"
+        cmd = [sys.executable, __file__, *argv, "--only", str(check.number), "--child",
+               str(rows_file)]
+        try:
+            proc = subprocess.run(cmd, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return [Row(label, "-", "-", "fail", f"timed out after {limit:.0f} s")], False
+        if not rows_file.is_file():
+            return [Row(label, "-", "-", "fail", f"the check's process died (exit "
+                        f"{proc.returncode}) before writing its rows")], False
+        return [Row(**r) for r in json.loads(rows_file.read_text())], True
 
 
-def vram_now() -> int:
-    """This process's VRAM where NVML reports it, else the device's used memory."""
-    from hypnos.service.scheduling.hardware import vram_used
-    used = vram_used()
-    if used is None:
-        raise SystemExit("NVML reports no GPU")
-    return used[1] if used[1] is not None else used[0]
+def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None) -> list[Row]:
+    """Every check (or those in ``only``) in order, each in its own process unless ``argv``
+    is None (then inline); prints each row as it comes."""
+    rows: list[Row] = []
+    for check in checks():
+        if only is not None and check.number not in only:
+            continue
+        if check.number == 0 and not ctx.smoke:   # check 1 covers it where there is a GPU
+            continue
+        print(f"-- check {check.number} {check.name} ({ctx.left():.0f} s left)", flush=True)
+        got, printed = (run_check(check, ctx), False) if argv is None else \
+            run_isolated(check, ctx, argv)
+        for r in [] if printed else got:
+            print(f"   {r.verdict:<5}{r.check}: {r.measured} (expected {r.expected})"
+                  + (f" - {r.reason}" if r.reason else ""), flush=True)
+        rows += got
+    return rows
 
 
-async def move(app, tier: str) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    _req, resp = await app.asgi_client.post("/v1/memory/tier",
-                                            json={"model": "smol", "target_tier": tier})
-    if resp.status != 200:
-        raise SystemExit(f"move to {tier}: {resp.status} {resp.text}")
-    return resp.json["placement"], (time.perf_counter() - t0) * 1000
+def parent_argv(args) -> list[str]:
+    """The options a child gets: the same run, a fixed deadline, no --only/--out/--steps."""
+    argv = ["--models", *map(str, args.models)] if args.models else []
+    argv += ["--model", str(args.model)] if args.model else []
+    argv += ["--large", str(args.large)] if args.large else []
+    argv += ["--llama-server", str(args.llama_server)] if args.llama_server else []
+    argv += ["--cpu-smoke"] if args.cpu_smoke else []
+    return argv + ["--out", str(args.out), "--deadline", str(args.deadline)]
 
 
-def within(measured: int, booked: int) -> bool:
-    return abs(measured - booked) <= max(TOLERANCE[0] * booked, TOLERANCE[1])
-
-
-async def check_vram_and_moves(app, table: Table, n_layers: int) -> int:
-    start = vram_now()
-    placement, _ms = await move(app, "tier1_gpu_vram")
-    booked = placement["vram_weight_bytes"] + placement["vram_kv_and_workspace_bytes"]
-    grown = vram_now() - start
-    table.add("1 VRAM growth = booked", f"{grown / MIB:.1f} MiB", f"{booked / MIB:.1f} MiB "
-              "(5 % or 256 MiB)", within(grown, booked))
-    engine = app.ctx.scheduler.models["smol"].engine
-    table.add("1 layers offloaded (llama.cpp)", str(engine.offloaded_layers),
-              f">= {n_layers} (all)", engine.offloaded_layers >= n_layers)
-    for tier in ("tier2_pinned_ram", "tier3_nvme_ssd"):
-        await move(app, "tier1_gpu_vram")
-        await move(app, tier)
-        left = vram_now() - start
-        table.add(f"2 move to {tier[:5]} frees VRAM", f"{left / MIB:+.1f} MiB vs start",
-                  "within 256 MiB of start", abs(left) <= TOLERANCE[1])
-        _p, ms = await move(app, "tier1_gpu_vram")
-        back = vram_now() - start
-        table.add(f"2 back from {tier[:5]} restores", f"{back / MIB:.1f} MiB, {ms:.0f} ms",
-                  f"{booked / MIB:.1f} MiB", within(back, booked))
-        table.add(f"2 promotion from {tier[:5]} per GiB", f"{ms / (booked / GIB):.0f} ms/GiB",
-                  "(reported)", True)
-    return booked
-
-
-def decode_tps(engine) -> float:
-    from hypnos.engines.records import ChatRequest
-    result = engine.chat(ChatRequest(messages=PROMPT, max_tokens=128, temperature=0.0), None,
-                         threading.Event())
-    return result.timings.decode_tokens_per_s
-
-
-def check_speed(app, model: Path, table: Table) -> None:
-    from hypnos.engines.records import LoadSpec
-    from hypnos.engines.llama.engine import LlamaChatEngine
-    gpu = decode_tps(app.ctx.scheduler.models["smol"].engine)
-    cpu_engine = LlamaChatEngine()
-    cpu_engine.load(LoadSpec("smol-cpu", model, context_len=2048, slots=1, gpu_layers=0))
-    try:
-        cpu = decode_tps(cpu_engine)
-        device = cpu_engine.device
-    finally:
-        cpu_engine.unload()
-    table.add("3 decode tokens/s GPU vs CPU", f"{gpu:.0f} vs {cpu:.0f} ({device})",
-              "GPU faster", gpu > cpu)
-
-
-async def check_split(model: Path, table: Table, n_layers: int) -> None:
-    from hypnos.planner.budgets import VRAM_RESERVE_BYTES
-    app = make_app(config_text(model, SIM_BUDGET + VRAM_RESERVE_BYTES), "gpu-check-split")
-    try:
-        placement, _ms = await move(app, "tier1_gpu_vram")
-        engine = app.ctx.scheduler.models["smol"].engine
-        planned = placement["gpu_layers"]
-        table.add("4 250 MiB budget splits layers", f"{planned}/{n_layers} on the GPU",
-                  f"0 < layers < {n_layers}", 0 < planned < n_layers)
-        table.add("4 llama.cpp reports the split", f"{engine.offloaded_layers} offloaded",
-                  f"{planned} (planner)", engine.offloaded_layers == planned)
-    finally:
-        await app.ctx.scheduler.shutdown()
-
-
-async def run(model: Path) -> Table:
-    from hypnos.engines.gguf_meta import read_gguf_meta
-    table = Table()
-    app = make_app(config_text(model), "gpu-check")
-    hw, builds = app.ctx.scheduler.hardware, app.ctx.builds
-    llama = builds.get("ggml_llama")
-    if hw.accelerator != "NvidiaCuda" or llama is None or not llama.accelerated:
-        print(f"cannot run: hardware {hw.accelerator}, llama.cpp build "
-              f"{llama.to_wire() if llama else 'missing'}", file=sys.stderr)
-        raise SystemExit(2)
-    n_layers = read_gguf_meta(model).to_shape().num_layers
-    try:
-        await check_vram_and_moves(app, table, n_layers)
-        await asyncio.to_thread(check_speed, app, model, table)
-    finally:
-        await app.ctx.scheduler.shutdown()
-    await check_split(model, table, n_layers)
-    return table
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path,
-                    default=ROOT / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
-    args = ap.parse_args()
-    table = asyncio.run(run(args.model.resolve()))
-    table.print()
-    return 1 if table.failed else 0
+    ap.add_argument("--models", type=Path, nargs="*", default=[],
+                    help="the ~1 GiB GGUFs; the first is the main one, three for check 5")
+    ap.add_argument("--model", type=Path, help="one GGUF (the --cpu-smoke model)")
+    ap.add_argument("--large", type=Path, help="the ~8 GiB GGUF (check 2)")
+    ap.add_argument("--llama-server", type=Path, help="llama-server of the same build")
+    ap.add_argument("--out", type=Path, default=Path("gpu-check-out"))
+    ap.add_argument("--steps", type=Path, help="gpu_check.sh's steps.tsv")
+    ap.add_argument("--deadline", type=float, help="unix seconds; default now + 8 minutes")
+    ap.add_argument("--only", help="check numbers, comma-separated")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="no GPU: run the plumbing on the CPU, skip the GPU checks")
+    ap.add_argument("--inline", action="store_true", help="all checks in this process")
+    ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.deadline = args.deadline or time.time() + 480
+    args.out.mkdir(parents=True, exist_ok=True)
+    models = [m.resolve() for m in args.models + ([args.model] if args.model else [])]
+    if not models:
+        ap.error("give --models or --model")
+    ctx = Ctx(models, args.large.resolve() if args.large else None,
+              args.llama_server, args.out, args.deadline, args.cpu_smoke)
+    only = {int(x) for x in args.only.split(",")} if args.only else None
+    if args.child:
+        rows = run_all(ctx, only)
+        args.child.write_text(json.dumps([asdict(r) for r in rows], default=str))
+        return 0
+    rows = run_all(ctx, only, None if args.inline else parent_argv(args))
+    steps = steps_table(args.steps)
+    write_results(args.out, rows, steps, ctx)
+    print(render(rows, steps), flush=True)
+    failed = any(r.verdict == "fail" for r in rows) or \
+        any(s["rc"] not in (0, "dry") for s in steps)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
