@@ -131,7 +131,9 @@ def llama_build(gpu_present: bool) -> EngineBuild:
         return EngineBuild(lib, True, backend, False, f"import failed: {exc}",
                            "put the CUDA runtime's lib/ on LD_LIBRARY_PATH (run.sh does)")
     evidence = f"llama_supports_gpu_offload() is {offload}"
-    if offload:
+    # A CPU build with the RPC backend says True too (it can offload to RPC workers), so
+    # the local GPU is used only when a GPU backend library was compiled in.
+    if offload and backend != "cpu":
         return EngineBuild(lib, True, backend, True, evidence)
     fix = REINSTALL if backend == "cpu" else \
         "the GPU build finds no device: check nvidia-smi and CUDA_VISIBLE_DEVICES"

@@ -98,8 +98,10 @@ async def test_an_onnx_session_that_got_the_cpu_is_rebooked_in_host_memory():
 def test_the_real_llama_probe_is_what_the_library_says():
     from llama_cpp import llama_cpp as ll
     build = devices.llama_build(True)
-    assert build.installed and build.accelerated is bool(ll.llama_supports_gpu_offload())
     assert build.backend in ("cuda", "metal", "cpu")
+    # A CPU build (with RPC, llama_supports_gpu_offload() is True) never claims the GPU.
+    expected = bool(ll.llama_supports_gpu_offload()) and build.backend != "cpu"
+    assert build.installed and build.accelerated is expected
     assert devices.llama_build(False).accelerated is False    # no GPU: nothing imported
 
 
