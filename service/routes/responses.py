@@ -25,8 +25,9 @@ from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredRes
 from hypnos.service.inference.text import (record, run_choices, stream_choices,
                                            text_telemetry)
 from hypnos.service.wire.chat import parse_chat
-from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, chat_body,
-                                           count_body, parse_body, to_chat_body)
+from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
+                                           parse_body)
+from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
                                                output_items, response_object, usage)
 from hypnos.service.wire.sessions import session_key

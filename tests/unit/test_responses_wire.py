@@ -15,7 +15,8 @@ from hypnos.service.inference.stored_responses import (SESSION_PREFIX, ResponseS
                                                        StoredResponse, session_plan)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.wire.responses import parse_body, to_chat_body
+from hypnos.service.wire.responses import parse_body
+from hypnos.service.wire.responses_in import to_chat_body
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, output_items,
                                                response_object)
 
