@@ -27,12 +27,14 @@ class StoredResponse:
     conversation: str                  # the chain's first response id
     messages: list[dict]               # the conversation after this response (chat messages)
     response: dict                     # the Response object GET answers
+    # The request's own input as item objects (what GET .../input_items lists).
+    input_items: list[dict] = field(default_factory=list)
     stored_at: float = field(default_factory=time.time)
     bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.bytes:
-            self.bytes = len(json.dumps(self.messages)) + len(json.dumps(self.response))
+            self.bytes = len(json.dumps([self.messages, self.response, self.input_items]))
 
     @property
     def session_key(self) -> str:

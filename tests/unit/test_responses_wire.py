@@ -17,6 +17,7 @@ from hypnos.service.wire.chat import parse_chat
 from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.wire.responses import parse_body
 from hypnos.service.wire.responses_in import to_chat_body
+from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, output_items,
                                                response_object)
 
@@ -262,3 +263,34 @@ def test_a_codex_cli_shaped_request_translates():
     assert [m["role"] for m in chat["messages"]] == ["system", "user"]
     assert "reasoning_effort" not in chat and chat["stream"] is True
     assert new == chat["messages"]
+
+
+def test_input_items_get_ids_and_parts_and_page_both_ways():
+    items = input_item_objects(parse_body({"model": "m", "input": [
+        {"role": "assistant", "content": "earlier"},
+        {"type": "function_call", "id": "fc_mine", "call_id": "c1", "name": "f",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}))
+    assert [i["id"][:3] for i in items] == ["msg", "fc_", "fco"] and items[1]["id"] == "fc_mine"
+    assert items[0]["content"] == [{"type": "output_text", "text": "earlier"}]
+    assert all(i["status"] == "completed" for i in items)
+    (only,) = input_item_objects(parse_body({"model": "m", "input": "hi"}))
+    assert only["role"] == "user" and only["content"][0]["type"] == "input_text"
+    desc = item_page(items, 2, "desc", None)
+    assert [i["type"] for i in desc["data"]] == ["function_call_output", "function_call"]
+    assert desc["has_more"] and desc["last_id"] == "fc_mine"
+    tail = item_page(items, 2, "desc", "fc_mine")
+    assert [i["id"] for i in tail["data"]] == [items[0]["id"]] and not tail["has_more"]
+    assert item_page([], 5, "asc", None) == {"object": "list", "data": [], "first_id": None,
+                                             "last_id": None, "has_more": False}
+    with pytest.raises(InvalidRequest, match="after"):
+        item_page(items, 2, "asc", "nope")
+
+
+@pytest.mark.parametrize("args, param", [({"limit": "0"}, "limit"), ({"limit": "x"}, "limit"),
+                                         ({"order": "up"}, "order")])
+def test_input_items_query_refuses_bad_values(args, param):
+    with pytest.raises(InvalidRequest) as refused:
+        page_query(args)
+    assert refused.value.param == param
+    assert page_query({}) == (20, "desc", None)
