@@ -86,7 +86,8 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.ctx.limiter = Limiter(quotas, metrics=metrics)
     app.ctx.request_log = RequestLog(config.server.request_log)
     app.ctx.keep_alive = KeepAlive(sched)
-    app.ctx.responses = ResponseStore()
+    app.ctx.responses = ResponseStore(config.server.stored_responses_max_count,
+                                      config.server.stored_responses_max_bytes)
     app.ctx.started = time.monotonic()
     app.ctx.created = time.time()
     app.ctx.ready = not stage

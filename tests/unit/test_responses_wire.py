@@ -294,3 +294,23 @@ def test_input_items_query_refuses_bad_values(args, param):
         page_query(args)
     assert refused.value.param == param
     assert page_query({}) == (20, "desc", None)
+
+
+def test_the_store_bounds_are_config_keys_and_the_status_lists_the_newest(tmp_path):
+    from hypnos.service.config.load import ConfigError, load_config
+    path = tmp_path / "hypnos.toml"
+    path.write_text("[server]\nstored_responses_max_count = 3\n"
+                    "stored_responses_max_bytes = 4096\n")
+    server = load_config(path, env={}).server
+    assert (server.stored_responses_max_count, server.stored_responses_max_bytes) == (3, 4096)
+    store = ResponseStore(server.stored_responses_max_count, server.stored_responses_max_bytes)
+    for rid in ("a", "b", "c", "d"):
+        store.put(_stored(rid, 10, conversation="conv"))
+    snap = store.snapshot()
+    assert [i["id"] for i in snap["newest"]] == ["d", "c", "b"] and snap["max_count"] == 3
+    assert snap["newest"][0] == {"id": "d", "model": "m", "conversation": "conv", "bytes": 10,
+                                 "stored_at": snap["newest"][0]["stored_at"]}
+    path.write_text("[server]\nstored_responses_max_bytes = -1\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    assert "server.stored_responses_max_bytes: must be >= 0, got -1" in str(refused.value)
