@@ -248,6 +248,8 @@ def test_reasoning_comes_back_as_a_reasoning_item(client):
                                    reasoning={"effort": "low"}, max_output_tokens=40,
                                    extra_body=T0)
     assert resp.output[0].type == "reasoning" and resp.output[0].content[0].text
+    thought = resp.usage.output_tokens_details.reasoning_tokens
+    assert 0 < thought <= resp.usage.output_tokens
     events = list(client.responses.create(model="thinker", input="Why is the sky blue?",
                                           reasoning={"effort": "low"}, max_output_tokens=24,
                                           stream=True, store=False, extra_body=T0))

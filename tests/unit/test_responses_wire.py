@@ -19,7 +19,7 @@ from hypnos.service.wire.responses import parse_body
 from hypnos.service.wire.responses_in import to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, output_items,
-                                               response_object)
+                                               response_object, usage)
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -314,3 +314,23 @@ def test_the_store_bounds_are_config_keys_and_the_status_lists_the_newest(tmp_pa
     with pytest.raises(ConfigError) as refused:
         load_config(path, env={})
     assert "server.stored_responses_max_bytes: must be >= 0, got -1" in str(refused.value)
+
+
+def test_the_reader_counts_the_tokens_inside_the_thinking_block():
+    """usage.output_tokens_details.reasoning_tokens: the delimiters count, the answer not."""
+    from hypnos.engines.chat_format.prepare import ThinkDialect
+    from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
+    from hypnos.engines.llama.reader import AnswerReader
+    reader = AnswerReader(AnswerSplitter(think=ThinkDialect("<think>", "</think>")),
+                          StopMatcher([]), None, logprobs=False)
+    for piece in ("<think>", "\nsky", " is", " blue", "</think>", "\n\nBlue", "."):
+        reader.token(piece, piece.encode(), None)
+    reader.finish()
+    assert (reader.reasoning, reader.content) == ("sky is blue", "Blue.")
+    assert reader.reasoning_tokens == 5
+    plain = AnswerReader(AnswerSplitter(), StopMatcher([]), None, logprobs=False)
+    plain.token("hi", b"hi", None)
+    assert plain.reasoning_tokens == 0
+    r = ChatResult(text="Blue.", finish_reason="stop", prompt_tokens=9, completion_tokens=7,
+                   reasoning="sky is blue", reasoning_tokens=5)
+    assert usage(r)["output_tokens_details"] == {"reasoning_tokens": 5}
