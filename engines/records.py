@@ -144,6 +144,8 @@ class ChatResult:
     cached_tokens: int = 0
     timings: ChatTimings = field(default_factory=ChatTimings)
     reasoning: str = ""
+    #: Of completion_tokens, those generated inside the thinking block (its delimiters too).
+    reasoning_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_errors: list[ToolCallError] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None

@@ -76,7 +76,9 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
         metrics=metrics, latency=LatencyBook(), workflows=Workflows(),
         keys=KeyRing(config.server), limiter=Limiter(quotas, metrics=metrics),
         request_log=RequestLog(config.server.request_log), keep_alive=KeepAlive(sched),
-        responses=ResponseStore(), started=time.monotonic(), created=time.time(),
+        responses=ResponseStore(config.server.stored_responses_max_count,
+                                config.server.stored_responses_max_bytes),
+        started=time.monotonic(), created=time.time(),
         lifecycle=Lifecycle(staging=stage), before_stage=before_stage)
     app = HypnosApp(name or f"hypnos-{next(_names)}", ctx=app_state)
     app.config.REQUEST_MAX_SIZE = config.limits.max_body_bytes

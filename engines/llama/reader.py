@@ -32,6 +32,7 @@ class AnswerReader:
         self.logprobs: list[TokenLogprob] = []
         self.content_parts: list[str] = []
         self.reasoning_parts: list[str] = []
+        self.reasoning_tokens = 0      # tokens read inside the thinking block, delimiters too
 
     @property
     def content(self) -> str:
@@ -49,7 +50,9 @@ class AnswerReader:
                                   for b, lp in logprob[1]])
             self.pending.append(entry)
             self.logprobs.append(entry)
+        thinking = self.splitter.mode == "think"
         self._emit(self.splitter.feed(self.stopper.feed(text)))
+        self.reasoning_tokens += thinking or self.splitter.mode == "think"
         return not self.stopper.hit
 
     def finish(self) -> None:

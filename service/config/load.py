@@ -140,6 +140,8 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.port", cfg.server.port, 0, 65535)
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
     _check_range(problems, "server.shutdown_grace_secs", cfg.server.shutdown_grace_secs, 0)
+    for name in ("stored_responses_max_count", "stored_responses_max_bytes"):
+        _check_range(problems, f"server.{name}", getattr(cfg.server, name), 0)
     if cfg.server.request_log.level not in ("off", "error", "warn", "info", "debug", "trace"):
         problems.append(f"server.request_log.level: unknown level {cfg.server.request_log.level!r}")
     for i, pattern in enumerate(cfg.server.request_log.redact):

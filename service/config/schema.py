@@ -80,6 +80,11 @@ class ServerConfig:
     document_pictures_ttl_secs: int = 3600
     # Bytes of pictures the picture store keeps; when full, the oldest documents go first.
     document_pictures_max_bytes: int = 512 * 1024**2
+    # Stored /v1/responses (for GET and previous_response_id) kept at most; past it the oldest
+    # go first (0 keeps none).
+    stored_responses_max_count: int = 1000
+    # Bytes the stored /v1/responses may take (their JSON); past it the oldest go first.
+    stored_responses_max_bytes: int = 64 * 1024**2
     # Seconds after which an idle chat slot's KV cache is emptied (0: never).
     kv_idle_timeout_secs: int = 0
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)

@@ -1,7 +1,8 @@
 """Stored responses of /v1/responses (``store`` true, the default): what GET and DELETE
 /v1/responses/{id} read and what ``previous_response_id`` continues. Owned by the app
-(``app.ctx.responses``), in memory, bounded by count and bytes: past either bound the oldest
-stored responses go first. Lost on restart.
+(``app.ctx.responses``), in memory, bounded by count and bytes (the config's
+``server.stored_responses_max_count`` and ``server.stored_responses_max_bytes``): past either
+bound the oldest stored responses go first. Lost on restart.
 
 A stored response keeps its conversation as chat messages (``messages``: everything before
 it plus its own answer, without the instructions) and the id of the conversation it belongs
@@ -15,8 +16,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-MAX_COUNT = 1000
+MAX_COUNT = 1000                 # the defaults of the two config keys
 MAX_BYTES = 64 * 1024**2
+LISTED = 20                      # the newest stored responses the memory status lists
 SESSION_PREFIX = "responses:"
 
 
@@ -27,12 +29,14 @@ class StoredResponse:
     conversation: str                  # the chain's first response id
     messages: list[dict]               # the conversation after this response (chat messages)
     response: dict                     # the Response object GET answers
+    # The request's own input as item objects (what GET .../input_items lists).
+    input_items: list[dict] = field(default_factory=list)
     stored_at: float = field(default_factory=time.time)
     bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.bytes:
-            self.bytes = len(json.dumps(self.messages)) + len(json.dumps(self.response))
+            self.bytes = len(json.dumps([self.messages, self.response, self.input_items]))
 
     @property
     def session_key(self) -> str:
@@ -84,11 +88,15 @@ class ResponseStore:
         return {item.session_key: rank for rank, item in enumerate(self._items.values())}
 
     def snapshot(self) -> dict:
-        """The memory status section."""
+        """The memory status section: the totals, and the newest responses (at most
+        ``LISTED``, newest first) with their size."""
+        newest = list(self._items.values())[:-LISTED - 1:-1]
         return {"count": len(self._items), "max_count": self.max_count,
                 "used_bytes": self._bytes, "max_bytes": self.max_bytes,
                 "evicted": self.evicted,
-                "conversations": len({i.conversation for i in self._items.values()})}
+                "conversations": len({i.conversation for i in self._items.values()}),
+                "newest": [{"id": i.id, "model": i.model, "conversation": i.conversation,
+                            "bytes": i.bytes, "stored_at": i.stored_at} for i in newest]}
 
 
 def session_plan(bound: dict[str, int], slots: int, key: str,

@@ -1,4 +1,5 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}, POST /v1/responses/input_tokens:
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items,
+POST /v1/responses/input_tokens:
 OpenAI's Responses API (Codex CLI, the Agents SDK, ``client.responses``) on every chat model of
 the pool. The body is translated into a chat request (`wire.responses`), runs under the chat
 path's one lease, and is rendered back as output items, or streamed as the Responses event
@@ -25,8 +26,10 @@ from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredRes
 from hypnos.service.inference.text import (record, run_choices, stream_choices,
                                            text_telemetry)
 from hypnos.service.wire.chat import parse_chat
-from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, chat_body,
-                                           count_body, parse_body, to_chat_body)
+from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
+                                           parse_body)
+from hypnos.service.wire.responses_in import chat_body, to_chat_body
+from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
                                                output_items, response_object, usage)
 from hypnos.service.wire.sessions import session_key
@@ -90,7 +93,8 @@ class Turn:
         if self.stored:
             messages = [*self.history, *self.new, assistant_message(items)]
             state_of(request).responses.put(StoredResponse(
-                self.id, self.wire.model, self.conversation, messages, response))
+                self.id, self.wire.model, self.conversation, messages, response,
+                input_items=input_item_objects(self.wire)))
 
 
 @bp.post("/v1/responses")
@@ -186,3 +190,16 @@ async def delete_response(request: Request, response_id: str):
     _stored(request, response_id)
     state_of(request).responses.delete(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+@bp.get("/v1/responses/<response_id>/input_items")
+@endpoint("A stored response's own input items, a page at a time (newest first unless "
+          "order is asc)", ok=json_object("object", "data", "first_id", "last_id", "has_more",
+                                          object={"const": "list"}, data={"type": "array"}),
+          errors=(401, 404), query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                                    "order": {"type": "string", "enum": ["asc", "desc"]},
+                                    "after": {"type": "string"}})
+async def input_items(request: Request, response_id: str):
+    limit, order, after = page_query(request.args)
+    item = _stored(request, response_id)
+    return json_response(item_page(item.input_items, limit, order, after))

@@ -62,11 +62,12 @@ def assistant_message(items: list[dict]) -> dict:
 
 
 def usage(r: ChatResult) -> dict:
-    """OpenAI counts the cached prefix inside input_tokens."""
+    """OpenAI counts the cached prefix inside input_tokens, and the thinking tokens inside
+    output_tokens."""
     return {"input_tokens": r.prompt_tokens,
             "input_tokens_details": {"cached_tokens": r.cached_tokens},
             "output_tokens": r.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens},
             "total_tokens": r.prompt_tokens + r.completion_tokens}
 
 

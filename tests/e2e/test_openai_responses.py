@@ -1,6 +1,6 @@
-"""OpenAI's Responses API (/v1/responses, GET / DELETE /v1/responses/{id},
-/v1/responses/input_tokens) through the official `openai` SDK's ``client.responses`` against a
-real `hypnos serve`.
+"""OpenAI's Responses API (/v1/responses, GET / DELETE /v1/responses/{id}, GET
+/v1/responses/{id}/input_items, /v1/responses/input_tokens) through the official `openai`
+SDK's ``client.responses`` against a real `hypnos serve`.
 
 Models: the default chat model (Qwen2.5-Coder-0.5B, trained, Hermes tool calls; two slots, so
 a stored conversation binds one); SmolLM2 with a Qwen3-style thinking template ("thinker",
@@ -191,6 +191,33 @@ def test_previous_response_id_across_a_swap_reuses_the_prefix(server, client):
     assert phases["kv_restored_tokens"] > 0
 
 
+def test_input_items_lists_a_stored_responses_own_input_a_page_at_a_time(client):
+    resp = client.responses.create(
+        model="qwen", tools=[WEATHER], max_output_tokens=1, extra_body=T0,
+        input=[{"role": "user", "content": "Weather for Oslo"},
+               {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                "arguments": '{"city": "Oslo"}'},
+               {"type": "function_call_output", "call_id": "call_1", "output": "Rain"}])
+    page = client.responses.input_items.list(resp.id)         # newest first by default
+    assert [i.type for i in page.data] == ["function_call_output", "function_call", "message"]
+    assert len({i.id for i in page.data}) == 3 and not page.has_more
+    assert (page.first_id, page.last_id) == (page.data[0].id, page.data[-1].id)
+    first = client.responses.input_items.list(resp.id, order="asc", limit=2)
+    assert [i.type for i in first.data] == ["message", "function_call"] and first.has_more
+    assert first.data[0].content[0].type == "input_text"
+    assert first.data[0].content[0].text == "Weather for Oslo"
+    rest = client.responses.input_items.list(resp.id, order="asc", after=first.last_id)
+    assert [i.type for i in rest.data] == ["function_call_output"] and not rest.has_more
+    # The SDK's auto-pagination follows last_id while has_more holds.
+    walked = list(client.responses.input_items.list(resp.id, order="asc", limit=1))
+    assert [i.id for i in walked] == [i.id for i in reversed(page.data)]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_nope")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.input_items.list(resp.id, limit=101)
+    assert refused.value.body["param"] == "limit"
+
+
 def test_input_tokens_counts_what_create_reads(client):
     counted = client.responses.input_tokens.count(model="qwen", input="How many tokens?",
                                                   instructions="Be brief.")
@@ -221,6 +248,8 @@ def test_reasoning_comes_back_as_a_reasoning_item(client):
                                    reasoning={"effort": "low"}, max_output_tokens=40,
                                    extra_body=T0)
     assert resp.output[0].type == "reasoning" and resp.output[0].content[0].text
+    thought = resp.usage.output_tokens_details.reasoning_tokens
+    assert 0 < thought <= resp.usage.output_tokens
     events = list(client.responses.create(model="thinker", input="Why is the sky blue?",
                                           reasoning={"effort": "low"}, max_output_tokens=24,
                                           stream=True, store=False, extra_body=T0))

@@ -15,9 +15,11 @@ from hypnos.service.inference.stored_responses import (SESSION_PREFIX, ResponseS
                                                        StoredResponse, session_plan)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.wire.responses import parse_body, to_chat_body
+from hypnos.service.wire.responses import parse_body
+from hypnos.service.wire.responses_in import to_chat_body
+from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, output_items,
-                                               response_object)
+                                               response_object, usage)
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -261,3 +263,74 @@ def test_a_codex_cli_shaped_request_translates():
     assert [m["role"] for m in chat["messages"]] == ["system", "user"]
     assert "reasoning_effort" not in chat and chat["stream"] is True
     assert new == chat["messages"]
+
+
+def test_input_items_get_ids_and_parts_and_page_both_ways():
+    items = input_item_objects(parse_body({"model": "m", "input": [
+        {"role": "assistant", "content": "earlier"},
+        {"type": "function_call", "id": "fc_mine", "call_id": "c1", "name": "f",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}))
+    assert [i["id"][:3] for i in items] == ["msg", "fc_", "fco"] and items[1]["id"] == "fc_mine"
+    assert items[0]["content"] == [{"type": "output_text", "text": "earlier"}]
+    assert all(i["status"] == "completed" for i in items)
+    (only,) = input_item_objects(parse_body({"model": "m", "input": "hi"}))
+    assert only["role"] == "user" and only["content"][0]["type"] == "input_text"
+    desc = item_page(items, 2, "desc", None)
+    assert [i["type"] for i in desc["data"]] == ["function_call_output", "function_call"]
+    assert desc["has_more"] and desc["last_id"] == "fc_mine"
+    tail = item_page(items, 2, "desc", "fc_mine")
+    assert [i["id"] for i in tail["data"]] == [items[0]["id"]] and not tail["has_more"]
+    assert item_page([], 5, "asc", None) == {"object": "list", "data": [], "first_id": None,
+                                             "last_id": None, "has_more": False}
+    with pytest.raises(InvalidRequest, match="after"):
+        item_page(items, 2, "asc", "nope")
+
+
+@pytest.mark.parametrize("args, param", [({"limit": "0"}, "limit"), ({"limit": "x"}, "limit"),
+                                         ({"order": "up"}, "order")])
+def test_input_items_query_refuses_bad_values(args, param):
+    with pytest.raises(InvalidRequest) as refused:
+        page_query(args)
+    assert refused.value.param == param
+    assert page_query({}) == (20, "desc", None)
+
+
+def test_the_store_bounds_are_config_keys_and_the_status_lists_the_newest(tmp_path):
+    from hypnos.service.config.load import ConfigError, load_config
+    path = tmp_path / "hypnos.toml"
+    path.write_text("[server]\nstored_responses_max_count = 3\n"
+                    "stored_responses_max_bytes = 4096\n")
+    server = load_config(path, env={}).server
+    assert (server.stored_responses_max_count, server.stored_responses_max_bytes) == (3, 4096)
+    store = ResponseStore(server.stored_responses_max_count, server.stored_responses_max_bytes)
+    for rid in ("a", "b", "c", "d"):
+        store.put(_stored(rid, 10, conversation="conv"))
+    snap = store.snapshot()
+    assert [i["id"] for i in snap["newest"]] == ["d", "c", "b"] and snap["max_count"] == 3
+    assert snap["newest"][0] == {"id": "d", "model": "m", "conversation": "conv", "bytes": 10,
+                                 "stored_at": snap["newest"][0]["stored_at"]}
+    path.write_text("[server]\nstored_responses_max_bytes = -1\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    assert "server.stored_responses_max_bytes: must be >= 0, got -1" in str(refused.value)
+
+
+def test_the_reader_counts_the_tokens_inside_the_thinking_block():
+    """usage.output_tokens_details.reasoning_tokens: the delimiters count, the answer not."""
+    from hypnos.engines.chat_format.prepare import ThinkDialect
+    from hypnos.engines.chat_format.stream import AnswerSplitter, StopMatcher
+    from hypnos.engines.llama.reader import AnswerReader
+    reader = AnswerReader(AnswerSplitter(think=ThinkDialect("<think>", "</think>")),
+                          StopMatcher([]), None, logprobs=False)
+    for piece in ("<think>", "\nsky", " is", " blue", "</think>", "\n\nBlue", "."):
+        reader.token(piece, piece.encode(), None)
+    reader.finish()
+    assert (reader.reasoning, reader.content) == ("sky is blue", "Blue.")
+    assert reader.reasoning_tokens == 5
+    plain = AnswerReader(AnswerSplitter(), StopMatcher([]), None, logprobs=False)
+    plain.token("hi", b"hi", None)
+    assert plain.reasoning_tokens == 0
+    r = ChatResult(text="Blue.", finish_reason="stop", prompt_tokens=9, completion_tokens=7,
+                   reasoning="sky is blue", reasoning_tokens=5)
+    assert usage(r)["output_tokens_details"] == {"reasoning_tokens": 5}
