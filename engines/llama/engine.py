@@ -37,6 +37,7 @@ from hypnos.engines.llama.reader import AnswerReader, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
+from hypnos.engines.llama.speculative.choose import Speculation, parse_spec, setup_job
 from hypnos.engines.llama.state import KVLayout, ParkedKV
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
@@ -92,6 +93,7 @@ class LlamaChatEngine(SessionsMixin):
         # llama.cpp logged on each ("local" for this process).
         self._rpc = None
         self.split_layers: dict[str, int] = {}
+        self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,6 +147,10 @@ class LlamaChatEngine(SessionsMixin):
                         self._model, mmproj, spec.threads or len(os.sched_getaffinity(0)),
                         use_gpu=spec.gpu_layers != 0)
                 t4 = time.perf_counter()
+                self._spec = Speculation(
+                    parse_spec(spec.options.get("speculative")),
+                    can_rollback=not (ll.llama_model_is_recurrent(self._model)
+                                      or ll.llama_model_is_hybrid(self._model)))
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
             except BaseException:
                 self._free_locked()
@@ -339,6 +345,7 @@ class LlamaChatEngine(SessionsMixin):
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group)
+        setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing
             # is tokenized as plain text, so the reader sees every character of it (a control
@@ -372,7 +379,8 @@ class LlamaChatEngine(SessionsMixin):
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
                           response_format_status=built.format_status,
                           stop_sequence=reader.stopper.matched,
-                          tool_call_truncated=job.closed_call)
+                          tool_call_truncated=job.closed_call,
+                          speculative=job.spec.to_wire() if job.spec else None)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

@@ -22,14 +22,15 @@ class Drafter(Protocol):
     a rejection it is the previous context cut after the accepted prefix plus the target's
     token, so a draft model rolls its KV back to the common prefix there.
 
-    ``on_accept(drafted, accepted)`` reports how many of the last proposal's tokens the
-    target checked and kept. ``close`` frees what it holds (a draft model's sequence)."""
+    ``on_accept(drafted, accepted, step_s)`` follows every step the job generated in: how
+    many drafted tokens the target checked (0: none were proposed) and kept, and the seconds
+    the step's ``llama_decode`` took. ``close`` frees what it holds (a draft model's sequence)."""
 
     method: str
 
     def propose(self, context: list[int], n_max: int) -> list[int]: ...
 
-    def on_accept(self, drafted: int, accepted: int) -> None: ...
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None: ...
 
     def close(self) -> None: ...
 

@@ -58,7 +58,7 @@ class NgramDrafter:
             return []
         return context[start:start + n_max]
 
-    def on_accept(self, drafted: int, accepted: int) -> None:
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass
 
     def close(self) -> None:
@@ -115,7 +115,7 @@ class PredictionDrafter:
                 return ahead[0] if ahead else ends[-1]
         return None
 
-    def on_accept(self, drafted: int, accepted: int) -> None:
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass
 
     def close(self) -> None:
