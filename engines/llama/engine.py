@@ -37,7 +37,7 @@ from hypnos.engines.llama.reader import AnswerReader, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
-from hypnos.engines.llama.speculative.choose import Speculation, parse_spec, setup_job
+from hypnos.engines.llama.speculative.choose import Speculation, build_speculation, setup_job
 from hypnos.engines.llama.state import KVLayout, ParkedKV
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
@@ -94,6 +94,7 @@ class LlamaChatEngine(SessionsMixin):
         self._rpc = None
         self.split_layers: dict[str, int] = {}
         self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
+        self._draft = None                     # its draft model (``DraftModel``), if any
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -147,10 +148,9 @@ class LlamaChatEngine(SessionsMixin):
                         self._model, mmproj, spec.threads or len(os.sched_getaffinity(0)),
                         use_gpu=spec.gpu_layers != 0)
                 t4 = time.perf_counter()
-                self._spec = Speculation(
-                    parse_spec(spec.options.get("speculative")),
-                    can_rollback=not (ll.llama_model_is_recurrent(self._model)
-                                      or ll.llama_model_is_hybrid(self._model)))
+                self._spec, self._draft = build_speculation(
+                    ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
+                    spec.threads or len(os.sched_getaffinity(0)))
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
             except BaseException:
                 self._free_locked()
@@ -271,6 +271,9 @@ class LlamaChatEngine(SessionsMixin):
         if self._projector is not None:
             self._projector.close()
             self._projector = None
+        if self._draft is not None:
+            self._draft.close()
+            self._draft = None
         if self._ctx is not None:
             self._ll.llama_free(self._ctx)
             self._ctx = None

@@ -33,6 +33,12 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
     return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE_BYTES)
 
 
+def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:
+    """The model ``m``'s ``speculative`` setting names as its draft, if any."""
+    draft = m.speculative.get("draft") if isinstance(m.speculative, dict) else None
+    return cfg.model(draft) if isinstance(draft, str) else None
+
+
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:
     """A pool entry; a model whose files are missing or unreadable is kept with a problem
     (503 naming it) so the others keep serving."""
@@ -46,6 +52,10 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
         if not paths[key].exists():
             problem = (f"The model '{m.id}' is configured but {key} {rel!r} is not in "
                        f"models_dir ({cfg.models_dir}); fetch it with ./run.sh models {m.id}")
+    draft = _draft_of(cfg, m)
+    if draft is not None and draft.weights_path:
+        # The draft model's weights travel with the target (its shape books them too).
+        paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
     try:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:

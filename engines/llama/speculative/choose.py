@@ -115,3 +115,25 @@ def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
     prediction = tokenize(req.prediction) if req.prediction else None
     job.drafter, job.drafter_for, job.spec = speculation.for_job(
         prediction, len(job.prompt), request_kind(req))
+
+
+def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, threads: int
+                      ) -> tuple[Speculation, object | None]:
+    """One engine's ``Speculation`` for its ``LoadSpec`` (``options["speculative"]``, the
+    draft's weights in ``files["draft_path"]``), and the ``DraftModel`` it loaded (blocks;
+    the caller closes it), if any. Raises EngineError for a draft of another vocabulary."""
+    config = parse_spec(spec.options.get("speculative"))
+    can_rollback = not (ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model))
+    draft = None
+    path = spec.files.get("draft_path")
+    if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:
+        from hypnos.engines.errors import EngineError
+        from hypnos.engines.llama.cpu import extra_buffers_ok
+        from hypnos.engines.llama.speculative.draft_model import DraftModel
+        if path is None:
+            raise EngineError(f"{spec.model_id}: speculative draft {config.draft} has no "
+                              "weights file (is it a configured llama model?)")
+        draft = DraftModel(ll, path, config.draft, vocab, spec.slots, n_ctx_seq, threads,
+                           n_batch, gpu_layers=spec.gpu_layers,
+                           extra_bufts=bool(spec.options.get("extra_buffers", extra_buffers_ok())))
+    return Speculation(config, can_rollback, draft.for_seq if draft else None), draft
