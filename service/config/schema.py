@@ -224,8 +224,9 @@ class ModelConfig:
     # Speculative decoding of a llama text model: "off", "ngram" (prompt lookup), "auto"
     # (prompt lookup where measurement says it pays, per kind of request) or a table
     # {draft = "<model id>", n_max = 4} (a draft model of the same vocabulary). A request's
-    # own `prediction` (OpenAI Predicted Outputs) drafts whatever this says. Typed `object`:
-    # a string or a table, checked by `validate_model`.
+    # own `prediction` (OpenAI Predicted Outputs) drafts whatever this says. A model with
+    # recurrent layers never drafts. Off by default: on a CPU a draft model and n-grams on
+    # free text cost more than they save (docs/api.md).
     speculative: object = "off"
     # Seconds idle in tier 1 before the model is demoted to tier 2 (0: never; Ollama's
     # keep_alive sets the same per request).
