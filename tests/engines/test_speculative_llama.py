@@ -151,3 +151,19 @@ def test_grammar_holds_under_drafts(ngram):
     data = json.loads(r.text)
     assert set(data) == {"name", "count"} and isinstance(data["count"], int)
     assert kv_matches_tokens(ngram)
+
+
+@pytest.mark.real
+def test_a_forced_call_under_drafts_is_a_whole_call(ngram):
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}}, "required": ["city"]}}}
+    msgs = [{"role": "user", "content": "Weather in Paris? Paris, Paris, Paris."}]
+    r = ask(ngram, msgs, max_tokens=40, tools=[weather], tool_choice="get_weather",
+            prediction='<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    assert r.speculative["drafted"] > 0
+    assert r.finish_reason == "tool_calls" and len(r.tool_calls) == 1
+    call = r.tool_calls[0]
+    assert call.name == "get_weather"
+    assert isinstance(json.loads(call.arguments)["city"], str)
+    assert kv_matches_tokens(ngram)
