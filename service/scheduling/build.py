@@ -53,9 +53,12 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
             problem = (f"The model '{m.id}' is configured but {key} {rel!r} is not in "
                        f"models_dir ({cfg.models_dir}); fetch it with ./run.sh models {m.id}")
     draft = _draft_of(cfg, m)
-    if draft is not None and draft.weights_path:
+    if draft is not None and draft.weights_path and problem is None:
         # The draft model's weights travel with the target (its shape books them too).
-        paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
+        try:
+            paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
+        except ValueError as exc:
+            problem = f"{m.id}: speculative draft {draft.id}: {exc}"
     try:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:
