@@ -20,8 +20,11 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
     weights = paths.get("weights_path")
     if m.engine == "ggml_llama" and weights is not None and weights.is_file():
         from hypnos.engines.gguf_meta import read_gguf_meta
-        aux = paths.get("aux_path")
-        projector = aux.stat().st_size if aux is not None and aux.is_file() else 0
+        # A projector and a speculative draft model live beside the weights, booked with them
+        # (the draft's own KV is not: a draft is small and its context is the target's).
+        projector = sum(p.stat().st_size for p in (paths.get("aux_path"),
+                                                   paths.get("draft_path"))
+                        if p is not None and p.is_file())
         return read_gguf_meta(weights).to_shape(projector_bytes=projector)
     size = 0
     for p in paths.values():

@@ -186,3 +186,21 @@ def test_usage_reports_prediction_tokens_over_the_choices():
                                                  "rejected_prediction_tokens": 6}
     ngram = usage([result({"method": "ngram", "drafted": 4, "accepted": 1, "n_max": 4})])
     assert "completion_tokens_details" not in ngram
+
+
+def test_a_draft_is_booked_with_its_target():
+    from conftest import MODELS_DIR, require_smollm2
+    from hypnos.service.config.load import parse_config
+    from hypnos.service.scheduling.build import build_state
+    require_smollm2()
+    smol = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+    block = ('[[models]]\nid = "{id}"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
+             f'weights_path = "{smol}"\n')
+    import tomllib
+    cfg = parse_config(tomllib.loads(
+        f'models_dir = "{MODELS_DIR}"\n' + block.format(id="alone")
+        + block.format(id="drafted") + 'speculative = {draft = "alone"}\n'))
+    alone, drafted = build_state(cfg, cfg.models[0]), build_state(cfg, cfg.models[1])
+    assert drafted.paths["draft_path"] == alone.paths["weights_path"]
+    size = alone.paths["weights_path"].stat().st_size
+    assert drafted.shape.projector_bytes - alone.shape.projector_bytes == size
