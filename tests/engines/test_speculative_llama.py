@@ -167,3 +167,18 @@ def test_a_forced_call_under_drafts_is_a_whole_call(ngram):
     assert call.name == "get_weather"
     assert isinstance(json.loads(call.arguments)["city"], str)
     assert kv_matches_tokens(ngram)
+
+
+@pytest.mark.real
+def test_auto_drafts_while_it_measures_and_the_target_still_decides():
+    eng = load("auto")
+    try:
+        r = ask(eng, EDIT, max_tokens=24, logprobs=True, top_logprobs=1)
+        assert r.speculative["method"] == "auto:ngram"
+        assert r.speculative["drafted"] > 0       # the warm-up drafts
+        assert_target_picked_each(r)
+        assert kv_matches_tokens(eng)
+        stats = eng._spec.kinds["text"]
+        assert stats.plain_steps + stats.draft_steps > 0
+    finally:
+        eng.unload()
