@@ -99,6 +99,8 @@ class ChatRequest:
     prompt: str | None = None                 # a raw prompt (no template): /v1/completions
     media: list[bytes] = field(default_factory=list)   # images / audio, in marker order
     group: ChoiceGroup | None = None          # one of n choices (started together)
+    #: OpenAI Predicted Outputs: the text the answer is expected to repeat (a draft).
+    prediction: str | None = None
 
 
 @dataclass
@@ -158,6 +160,8 @@ class ChatResult:
     #: A forced call the engine closed itself (the tokens left reached what closing it
     #: takes): its last arguments are the shortest valid ones, not the model's.
     tool_call_truncated: bool = False
+    #: Speculative decoding, when it ran: {method, drafted, accepted, n_max}.
+    speculative: dict | None = None
 
 
 OnToken = Callable[[ChatDelta], None]

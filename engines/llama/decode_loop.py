@@ -34,14 +34,16 @@ import numpy as np
 
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue, common_prefix
+from hypnos.engines.llama.speculative.verify import SpeculativeSteps
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue):
+class DecodeLoop(SlotQueue, SpeculativeSteps):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
+    A job with a ``drafter`` gets its drafts checked in the same batches (``verify``).
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
@@ -54,6 +56,7 @@ class DecodeLoop(SlotQueue):
         self.vocab = vocab
         self.mem = ll.llama_get_memory(ctx)
         self.n_batch = n_batch
+        self.n_ctx_seq = ll.llama_n_ctx_seq(ctx)
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: collections.deque[Job] = collections.deque()
         self.calls: collections.deque = collections.deque()
@@ -163,23 +166,30 @@ class DecodeLoop(SlotQueue):
         entries = self._fill_batch(running)
         if not entries:
             return
+        t0 = time.perf_counter()
         rc = self.ll.llama_decode(self.ctx, self.batch)
+        step_s = time.perf_counter() - t0
         self.steps += 1
         if rc != 0:
-            for slot, _, _ in entries:
+            for slot, *_ in entries:
                 self.forget(slot)
                 self._finish(slot, error=f"llama_decode returned {rc}")
             return
-        for slot, n_taken, logits_at in entries:
+        for slot, n_taken, logits_at, draft in entries:
             job = slot.job
             slot.tokens.extend(job.pending[:n_taken])
             del job.pending[:n_taken]
             job.concurrent = max(job.concurrent, len(entries))
-            if logits_at is not None:
+            if draft:
+                self._verify(slot, logits_at, draft, step_s)
+            elif logits_at is not None:
+                drafter = job.drafter if n_taken == 1 else None
                 token = self.ll.llama_sampler_sample(job.sampler, self.ctx, logits_at)
                 logprob = (self._logprob(logits_at, token, job.logprobs)
                            if job.logprobs is not None else None)
                 self._on_token(slot, token, logprob)
+                if drafter is not None:
+                    drafter.on_accept(0, 0, step_s)
 
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix and set up the job's sampler."""
@@ -196,12 +206,15 @@ class DecodeLoop(SlotQueue):
         job.pending = list(job.prompt[keep:])
         job.started = True
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)
+        if job.drafter is None and job.drafter_for is not None:
+            job.drafter = job.drafter_for(slot.seq_id)
 
     def _start_prefilled(self, slot: Slot) -> None:
         """A prompt with media: evaluated whole by ``job.prefill`` (the other slots wait
         for it), then the first token is sampled from its last logits."""
         job = slot.job
         self.forget(slot)
+        job.drafter = job.drafter_for = None       # its positions are not its tokens
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, [])
         n_past = job.prefill(self.ctx, slot.seq_id)
         slot.tokens = [-1] * n_past              # placeholders: never a prefix match
@@ -210,9 +223,10 @@ class DecodeLoop(SlotQueue):
         logprob = self._logprob(-1, token, job.logprobs) if job.logprobs is not None else None
         self._on_token(slot, token, logprob)
 
-    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None]]:
-        """Put each running slot's pending tokens in the batch, single tokens first.
-        Returns (slot, tokens taken, batch index of its logits or None)."""
+    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
+        """Put each running slot's pending tokens in the batch, single tokens first, and a
+        generating slot's draft after its token (logits at each). Returns (slot, tokens
+        taken, batch index of its logits or None, the draft)."""
         batch, budget, n = self.batch, self.n_batch, 0
         entries = []
         for slot in sorted(running, key=lambda s: len(s.job.pending)):
@@ -220,18 +234,17 @@ class DecodeLoop(SlotQueue):
             take = min(len(pending), budget - n)
             if take <= 0:
                 continue
+            draft = self._draft(slot, budget - n) if take == 1 else []
             pos0 = len(slot.tokens)
-            for i in range(take):
-                batch.token[n + i] = pending[i]
+            for i, token in enumerate(pending[:take] + draft):
+                batch.token[n + i] = token
                 batch.pos[n + i] = pos0 + i
                 batch.n_seq_id[n + i] = 1
                 batch.seq_id[n + i][0] = slot.seq_id
-                batch.logits[n + i] = 0
+                batch.logits[n + i] = int(i >= take - 1 and take == len(pending))
             last = take == len(pending)
-            if last:
-                batch.logits[n + take - 1] = 1
-            entries.append((slot, take, n + take - 1 if last else None))
-            n += take
+            entries.append((slot, take, n + take - 1 if last else None, draft))
+            n += take + len(draft)
         batch.n_tokens = n
         return entries
 
@@ -317,6 +330,8 @@ class DecodeLoop(SlotQueue):
         if job.sampler is not None:
             self.ll.llama_sampler_free(job.sampler)
             job.sampler = None
+        if job.drafter is not None:
+            job.drafter.close()
         with self.cond:
             slot.job = None
             slot.last_used = job.t_done

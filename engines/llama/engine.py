@@ -37,6 +37,7 @@ from hypnos.engines.llama.reader import AnswerReader, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
+from hypnos.engines.llama.speculative.choose import Speculation, build_speculation, setup_job
 from hypnos.engines.llama.state import KVLayout, ParkedKV
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
@@ -92,6 +93,8 @@ class LlamaChatEngine(SessionsMixin):
         # llama.cpp logged on each ("local" for this process).
         self._rpc = None
         self.split_layers: dict[str, int] = {}
+        self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
+        self._draft = None                     # its draft model (``DraftModel``), if any
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,6 +148,9 @@ class LlamaChatEngine(SessionsMixin):
                         self._model, mmproj, spec.threads or len(os.sched_getaffinity(0)),
                         use_gpu=spec.gpu_layers != 0)
                 t4 = time.perf_counter()
+                self._spec, self._draft = build_speculation(
+                    ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
+                    spec.threads or len(os.sched_getaffinity(0)))
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
             except BaseException:
                 self._free_locked()
@@ -265,6 +271,9 @@ class LlamaChatEngine(SessionsMixin):
         if self._projector is not None:
             self._projector.close()
             self._projector = None
+        if self._draft is not None:
+            self._draft.close()
+            self._draft = None
         if self._ctx is not None:
             self._ll.llama_free(self._ctx)
             self._ctx = None
@@ -339,6 +348,7 @@ class LlamaChatEngine(SessionsMixin):
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group)
+        setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing
             # is tokenized as plain text, so the reader sees every character of it (a control
@@ -373,7 +383,8 @@ class LlamaChatEngine(SessionsMixin):
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
                           response_format_status=built.format_status,
                           stop_sequence=reader.stopper.matched,
-                          tool_call_truncated=job.closed_call)
+                          tool_call_truncated=job.closed_call,
+                          speculative=job.spec.to_wire() if job.spec else None)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

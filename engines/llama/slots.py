@@ -18,6 +18,7 @@ from collections.abc import Callable
 from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.errors import SessionCapacity
 from hypnos.engines.llama.sampling import Sampling, ThinkBudget
+from hypnos.engines.llama.speculative import Drafter, SpecStats
 from hypnos.engines.records import ChoiceGroup
 
 
@@ -53,6 +54,11 @@ class Job:
     prefill: Callable | None = None
     group: ChoiceGroup | None = None            # one of n choices: wait for the others
     group_ready: bool = False                   # every member of its group was submitted
+    # Speculative decoding (``speculative``): the job's drafter, or a maker of one for the
+    # slot's sequence (a draft model's), given at start; what it drafted and got accepted.
+    drafter: Drafter | None = None
+    drafter_for: Callable[[int], Drafter] | None = None
+    spec: SpecStats | None = None
 
 
 #: How long the members of a choice group already submitted wait for the missing ones

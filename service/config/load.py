@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from hypnos.engines.chat_format import TOOL_FORMATS
+from hypnos.engines.llama.speculative.choose import parse_spec
 from hypnos.service.config.schema import (ENGINES, MODALITIES, PROFILES, Config, ModelConfig)
 
 
@@ -111,9 +112,17 @@ def validate_model(m: ModelConfig, key: str, problems: list[str]) -> None:
     for name in ("idle_demote_secs", "idle_evict_secs"):
         if getattr(m, name) < 0:
             problems.append(f"{key}.{name}: must be >= 0, got {getattr(m, name)}")
+    _check_speculative(m, key, problems)
     if m.tool_format is not None and m.tool_format not in TOOL_FORMATS:
         problems.append(f"{key}.tool_format: must be one of {', '.join(TOOL_FORMATS)}, "
                         f"got {m.tool_format!r}")
+
+
+def _check_speculative(m: ModelConfig, key: str, problems: list[str]) -> None:
+    try:
+        parse_spec(m.speculative)
+    except ValueError as exc:
+        problems.append(f"{key}.speculative: {exc}")
 
 
 def validate_rpc_workers(cfg: Config, problems: list[str]) -> None:
@@ -169,6 +178,11 @@ def validate(cfg: Config, problems: list[str]) -> None:
             problems.append(f"models[{i}].id: duplicate id {m.id!r}")
         seen.add(m.id)
     names = {m.id for m in cfg.models}
+    for i, m in enumerate(cfg.models):
+        draft = m.speculative.get("draft") if isinstance(m.speculative, dict) else None
+        if isinstance(draft, str) and (cfg.model(draft) is None or draft == m.id):
+            problems.append(f"models[{i}].speculative.draft: {draft!r} is not another "
+                            "configured model")
     for i, m in enumerate(cfg.models):
         for j, alias in enumerate(m.aliases):
             if not alias or alias in names:

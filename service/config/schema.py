@@ -226,6 +226,13 @@ class ModelConfig:
     # Other names the model answers to in every dialect ("claude-sonnet-4-5", "gpt-5"), for
     # clients that insist on a vendor's model name; /v1/models lists them.
     aliases: list[str] = field(default_factory=list)
+    # Speculative decoding of a llama text model: "off", "ngram" (prompt lookup), "auto"
+    # (prompt lookup where measurement says it pays, per kind of request) or a table
+    # {draft = "<model id>", n_max = 4} (a draft model of the same vocabulary). A request's
+    # own `prediction` (OpenAI Predicted Outputs) drafts whatever this says. A model with
+    # recurrent layers never drafts. Off by default: on a CPU a draft model and n-grams on
+    # free text cost more than they save (docs/api.md).
+    speculative: object = "off"
     # Seconds idle in tier 1 before the model is demoted to tier 2 (0: never; Ollama's
     # keep_alive sets the same per request).
     idle_demote_secs: float = 0

@@ -165,6 +165,13 @@ def usage(results: list[ChatResult], window: int | None = None) -> dict:
            "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
     if first.kv_cap:
         out["kv_used"], out["kv_cap"] = first.kv_used, window or first.kv_cap
+    predicted = [r.speculative for r in results
+                 if r.speculative and r.speculative["method"] == "prediction"]
+    if predicted:       # OpenAI Predicted Outputs: every choice's drafted tokens
+        accepted = sum(p["accepted"] for p in predicted)
+        out["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": sum(p["drafted"] for p in predicted) - accepted}
     return out
 
 
@@ -173,7 +180,10 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     copy: the result's own timings stay as the engine gave them)."""
     timings: ChatTimings = dataclasses.replace(results[0].timings)
     timings.queue_ms += call.lease.queue_ms
-    return call.telemetry(engine_timings(timings))
+    out = call.telemetry(engine_timings(timings))
+    if results[0].speculative:
+        out["speculative"] = dict(results[0].speculative)
+    return out
 
 
 def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> None:
@@ -182,5 +192,8 @@ def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> Non
     first = results[0]
     if first.timings.prefill_tokens_per_s:
         call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
-    state_of(request).metrics.chat(call.model.id, first.timings)
+    metrics = state_of(request).metrics
+    metrics.chat(call.model.id, first.timings)
+    for r in results:
+        metrics.speculative(call.model.id, r.speculative)
     record_of(request).chat(first, sum(r.completion_tokens for r in results))

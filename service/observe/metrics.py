@@ -63,6 +63,11 @@ class Metrics:
                                 "Decode speed of the last chat request", ["model"])
         self.prefill_tps = gauge("hypnos_chat_prefill_tokens_per_s",
                                  "Prefill speed of the last chat request", ["model"])
+        self.spec_drafted = counter("hypnos_speculative_drafted_tokens_total",
+                                    "Draft tokens the target checked (speculative decoding)",
+                                    ["model", "method"])
+        self.spec_accepted = counter("hypnos_speculative_accepted_tokens_total",
+                                     "Draft tokens the target accepted", ["model", "method"])
         self.tts_rtf = gauge("hypnos_tts_rtf", "Speech: request seconds per audio second of "
                              "the last request", ["model"])
         self.tts_ttfa = gauge("hypnos_tts_ttfa_ms", "Speech: engine start to first audio of "
@@ -119,6 +124,12 @@ class Metrics:
             self.decode_tps.labels(model_id).set(timings.decode_tokens_per_s)
         if timings.prefill_tokens_per_s:
             self.prefill_tps.labels(model_id).set(timings.prefill_tokens_per_s)
+
+    def speculative(self, model_id: str, spec: dict | None) -> None:
+        """One chat result's drafting ({method, drafted, accepted, n_max}, or None)."""
+        if spec:
+            self.spec_drafted.labels(model_id, spec["method"]).inc(spec["drafted"])
+            self.spec_accepted.labels(model_id, spec["method"]).inc(spec["accepted"])
 
     def request_done(self, record: RequestRecord, route: str, ms: float) -> None:
         """Once a response is complete (streams: after the last byte)."""

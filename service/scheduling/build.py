@@ -20,8 +20,11 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
     weights = paths.get("weights_path")
     if m.engine == "ggml_llama" and weights is not None and weights.is_file():
         from hypnos.engines.gguf_meta import read_gguf_meta
-        aux = paths.get("aux_path")
-        projector = aux.stat().st_size if aux is not None and aux.is_file() else 0
+        # A projector and a speculative draft model live beside the weights, booked with them
+        # (the draft's own KV is not: a draft is small and its context is the target's).
+        projector = sum(p.stat().st_size for p in (paths.get("aux_path"),
+                                                   paths.get("draft_path"))
+                        if p is not None and p.is_file())
         return read_gguf_meta(weights).to_shape(projector_bytes=projector)
     size = 0
     for p in paths.values():
@@ -31,6 +34,12 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
             size += p.stat().st_size
     # Whether it may use the GPU is the scheduler's call (engine kind and build).
     return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE_BYTES)
+
+
+def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:
+    """The model ``m``'s ``speculative`` setting names as its draft, if any."""
+    draft = m.speculative.get("draft") if isinstance(m.speculative, dict) else None
+    return cfg.model(draft) if isinstance(draft, str) else None
 
 
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:
@@ -46,6 +55,13 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
         if not paths[key].exists():
             problem = (f"The model '{m.id}' is configured but {key} {rel!r} is not in "
                        f"models_dir ({cfg.models_dir}); fetch it with ./run.sh models {m.id}")
+    draft = _draft_of(cfg, m)
+    if draft is not None and draft.weights_path and problem is None:
+        # The draft model's weights travel with the target (its shape books them too).
+        try:
+            paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
+        except ValueError as exc:
+            problem = f"{m.id}: speculative draft {draft.id}: {exc}"
     try:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:

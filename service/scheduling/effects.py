@@ -94,7 +94,8 @@ class MachineEffects:
             engine = SplitChatEngine()
         else:
             engine = kept if kept is not None else create_engine(st.cfg.engine, st.cfg.modality)
-        options: dict = {"tool_format": st.cfg.tool_format}
+        options: dict = {"tool_format": st.cfg.tool_format,
+                         "speculative": st.cfg.speculative}
         if placement.remote:
             options["rpc_split"] = [(s.endpoint, s.layers) for s in placement.remote]
             options["rpc_stall_secs"] = self.rpc_stall_secs

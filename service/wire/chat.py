@@ -66,6 +66,23 @@ def _num(low: float, high: float):
 
 # ------------------------------------------------------------------ the body
 
+class PredictionPart(Wire):
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(Wire):
+    """OpenAI Predicted Outputs: text the answer is expected to repeat, used as its draft."""
+    type: Annotated[Literal["content"], Says("'prediction.type' must be \"content\"")]
+    content: Annotated[str | list[PredictionPart], Says(
+        "'prediction.content' must be a string or an array of text parts")]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
 class Sampling(Wire):
     """The fields /v1/chat/completions and /v1/completions share."""
     max_tokens: _int(1, I31) = None  # type: ignore[valid-type]
@@ -88,6 +105,8 @@ class Sampling(Wire):
     stream: Annotated[bool, Says("'stream' must be a boolean")] | None = None
     stream_options: Annotated[dict[str, Any], Says("'stream_options' must be an object")] \
         | None = None
+    prediction: Annotated[Prediction, Says(
+        "'prediction' must be {\"type\": \"content\", \"content\": ...}")] | None = None
 
 
 class TextPart(Wire):
@@ -298,7 +317,8 @@ def parse_sampling(wire: Sampling, limits: LimitsConfig, default_max_tokens: int
         stop=[x for x in stop if x],
         logit_bias=None if wire.logit_bias is None else {
             int(k): float(v) for k, v in wire.logit_bias.items()},
-        repetition_bound=limits.repetition_loop_tokens)
+        repetition_bound=limits.repetition_loop_tokens,
+        prediction=wire.prediction.text() if wire.prediction is not None else None)
 
 
 def parse_n(wire: Sampling) -> tuple[int, str | None]:

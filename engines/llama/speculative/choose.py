@@ -1,0 +1,139 @@
+"""Which drafter a job gets: ``SpecConfig`` (a model's ``speculative`` setting, parsed) and
+``Speculation`` (one engine's choice per request, and the ``auto`` figures it keeps).
+
+A request's own prediction (OpenAI Predicted Outputs) always drafts, whatever the setting;
+otherwise ``off`` drafts nothing, ``ngram`` drafts by prompt lookup, ``{draft = id}`` with the
+draft model, and ``auto`` drafts by prompt lookup (or the draft model when one is named) only
+as far as ``tuning`` finds it pays, per kind of request. A model whose memory cannot drop a
+sequence's tail (recurrent or hybrid layers) never drafts: nothing could roll a draft back.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypnos.engines.llama.speculative import Drafter, SpecStats
+from hypnos.engines.llama.speculative.drafts import NgramDrafter, PredictionDrafter
+from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
+
+MODES = ("off", "auto", "ngram", "draft")
+#: Default draft lengths: prompt lookup and a draft model; a prediction (usually right).
+N_MAX, PREDICTION_N_MAX = 4, 8
+N_MAX_LIMIT = 32
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    mode: str = "off"
+    draft: str | None = None             # the draft model's id (mode "draft", or "auto")
+    n_max: int = N_MAX
+
+
+def parse_spec(value) -> SpecConfig:
+    """``"off" | "auto" | "ngram" | {draft = "<id>", n_max = 4}`` (a table may also say
+    ``mode = "auto"`` to measure a named draft). Raises ValueError saying what is wrong."""
+    if value is None:
+        return SpecConfig()
+    if isinstance(value, str):
+        if value not in ("off", "auto", "ngram"):
+            raise ValueError(f"must be \"off\", \"auto\", \"ngram\" or a table with draft, "
+                             f"not {value!r}")
+        return SpecConfig(mode=value)
+    if not isinstance(value, dict):
+        raise ValueError("must be a string or a table {draft = \"<model id>\", n_max = 4}")
+    unknown = set(value) - {"draft", "n_max", "mode"}
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r} (draft, n_max, mode)")
+    draft = value.get("draft")
+    if draft is not None and (not isinstance(draft, str) or not draft):
+        raise ValueError("draft must be a model id")
+    n_max = value.get("n_max", N_MAX)
+    if not isinstance(n_max, int) or isinstance(n_max, bool) or not 1 <= n_max <= N_MAX_LIMIT:
+        raise ValueError(f"n_max must be an integer in 1..{N_MAX_LIMIT}")
+    mode = value.get("mode", "draft" if draft else "ngram")
+    if mode not in MODES or (mode == "draft" and draft is None):
+        raise ValueError(f"mode must be one of {', '.join(MODES)} (draft needs a draft id)")
+    return SpecConfig(mode=mode, draft=draft, n_max=n_max)
+
+
+#: A draft model's per-sequence drafters: seq_id -> Drafter (``draft_model``).
+DraftSource = Callable[[int], Drafter]
+
+
+class Speculation:
+    """One engine's speculation. ``for_job`` is called in the request's thread; the
+    ``auto`` figures (``KindStats``) are then only touched on the decode thread."""
+
+    def __init__(self, config: SpecConfig, can_rollback: bool,
+                 draft_source: DraftSource | None = None):
+        self.config = config
+        self.can_rollback = can_rollback
+        self.draft_source = draft_source
+        self.kinds: dict[str, KindStats] = {}
+
+    def for_job(self, prediction: list[int] | None, prompt_len: int, kind: str
+                ) -> tuple[Drafter | None, DraftSource | None, SpecStats | None]:
+        """(drafter, per-sequence drafter maker, stats) for one request; all None when it
+        does not draft. ``kind``: "tools", "structured" or "text"."""
+        if not self.can_rollback:
+            return None, None, None
+        if prediction:
+            n = max(self.config.n_max, PREDICTION_N_MAX)
+            return PredictionDrafter(prediction, prompt_len), None, SpecStats("prediction", n)
+        mode, n = self.config.mode, self.config.n_max
+        if mode == "off":
+            return None, None, None
+        if mode == "ngram":
+            return NgramDrafter(), None, SpecStats("ngram", n)
+        if mode == "draft" and self.draft_source is not None:
+            return None, self.draft_source, SpecStats("draft", n)
+        if mode == "auto":
+            stats = self.kinds.setdefault(kind, KindStats(n))
+            if self.draft_source is not None:
+                source = self.draft_source
+                return None, (lambda seq: AutoDrafter(source(seq), stats)), \
+                    SpecStats("auto:draft", n)
+            return AutoDrafter(NgramDrafter(), stats), None, SpecStats("auto:ngram", n)
+        return None, None, None
+
+
+def request_kind(req) -> str:
+    """The kind of request ``auto`` keeps figures for: "tools" (tools offered), "structured"
+    (a grammar or a response format) or "text"."""
+    if req.tools and req.tool_choice != "none":
+        return "tools"
+    if req.grammar or req.response_format:
+        return "structured"
+    return "text"
+
+
+def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
+    """Give ``job`` (a ``slots.Job``) its drafter for ``req`` (a ``ChatRequest``);
+    ``tokenize(text)`` tokenizes the prediction as plain text. Media prompts never draft."""
+    if speculation is None or job.prefill is not None:
+        return
+    prediction = tokenize(req.prediction) if req.prediction else None
+    job.drafter, job.drafter_for, job.spec = speculation.for_job(
+        prediction, len(job.prompt), request_kind(req))
+
+
+def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, threads: int
+                      ) -> tuple[Speculation, object | None]:
+    """One engine's ``Speculation`` for its ``LoadSpec`` (``options["speculative"]``, the
+    draft's weights in ``files["draft_path"]``), and the ``DraftModel`` it loaded (blocks;
+    the caller closes it), if any. Raises EngineError for a draft of another vocabulary."""
+    config = parse_spec(spec.options.get("speculative"))
+    can_rollback = not (ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model))
+    draft = None
+    path = spec.files.get("draft_path")
+    if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:
+        from hypnos.engines.errors import EngineError
+        from hypnos.engines.llama.cpu import extra_buffers_ok
+        from hypnos.engines.llama.speculative.draft_model import DraftModel
+        if path is None:
+            raise EngineError(f"{spec.model_id}: speculative draft {config.draft} has no "
+                              "weights file (is it a configured llama model?)")
+        draft = DraftModel(ll, path, config.draft, vocab, spec.slots, n_ctx_seq, threads,
+                           n_batch, gpu_layers=spec.gpu_layers,
+                           extra_bufts=bool(spec.options.get("extra_buffers", extra_buffers_ok())))
+    return Speculation(config, can_rollback, draft.for_seq if draft else None), draft

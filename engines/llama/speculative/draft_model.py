@@ -1,0 +1,153 @@
+"""A draft model: a small llama model of the target's vocabulary that drafts greedily.
+
+``DraftModel`` owns its own model and context, with one KV sequence per target slot
+(``seq_id`` = the slot's), and remembers the tokens each holds. ``DraftSeq`` is the
+``Drafter`` of one sequence: ``propose`` first brings the draft's KV to the context (it keeps
+the common prefix, so the tail of a rejected draft is rolled back there and the target's
+accepted tokens are added), then decodes up to ``n_max`` tokens one by one, taking the
+argmax each time and stopping early when the draft's own top probability falls under
+``P_MIN`` (a guess the target would likely refuse costs a verified position for nothing).
+Decode thread only. ``check_vocab`` refuses a draft whose tokens are not the target's.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from hypnos.engines.errors import EngineError
+from hypnos.engines.llama.slots import common_prefix
+
+#: Stop drafting when the draft model's top probability is below this.
+P_MIN = 0.6
+#: Token texts compared between draft and target (spread over the vocabulary).
+VOCAB_SAMPLE = 512
+
+
+def check_vocab(ll, target_vocab, draft_vocab, draft_id: str) -> None:
+    """Raise EngineError unless the draft has the target's vocabulary: the same size, the same
+    BOS / EOS / EOT ids and the same text for a sample of tokens."""
+    n = ll.llama_vocab_n_tokens(target_vocab)
+    m = ll.llama_vocab_n_tokens(draft_vocab)
+    if n != m:
+        raise EngineError(f"speculative draft {draft_id}: its vocabulary has {m} tokens, the "
+                          f"target's {n}; a draft must share the target's vocabulary")
+    for name in ("bos", "eos", "eot"):
+        a = getattr(ll, f"llama_vocab_{name}")(target_vocab)
+        b = getattr(ll, f"llama_vocab_{name}")(draft_vocab)
+        if a != b:
+            raise EngineError(f"speculative draft {draft_id}: its {name.upper()} token is {b}, "
+                              f"the target's {a}; a draft must share the target's vocabulary")
+    for tok in range(0, n, max(1, n // VOCAB_SAMPLE)):
+        if ll.llama_vocab_get_text(target_vocab, tok) != ll.llama_vocab_get_text(draft_vocab,
+                                                                                 tok):
+            raise EngineError(f"speculative draft {draft_id}: token {tok} differs from the "
+                              "target's; a draft must share the target's vocabulary")
+
+
+class DraftModel:
+    """Loads the draft (blocks) with a context of ``n_slots`` sequences of ``n_ctx_seq``
+    tokens. Raises EngineError when llama.cpp refuses it or its vocabulary differs."""
+
+    def __init__(self, ll, path, draft_id: str, target_vocab, n_slots: int, n_ctx_seq: int,
+                 threads: int, n_batch: int, gpu_layers: int = 0, extra_bufts: bool = True):
+        self.ll, self.draft_id, self.n_batch = ll, draft_id, n_batch
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
+        params.use_extra_bufts = extra_bufts      # the target's (see ``cpu``)
+        self.model = ll.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            raise EngineError(f"speculative draft {draft_id}: llama.cpp refused {path}")
+        self.ctx = None
+        try:
+            self.vocab = ll.llama_model_get_vocab(self.model)
+            check_vocab(ll, target_vocab, self.vocab, draft_id)
+            cp = ll.llama_context_default_params()
+            cp.n_ctx, cp.n_seq_max = n_ctx_seq * n_slots, n_slots
+            cp.n_batch = cp.n_ubatch = n_batch
+            cp.n_threads = cp.n_threads_batch = threads
+            cp.kv_unified, cp.no_perf = False, True
+            self.ctx = ll.llama_init_from_model(self.model, cp)
+            if not self.ctx:
+                raise EngineError(f"speculative draft {draft_id}: no context of "
+                                  f"{n_ctx_seq} x {n_slots} tokens")
+        except BaseException:
+            self.close()
+            raise
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.tokens: list[list[int]] = [[] for _ in range(n_slots)]
+        self.batch = ll.llama_batch_init(n_batch, 0, 1)
+
+    def for_seq(self, seq_id: int) -> DraftSeq:
+        return DraftSeq(self, seq_id)
+
+    def draft(self, seq_id: int, context: list[int], n_max: int) -> list[int]:
+        held = self.tokens[seq_id]
+        keep = min(common_prefix(held, context), len(context) - 1)
+        if not self.ll.llama_memory_seq_rm(self.mem, seq_id, keep, -1):
+            self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+            keep = 0
+        del held[keep:]
+        for start in range(keep, len(context), self.n_batch):
+            self._decode(seq_id, context[start:start + self.n_batch])
+        out: list[int] = []
+        while len(out) < n_max:
+            token, p_top = self._argmax()
+            if p_top < P_MIN or self.ll.llama_vocab_is_eog(self.vocab, token):
+                break
+            out.append(token)
+            if len(out) < n_max:
+                self._decode(seq_id, [token])
+        return out
+
+    def _decode(self, seq_id: int, tokens: list[int]) -> None:
+        """Append ``tokens`` to the sequence, logits at the last."""
+        batch, held = self.batch, self.tokens[seq_id]
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i] = token, len(held) + i
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq_id
+            batch.logits[i] = int(i == len(tokens) - 1)
+        batch.n_tokens = len(tokens)
+        rc = self.ll.llama_decode(self.ctx, batch)
+        if rc != 0:
+            self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+            held.clear()
+            raise EngineError(f"speculative draft {self.draft_id}: llama_decode returned {rc}")
+        held.extend(tokens)
+
+    def _argmax(self) -> tuple[int, float]:
+        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, -1),
+                                       shape=(self.n_vocab,))
+        token = int(logits.argmax())
+        return token, float(1.0 / np.exp(logits - logits[token]).sum())
+
+    def close(self) -> None:
+        """Free the context and the model. Idempotent."""
+        if getattr(self, "batch", None) is not None:
+            self.ll.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            self.ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            self.ll.llama_model_free(self.model)
+            self.model = None
+
+
+class DraftSeq:
+    """The ``Drafter`` of one target slot: its sequence in the draft model."""
+
+    method = "draft"
+
+    def __init__(self, model: DraftModel, seq_id: int):
+        self.model, self.seq_id = model, seq_id
+
+    def propose(self, context: list[int], n_max: int) -> list[int]:
+        return self.model.draft(self.seq_id, context, n_max) if n_max > 0 else []
+
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        pass
+
+    def close(self) -> None:
+        pass                    # the sequence stays for the slot's next job (prefix reuse)

@@ -1,0 +1,113 @@
+"""``speculative = "auto"``: draft only where it pays, measured per model and kind of request.
+
+The model is the one that decides speculation's worth on any hardware: a decode step with k
+drafted tokens costs ``plain + k * per_draft`` seconds (verifying k extra positions) and
+yields ``(1 - a^(k+1)) / (1 - a)`` tokens on average, ``a`` being the chance that a drafted
+token is accepted (each step stops at the first rejection). ``best_k`` picks the k in
+1..n_max with the most tokens per second, and none when no k beats plain decoding by
+``MARGIN``; then only one step in ``PROBE_EVERY`` drafts, which keeps the figures fresh at a
+bounded cost (about 1/PROBE_EVERY of a slow-down at worst). ``KindStats`` holds the running
+figures (exponential averages), ``AutoDrafter`` wraps a drafter with them. Pure but for the
+clock readings the decode loop hands in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypnos.engines.llama.speculative import Drafter
+
+#: Drafting must promise this much more speed than plain steps.
+MARGIN = 1.05
+#: With drafting judged not to pay, one step in this many drafts anyway (a probe).
+PROBE_EVERY = 16
+#: Steps of each sort seen before the figures are trusted (drafting meanwhile).
+WARMUP = 8
+ALPHA = 0.1            # weight of a new reading in the averages
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens a step with ``k`` drafts yields on average (the accepted run plus the target's
+    own token), for a per-token acceptance chance ``a``."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def best_k(a: float, plain_s: float, per_draft_s: float, n_max: int) -> int:
+    """The draft length (0: do not draft) with the most tokens per second."""
+    best, best_rate = 0, 0.0
+    for k in range(1, n_max + 1):
+        rate = expected_tokens(a, k) / (plain_s + k * max(per_draft_s, 0.0))
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best if best_rate * plain_s >= MARGIN else 0
+
+
+@dataclass
+class KindStats:
+    """Running figures of one model's drafting for one kind of request. ``accepted`` and
+    ``rejections`` (steps that ended at a rejected draft) give the acceptance chance."""
+    n_max: int
+    plain_s: float = 0.0
+    per_draft_s: float = 0.0
+    accepted: float = 0.0
+    rejections: float = 0.0
+    plain_steps: int = 0
+    draft_steps: int = 0
+    since_probe: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        total = self.accepted + self.rejections
+        return self.accepted / total if total else 0.0
+
+    def n_for_next(self) -> int:
+        """How many tokens the next step may draft (0: a plain step)."""
+        if self.plain_steps < WARMUP or self.draft_steps < WARMUP:
+            return self.n_max
+        k = best_k(self.acceptance, self.plain_s, self.per_draft_s, self.n_max)
+        if k:
+            return k
+        self.since_probe += 1
+        if self.since_probe >= PROBE_EVERY:
+            self.since_probe = 0
+            return self.n_max
+        return 0
+
+    def record(self, drafted: int, accepted: int, step_s: float) -> None:
+        """One generating step: ``drafted`` tokens checked (0: a plain step), ``accepted``
+        of them kept, ``step_s`` seconds of llama_decode."""
+        if drafted == 0:
+            self.plain_s = _ema(self.plain_s, step_s, self.plain_steps)
+            self.plain_steps += 1
+            return
+        if self.plain_steps:
+            extra = max(step_s - self.plain_s, 0.0) / drafted
+            self.per_draft_s = _ema(self.per_draft_s, extra, self.draft_steps)
+        self.draft_steps += 1
+        # Decayed counts, so the acceptance follows the recent requests.
+        self.accepted = self.accepted * (1 - ALPHA) + accepted
+        self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
+
+
+def _ema(old: float, new: float, n: int) -> float:
+    return new if n == 0 else old + ALPHA * (new - old)
+
+
+class AutoDrafter:
+    """A drafter that drafts only as ``stats`` advise, and feeds them."""
+
+    def __init__(self, inner: Drafter, stats: KindStats):
+        self.inner, self.stats = inner, stats
+        self.method = inner.method
+
+    def propose(self, context: list[int], n_max: int) -> list[int]:
+        k = min(n_max, self.stats.n_for_next())
+        return self.inner.propose(context, k) if k > 0 else []
+
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        self.stats.record(drafted, accepted, step_s)
+        self.inner.on_accept(drafted, accepted, step_s)
+
+    def close(self) -> None:
+        self.inner.close()

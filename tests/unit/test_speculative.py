@@ -1,0 +1,153 @@
+"""Speculative decoding's pure parts: the n-gram and prediction drafters, and the acceptance
+rules on fixed distributions (issue 30)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hypnos.engines.llama.speculative import SpecStats
+from hypnos.engines.llama.speculative.accept import (accepted_prefix, point_mass, residual,
+                                                     sample_compare_step, speculative_step)
+from hypnos.engines.llama.speculative.drafts import NgramDrafter, NgramIndex, PredictionDrafter
+
+
+# ------------------------------------------------------------------ n-gram lookup
+
+def test_ngram_proposes_what_followed_the_latest_match():
+    d = NgramDrafter()
+    ctx = [1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3]
+    assert d.propose(ctx, 3) == [4, 5, 6]
+    assert d.propose(ctx, 10) == [4, 5, 6, 9, 9, 1, 2, 3]
+
+
+def test_ngram_prefers_the_longest_suffix():
+    # [7, 3] occurs once followed by 8; [3] alone last occurred followed by 5.
+    d = NgramDrafter()
+    ctx = [7, 3, 8, 8, 3, 5, 7, 3]
+    assert d.propose(ctx, 1) == [8]
+
+
+def test_ngram_falls_back_to_shorter_and_to_nothing():
+    d = NgramDrafter()
+    assert d.propose([1, 2, 3, 4], 4) == []          # no token repeats
+    assert d.propose([5, 6, 7, 5], 2) == [6, 7]     # only the last token matches
+    assert d.propose([5, 6, 7, 5], 0) == []
+
+
+def test_ngram_index_extends_and_rebuilds():
+    idx = NgramIndex()
+    idx.sync([1, 2, 3])
+    idx.sync([1, 2, 3, 1, 2])
+    assert idx.lookup([1, 2]) == 2
+    idx.sync([4, 4, 1, 2])                           # not an extension: rebuilt
+    assert idx.lookup([1]) == 3
+    assert (2, 3) not in idx.ends
+
+
+def test_ngram_the_latest_occurrence_wins():
+    d = NgramDrafter()
+    assert d.propose([1, 2, 3, 1, 2, 4, 1, 2], 1) == [4]
+
+
+# ------------------------------------------------------------------ predicted outputs
+
+def test_prediction_follows_the_answer():
+    pred = [10, 11, 12, 13, 14, 15]
+    d = PredictionDrafter(pred, prompt_len=2)
+    assert d.propose([0, 0], 3) == [10, 11, 12]
+    assert d.propose([0, 0, 10, 11], 3) == [12, 13, 14]
+    assert d.propose([0, 0, 10, 11, 12, 13, 14, 15], 3) == []
+
+
+def test_prediction_resyncs_after_a_changed_token():
+    # The answer renames 12 to 99 and goes on as predicted from 13.
+    pred = [10, 11, 12, 13, 14, 15, 16]
+    d = PredictionDrafter(pred, prompt_len=0)
+    assert d.propose([10, 11], 2) == [12, 13]
+    assert d.propose([10, 11, 99], 2) == []          # 99 is not in the prediction
+    assert d.propose([10, 11, 99, 13], 2) == [14, 15]
+
+
+def test_prediction_resync_prefers_the_nearest_place_forward():
+    # "5" occurs at index 1 and index 6; having followed the prediction up to index 4,
+    # a mismatch then "5" resyncs after index 6, not after index 1.
+    pred = [4, 5, 1, 2, 3, 8, 5, 6]
+    d = PredictionDrafter(pred, prompt_len=0)
+    d.propose([4, 5, 1, 2, 3], 1)
+    assert d.propose([4, 5, 1, 2, 3, 9, 5], 1) == [6]
+
+
+def test_prediction_of_nothing_drafts_nothing():
+    d = PredictionDrafter([], prompt_len=0)
+    assert d.propose([1, 2, 3], 4) == []
+
+
+# ------------------------------------------------------------------ acceptance
+
+def test_accepted_prefix_is_the_greedy_exact_match():
+    assert accepted_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert accepted_prefix([1, 2, 3], [1, 5, 3, 4]) == 1
+    assert accepted_prefix([1, 2, 3], [7, 2, 3, 4]) == 0
+    assert accepted_prefix([], [7]) == 0
+
+
+def test_residual_removes_the_draft_and_renormalises():
+    p = np.array([0.5, 0.3, 0.2])
+    r = residual(p, point_mass(3, 0))
+    assert np.allclose(r, [0.0, 0.6, 0.4])
+    assert np.allclose(residual(p, p), p)           # nothing left: p itself
+
+
+def _frequencies(step, n_trials: int, n: int) -> np.ndarray:
+    counts = np.zeros(n)
+    for token in step(n_trials):
+        counts[token] += 1
+    return counts / n_trials
+
+
+P = np.array([0.45, 0.25, 0.15, 0.10, 0.05])
+Q = np.array([0.10, 0.50, 0.10, 0.20, 0.10])
+TRIALS = 20000
+TOL = 0.015           # about 4 standard errors at these sizes
+
+
+def test_speculative_sampling_keeps_the_targets_distribution():
+    rng = np.random.default_rng(7)
+
+    def trials(k):
+        for _ in range(k):
+            x = int(rng.choice(len(Q), p=Q))
+            yield speculative_step(P, Q, x, rng)[1]
+    assert np.abs(_frequencies(trials, TRIALS, len(P)) - P).max() < TOL
+
+
+def test_speculative_sampling_accepts_at_the_expected_rate():
+    # The acceptance rate of speculative sampling is sum(min(p, q)).
+    rng = np.random.default_rng(11)
+    accepted = 0
+    for _ in range(TRIALS):
+        x = int(rng.choice(len(Q), p=Q))
+        accepted += speculative_step(P, Q, x, rng)[0]
+    assert abs(accepted / TRIALS - np.minimum(P, Q).sum()) < TOL
+
+
+@pytest.mark.parametrize("x", [0, 3])
+def test_a_point_mass_draft_sample_and_compare_is_speculative_sampling(x):
+    # For a deterministic draft x the full rule and "sample t ~ p, keep x iff t == x" give
+    # the same token distribution (p) and the same acceptance rate (p(x)).
+    rng = np.random.default_rng(3 + x)
+    q = point_mass(len(P), x)
+    full = [speculative_step(P, q, x, rng) for _ in range(TRIALS)]
+    compare = [sample_compare_step(P, x, rng) for _ in range(TRIALS)]
+    for outcomes in (full, compare):
+        tokens = np.bincount([t for _, t in outcomes], minlength=len(P)) / TRIALS
+        assert np.abs(tokens - P).max() < TOL
+        assert abs(sum(a for a, _ in outcomes) / TRIALS - P[x]) < TOL
+        assert all(t == x for a, t in outcomes if a)
+        assert all(t != x for a, t in outcomes if not a)
+
+
+def test_stats_count_rejections():
+    s = SpecStats("ngram", 4, drafted=10, accepted=7)
+    assert s.rejected == 3
+    assert s.to_wire() == {"method": "ngram", "drafted": 10, "accepted": 7, "n_max": 4}

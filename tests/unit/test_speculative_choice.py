@@ -1,0 +1,206 @@
+"""Speculative decoding's settings and choices, pure (issue 30): the ``speculative`` config
+value, which drafter a request gets, the ``auto`` policy's arithmetic, and the wire's
+``prediction`` and usage details."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hypnos.engines.llama.speculative.choose import (SpecConfig, Speculation, parse_spec,
+                                                     request_kind)
+from hypnos.engines.llama.speculative.drafts import NgramDrafter, PredictionDrafter
+from hypnos.engines.llama.speculative.tuning import (PROBE_EVERY, WARMUP, AutoDrafter,
+                                                     KindStats, best_k, expected_tokens)
+from hypnos.engines.records import ChatRequest, ChatResult
+from hypnos.service.config.load import ConfigError, load_config
+from hypnos.service.config.schema import LimitsConfig
+from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.inference.text import usage
+from hypnos.service.wire.chat import parse_chat
+
+
+# ------------------------------------------------------------------ the setting
+
+@pytest.mark.parametrize("value, want", [
+    (None, SpecConfig()), ("off", SpecConfig()), ("ngram", SpecConfig(mode="ngram")),
+    ("auto", SpecConfig(mode="auto")),
+    ({"draft": "small", "n_max": 6}, SpecConfig(mode="draft", draft="small", n_max=6)),
+    ({"draft": "small", "mode": "auto"}, SpecConfig(mode="auto", draft="small")),
+    ({"n_max": 8}, SpecConfig(mode="ngram", n_max=8)),
+])
+def test_spec_settings_parse(value, want):
+    assert parse_spec(value) == want
+
+
+@pytest.mark.parametrize("value, says", [
+    ("fast", "must be"), (3, "string or a table"), ({"draft": ""}, "model id"),
+    ({"n_max": 0}, "n_max"), ({"n_max": True}, "n_max"), ({"mode": "draft"}, "draft needs"),
+    ({"draft": "x", "p_min": 1}, "unknown key 'p_min'"),
+])
+def test_bad_spec_settings_say_what_is_wrong(value, says):
+    with pytest.raises(ValueError, match=says):
+        parse_spec(value)
+
+
+MODEL = """
+[[models]]
+id = "{id}"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "{id}.gguf"
+"""
+
+
+def test_config_checks_the_speculative_setting(tmp_path: Path):
+    p = tmp_path / "hypnos.toml"
+    p.write_text(MODEL.format(id="big") + 'speculative = "sometimes"\n'
+                 + MODEL.format(id="mid") + 'speculative = {draft = "nobody"}\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(p, env={})
+    text = str(exc.value)
+    assert "models[0].speculative: must be" in text
+    assert "models[1].speculative.draft: 'nobody' is not another configured model" in text
+
+
+def test_config_takes_a_draft_table(tmp_path: Path):
+    p = tmp_path / "hypnos.toml"
+    p.write_text(MODEL.format(id="big") + 'speculative = {draft = "small", n_max = 3}\n'
+                 + MODEL.format(id="small"))
+    cfg = load_config(p, env={})
+    assert parse_spec(cfg.model("big").speculative) == SpecConfig("draft", "small", 3)
+    assert cfg.model("small").speculative == "off"
+
+
+# ------------------------------------------------------------------ which drafter
+
+def test_a_prediction_drafts_whatever_the_setting():
+    drafter, maker, stats = Speculation(SpecConfig(), True).for_job([5, 6], 10, "text")
+    assert isinstance(drafter, PredictionDrafter) and maker is None
+    assert stats.method == "prediction"
+
+
+def test_off_drafts_nothing_and_ngram_drafts_by_lookup():
+    assert Speculation(SpecConfig(), True).for_job(None, 10, "text") == (None, None, None)
+    drafter, _, stats = Speculation(SpecConfig("ngram"), True).for_job(None, 10, "text")
+    assert isinstance(drafter, NgramDrafter) and stats.method == "ngram"
+
+
+def test_a_model_that_cannot_roll_back_never_drafts():
+    spec = Speculation(SpecConfig("ngram"), can_rollback=False)
+    assert spec.for_job([1, 2], 3, "text") == (None, None, None)
+
+
+def test_auto_keeps_figures_per_kind():
+    spec = Speculation(SpecConfig("auto"), True)
+    a, _, _ = spec.for_job(None, 1, "tools")
+    b, _, _ = spec.for_job(None, 1, "tools")
+    c, _, _ = spec.for_job(None, 1, "text")
+    assert isinstance(a, AutoDrafter) and a.stats is b.stats and a.stats is not c.stats
+
+
+def test_request_kinds():
+    assert request_kind(ChatRequest(messages=[], tools=[{"x": 1}])) == "tools"
+    assert request_kind(ChatRequest(messages=[], tools=[{"x": 1}], tool_choice="none")) == "text"
+    assert request_kind(ChatRequest(messages=[], grammar="root ::= \"a\"")) == "structured"
+    assert request_kind(ChatRequest(messages=[])) == "text"
+
+
+# ------------------------------------------------------------------ auto's arithmetic
+
+def test_expected_tokens():
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+def test_best_k_drafts_only_where_it_pays():
+    # Verifying a draft costs a tenth of a step: good acceptance pays, poor does not.
+    assert best_k(0.9, 0.1, 0.01, 8) >= 4
+    assert best_k(0.05, 0.1, 0.01, 8) == 0
+    # Expensive verification (a CPU): even fair acceptance does not pay.
+    assert best_k(0.5, 0.1, 0.1, 8) == 0
+    # Middling acceptance: a short draft.
+    assert 1 <= best_k(0.6, 0.1, 0.01, 8) < 8
+
+
+def _feed(stats: KindStats, steps: int, accepted: int, drafted: int, plain_s: float,
+          draft_s: float) -> None:
+    for _ in range(steps):
+        stats.record(0, 0, plain_s)
+        stats.record(drafted, accepted, draft_s)
+
+
+def test_kind_stats_stop_drafting_where_rejected_but_probe():
+    stats = KindStats(n_max=4)
+    _feed(stats, WARMUP, accepted=0, drafted=4, plain_s=0.1, draft_s=0.14)
+    assert stats.acceptance < 0.1
+    decisions = [stats.n_for_next() for _ in range(PROBE_EVERY * 3)]
+    assert decisions.count(4) == 3 and decisions.count(0) == len(decisions) - 3
+
+
+def test_kind_stats_keep_drafting_where_accepted():
+    stats = KindStats(n_max=4)
+    _feed(stats, WARMUP, accepted=4, drafted=4, plain_s=0.1, draft_s=0.11)
+    assert stats.acceptance > 0.9
+    assert stats.n_for_next() == 4
+
+
+def test_auto_drafter_asks_for_no_more_than_advised():
+    stats = KindStats(n_max=4)
+    _feed(stats, WARMUP, accepted=0, drafted=4, plain_s=0.1, draft_s=0.2)
+    d = AutoDrafter(NgramDrafter(), stats)
+    assert d.propose([1, 2, 1], 4) == []              # not a probe step: nothing drafted
+    d.on_accept(0, 0, 0.1)
+    assert stats.plain_steps == WARMUP + 1
+
+
+# ------------------------------------------------------------------ the wire
+
+def test_prediction_on_the_chat_wire():
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "prediction": {"type": "content", "content": [{"type": "text", "text": "a"},
+                                                          {"type": "text", "text": "b"}]}}
+    assert parse_chat(body, LimitsConfig()).request.prediction == "ab"
+    body["prediction"] = {"type": "content", "content": "whole"}
+    assert parse_chat(body, LimitsConfig()).request.prediction == "whole"
+
+
+@pytest.mark.parametrize("prediction", [{"type": "file", "content": "x"}, {"type": "content"},
+                                        "text", {"type": "content", "content": [{"x": 1}]}])
+def test_a_bad_prediction_is_a_400_naming_it(prediction):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "prediction": prediction}
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat(body, LimitsConfig())
+    assert "prediction" in str(exc.value.param or "") + str(exc.value)
+
+
+def test_usage_reports_prediction_tokens_over_the_choices():
+    def result(spec):
+        return ChatResult(text="", finish_reason="stop", prompt_tokens=5,
+                          completion_tokens=9, speculative=spec)
+    both = usage([result({"method": "prediction", "drafted": 10, "accepted": 7, "n_max": 8}),
+                  result({"method": "prediction", "drafted": 4, "accepted": 1, "n_max": 8})])
+    assert both["completion_tokens_details"] == {"accepted_prediction_tokens": 8,
+                                                 "rejected_prediction_tokens": 6}
+    ngram = usage([result({"method": "ngram", "drafted": 4, "accepted": 1, "n_max": 4})])
+    assert "completion_tokens_details" not in ngram
+
+
+def test_a_draft_is_booked_with_its_target():
+    from conftest import MODELS_DIR, require_smollm2
+    from hypnos.service.config.load import parse_config
+    from hypnos.service.scheduling.build import build_state
+    require_smollm2()
+    smol = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+    block = ('[[models]]\nid = "{id}"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
+             f'weights_path = "{smol}"\n')
+    import tomllib
+    cfg = parse_config(tomllib.loads(
+        f'models_dir = "{MODELS_DIR}"\n' + block.format(id="alone")
+        + block.format(id="drafted") + 'speculative = {draft = "alone"}\n'))
+    alone, drafted = build_state(cfg, cfg.models[0]), build_state(cfg, cfg.models[1])
+    assert drafted.paths["draft_path"] == alone.paths["weights_path"]
+    size = alone.paths["weights_path"].stat().st_size
+    assert drafted.shape.projector_bytes - alone.shape.projector_bytes == size
