@@ -33,7 +33,7 @@ from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.llama.decode_loop import DecodeLoop
-from hypnos.engines.llama.reader import AnswerReader, collect, timings
+from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
@@ -338,7 +338,7 @@ class LlamaChatEngine(SessionsMixin):
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
-                  group=req.group)
+                  group=req.group, events=TokenEvents())
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing
             # is tokenized as plain text, so the reader sees every character of it (a control
@@ -353,7 +353,10 @@ class LlamaChatEngine(SessionsMixin):
                 loop.submit(job)
             except RuntimeError as exc:
                 raise EngineError("model unloaded") from exc
-            finish, delivered = collect(loop, job, reader, cancel)
+            # Tokens are read in batches; one at a time only matters to a caller that
+            # streams them or to a stop string, which must end the job soon after it appears.
+            finish, delivered = collect(loop, job, reader, cancel,
+                                        streaming=on_text is not None or bool(stops))
         finally:
             if built.chunks is not None:
                 built.chunks.free()
