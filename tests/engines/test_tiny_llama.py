@@ -61,3 +61,32 @@ def test_llama_cpp_loads_it_and_the_engine_decodes_the_tokens_asked_for(gguf_pat
         assert ask().text == first.text                      # greedy: the same twice
     finally:
         eng.unload()
+
+
+def test_the_plain_greedy_pick_is_llama_cpps_greedy_samplers(gguf_path):
+    """The decode loop reads a plain greedy token as the logits' argmax instead of running
+    llama.cpp's greedy chain: both pick the same token from the same logits; a bias, a
+    grammar or a penalty keeps the chain."""
+    from hypnos.engines.llama.sampling import Sampling, build_sampler
+    eng = LlamaChatEngine()
+    eng.load(LoadSpec("tiny-llama", gguf_path, context_len=1024, slots=1, threads=1))
+    try:
+        eng.chat(ChatRequest(messages=[{"role": "user", "content": "Once upon a time"}],
+                             max_tokens=8, temperature=0), None, threading.Event())
+        ll, loop = eng._ll, eng._loop
+
+        def both():
+            chain = build_sampler(ll, eng._vocab, Sampling(temperature=0))
+            try:
+                return loop._greedy(-1), ll.llama_sampler_sample(chain, eng._ctx, -1)
+            finally:
+                ll.llama_sampler_free(chain)
+        fast, chain = loop.call(both)
+        assert fast == chain
+        assert Sampling(temperature=0).plain_greedy
+        assert not Sampling(temperature=0, logit_bias=((fast, -100.0),)).plain_greedy
+        assert not Sampling(temperature=0, grammar='root ::= "a"').plain_greedy
+        assert not Sampling(temperature=0, presence_penalty=0.5).plain_greedy
+        assert not Sampling().plain_greedy                   # the default samples
+    finally:
+        eng.unload()
