@@ -353,10 +353,7 @@ class LlamaChatEngine(SessionsMixin):
                 loop.submit(job)
             except RuntimeError as exc:
                 raise EngineError("model unloaded") from exc
-            # Tokens are read in batches; one at a time only matters to a caller that
-            # streams them or to a stop string, which must end the job soon after it appears.
-            finish, delivered = collect(loop, job, reader, cancel,
-                                        streaming=on_text is not None or bool(stops))
+            finish, delivered = collect(loop, job, reader, cancel)
         finally:
             if built.chunks is not None:
                 built.chunks.free()

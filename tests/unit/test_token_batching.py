@@ -59,8 +59,7 @@ def test_a_token_wakes_an_eager_reader():
     t.join()
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_collect_in_batches_delivers_each_token_as_one_at_a_time_would(streaming):
+def test_collect_in_batches_delivers_each_token_as_one_at_a_time_would():
     """The multibyte character split over tokens still arrives whole, each token is its own
     delta, and the count is the tokens'."""
     q = TokenEvents()
@@ -70,7 +69,7 @@ def test_collect_in_batches_delivers_each_token_as_one_at_a_time_would(streaming
     pieces: list[str] = []
     reader = AnswerReader(AnswerSplitter(), StopMatcher([]),
                           lambda delta: pieces.append(delta.content), logprobs=False)
-    finish, delivered = collect(None, job_with(q), reader, threading.Event(), streaming)
+    finish, delivered = collect(None, job_with(q), reader, threading.Event())
     assert pieces == ["caf", "é ", "€"]
     assert (reader.content, finish, delivered) == ("café €", "length", 4)
 
@@ -85,7 +84,7 @@ def test_collect_stops_at_a_stop_string_inside_a_batch():
     slots = SlotQueue()                              # the queue a DecodeLoop sits on
     slots.slots, slots.waiting, slots.closing = [], deque(), False
     slots.cond = threading.Condition()
-    finish, delivered = collect(slots, job, reader, threading.Event(), streaming=True)
+    finish, delivered = collect(slots, job, reader, threading.Event())
     assert (reader.content, finish, delivered) == ("one two ", "stop", 3)
     assert job.stop.is_set()                         # the decode thread frees the slot
 
