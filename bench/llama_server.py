@@ -15,6 +15,12 @@ run by run (a load change on a shared machine then falls on both), and prints me
       restore vs unload, load), since the server wires parking in separately.
 
     python bench/llama_server.py [--threads N] [--tokens 128] [--runs 5] [--build-only]
+                                 [--tiny]
+
+``--tiny`` runs (a) and (b) only, on a generated 2-layer, 64-wide random-weight llama GGUF
+carrying SmolLM2's 49,152-token vocabulary (``tests/tiny_llama.py``, written to a temporary
+directory, never committed): its decode step costs about what a GPU step of a small model
+does, so the ratios show what each server's own loop adds to every token.
 
 ``--threads N`` pins the whole run to N CPUs: `hypnos serve` gives its engine every CPU
 the process may use, and llama-server gets ``-t N -tb N``, so both run N threads.
@@ -39,9 +45,13 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import ROOT, ManagedProcess, ServerProcess  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))
+from tiny_llama import SMOLLM2, write_tiny_llama  # noqa: E402
+
 LLAMA_CPP_PYTHON = "0.3.36"
 CACHE = Path("/tmp/hypnos-llama-server")
-GGUF = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF = SMOLLM2
+TINY = "tiny-llama.gguf"
 CONTEXT = 8192
 SLOTS = 4
 STORY = "Write a long story about a fox who learns to sail."
@@ -196,12 +206,13 @@ class Target:
 
     def medians(self) -> dict[str, float]:
         return {k: statistics.median(getattr(self, k))
-                for k in ("single", "aggregate", "ttft_warm", "ttft_cold")}
+                for k in ("single", "aggregate", "ttft_warm", "ttft_cold") if getattr(self, k)}
 
 
-def measure_servers(targets: list[Target], prompts: Prompts, runs: int, tokens: int) -> None:
+def measure_servers(targets: list[Target], prompts: Prompts | None, runs: int,
+                    tokens: int) -> None:
     """(a)-(c), the servers taking turns run by run, so that a load change on a shared
-    machine falls on both sides rather than on one."""
+    machine falls on both sides rather than on one; without ``prompts``, (a) and (b) only."""
     story = [{"role": "user", "content": STORY}]
     for t in targets:
         chat(t.base, story, 8, t.extra)                      # warm: loaded, prompt cached
@@ -210,7 +221,7 @@ def measure_servers(targets: list[Target], prompts: Prompts, runs: int, tokens: 
             t.single.append(decode_rate(chat(t.base, story, tokens, t.extra)))
         for t in targets:
             t.aggregate.append(aggregate_rate(t.base, tokens, t.extra))
-        for i, t in enumerate(targets):
+        for i, t in enumerate(targets if prompts else []):
             seed = 1000 * (i + 1) + 10 * run
             first, second = prompts.conversation(seed, 1900, 100)
             t.ttft_cold.append(ttft_ms(t.base, prompts.conversation(seed + 5, 1900, 100)[1],
@@ -264,6 +275,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="pin this run (and both servers) to the first N CPUs it may use; "
                          "both engines then run N threads (default: every CPU)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="(a) and (b) only, on a generated tiny GGUF with SmolLM2's vocabulary")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args()
     if args.threads:
@@ -272,42 +285,66 @@ def main() -> None:
     if args.build_only:
         print(binary)
         return
-    from hypnos.engines.records import LoadSpec
-    from hypnos.engines.llama.engine import LlamaChatEngine
-    weights = args.models_dir / GGUF
+    tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-"))
+    try:
+        parking: dict | None = None
+        if args.tiny:
+            weights = write_tiny_llama(tmp / TINY, args.models_dir / GGUF)
+            hyp, base = run_servers(binary, tmp, TINY, tmp, args, None)
+        else:
+            weights = args.models_dir / GGUF
+            hyp, base, parking = with_engine(binary, tmp, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     # `hypnos serve` gives its engines every CPU of the process; llama-server gets the same.
-    threads = len(os.sched_getaffinity(0))
-    spec = LoadSpec("chat", weights, context_len=CONTEXT, slots=SLOTS, threads=threads)
+    report(weights, len(os.sched_getaffinity(0)), args, hyp, base, parking)
+
+
+def with_engine(binary: Path, tmp: Path, args) -> tuple[dict, dict, dict]:
+    """(a)-(d) on the real GGUF: the in-process engine counts the prompts' tokens and is the
+    one (d) parks."""
+    from hypnos.engines.llama.engine import LlamaChatEngine
+    from hypnos.engines.records import LoadSpec
+    spec = LoadSpec("chat", args.models_dir / GGUF, context_len=CONTEXT, slots=SLOTS,
+                    threads=len(os.sched_getaffinity(0)))
     engine = LlamaChatEngine()
     engine.load(spec)
-    prompts = Prompts(engine)
-    tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-"))
-    cfg = tmp / "hypnos.toml"
-    cfg.write_text(f'models_dir = "{args.models_dir}"\n[[models]]\nid = "chat"\n'
-                   f'modality = "text_generation"\nengine = "ggml_llama"\n'
-                   f'weights_path = "{GGUF}"\nslots = {SLOTS}\ncontext_len = {CONTEXT}\n')
     try:
+        prompts = Prompts(engine)
         parking = measure_parking(engine, spec, prompts, args.runs)
-        srv = ServerProcess(cfg, tmp / "hypnos.log")
-        ref = None
-        try:
-            ref = LlamaServer(binary, weights, threads, tmp / "llama-server.log")
-            # num_ctx pins the per-slot context: without it the server estimates a 2,000-token
-            # prompt of short words at chars/3 tokens and rebuilds the model with a larger
-            # context, which drops the prefix cache the (c) measure is about.
-            hyp = Target("hypnos", srv.base, {"num_ctx": CONTEXT // SLOTS})
-            base = Target("llama-server", ref.base)
-            measure_servers([hyp, base], prompts, args.runs, args.tokens)
-        finally:
-            srv.stop()
-            if ref is not None:
-                ref.stop()
+        return *run_servers(binary, args.models_dir, GGUF, tmp, args, prompts), parking
     finally:
         engine.unload()
-    report(weights, threads, args, hyp.medians(), base.medians(), parking)
 
 
-def report(weights: Path, threads: int, args, hyp: dict, base: dict, parking: dict) -> None:
+def run_servers(binary: Path, models_dir: Path, gguf: str, tmp: Path, args,
+                prompts: Prompts | None) -> tuple[dict, dict]:
+    """Both servers on ``models_dir / gguf`` at once; (a)-(c) medians of each (only (a) and
+    (b) without ``prompts``)."""
+    threads = len(os.sched_getaffinity(0))
+    cfg = tmp / "hypnos.toml"
+    cfg.write_text(f'models_dir = "{models_dir}"\n[[models]]\nid = "chat"\n'
+                   f'modality = "text_generation"\nengine = "ggml_llama"\n'
+                   f'weights_path = "{gguf}"\nslots = {SLOTS}\ncontext_len = {CONTEXT}\n')
+    srv = ServerProcess(cfg, tmp / "hypnos.log")
+    ref = None
+    try:
+        ref = LlamaServer(binary, models_dir / gguf, threads, tmp / "llama-server.log")
+        # num_ctx pins the per-slot context: without it the server estimates a 2,000-token
+        # prompt of short words at chars/3 tokens and rebuilds the model with a larger
+        # context, which drops the prefix cache the (c) measure is about.
+        hyp = Target("hypnos", srv.base, {"num_ctx": CONTEXT // SLOTS})
+        base = Target("llama-server", ref.base)
+        measure_servers([hyp, base], prompts, args.runs, args.tokens)
+    finally:
+        srv.stop()
+        if ref is not None:
+            ref.stop()
+    return hyp.medians(), base.medians()
+
+
+def report(weights: Path, threads: int, args, hyp: dict, base: dict,
+           parking: dict | None) -> None:
     print(f"model {weights.name}, {threads} threads, context {CONTEXT}, {SLOTS} slots, "
           f"{args.tokens} tokens, median of {args.runs} runs; llama-server from "
           f"llama-cpp-python {LLAMA_CPP_PYTHON}'s llama.cpp")
@@ -319,6 +356,8 @@ def report(weights: Path, threads: int, args, hyp: dict, base: dict, parking: di
         ratio = hyp[key] / base[key]
         print(f"{title}: hypnos {hyp[key]:7.1f}  llama-server {base[key]:7.1f}  "
               f"{label} = {ratio:.2f} (target {target})")
+    if parking is None:
+        return
     for name, m in (("hypnos", hyp), ("llama-server", base)):
         print(f"(c) TTFT 2,000-token prompt, {name}: 1,900 sent before {m['ttft_warm']:7.1f} ms"
               f"  cold {m['ttft_cold']:7.1f} ms  warm / cold = "

@@ -33,7 +33,7 @@ from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.llama.decode_loop import DecodeLoop
-from hypnos.engines.llama.reader import AnswerReader, collect, timings
+from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
@@ -347,7 +347,7 @@ class LlamaChatEngine(SessionsMixin):
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
-                  group=req.group)
+                  group=req.group, events=TokenEvents())
         setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing

@@ -1,6 +1,10 @@
 """Reading one llama job's tokens in the caller's thread: ``AnswerReader`` turns token text
 into ``ChatDelta``s (stop strings, then thinking / content / tool calls), ``collect`` feeds it
-until the job ends, a stop string is hit or the caller cancels, ``timings`` sums up the job."""
+until the job ends, a stop string is hit or the caller cancels, ``timings`` sums up the job.
+
+``TokenEvents`` is the job's event queue when the reader takes tokens in batches: a token then
+wakes the reader only when it asked for that, so a fast decode (a small model, a GPU) does not
+pay a thread wake-up, and on a shared core a preemption of the decode thread, per token."""
 from __future__ import annotations
 
 import codecs
@@ -16,6 +20,52 @@ from hypnos.engines.records import ChatDelta, ChatTimings, OnToken, TokenLogprob
 
 #: How often a caller waiting for a slot or a token looks at its cancel Event (seconds).
 CANCEL_POLL_S = 0.05
+#: A reader, once it has handed on a batch, lets the tokens of the next this-many seconds
+#: gather before it wakes (a wake-up per batch, not per token); the first token after an
+#: idle wait wakes it at once.
+STREAM_GATHER_S = 0.004
+
+
+class TokenEvents(queue.Queue):
+    """``Job.events`` read by one reader thread in batches (``take``). Put from the decode
+    thread; unbounded, so ``put`` never blocks. A ``("token", ...)`` event wakes a waiting
+    reader only while it waits eagerly; every other event ("done", "error") always does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eager = True
+
+    def put(self, item, block: bool = True, timeout: float | None = None) -> None:
+        with self.mutex:
+            self._put(item)
+            self.unfinished_tasks += 1
+            if self.eager or item[0] != "token":
+                self.not_empty.notify()
+
+    def take(self, timeout: float, eager: bool) -> list:
+        """Every queued event, oldest first. With none queued, waits up to ``timeout``
+        seconds for one (a token ends the wait only when ``eager``); [] if none came."""
+        with self.not_empty:
+            if not self.queue:
+                self.eager = eager
+                try:
+                    self.not_empty.wait(timeout)
+                finally:
+                    self.eager = True
+            items = list(self.queue)
+            self.queue.clear()
+            return items
+
+
+def next_events(events: queue.Queue, timeout: float, eager: bool) -> list:
+    """What ``collect`` reads next: a batch from a ``TokenEvents``, one event from a plain
+    queue (waiting up to ``timeout``); [] when nothing came."""
+    if isinstance(events, TokenEvents):
+        return events.take(timeout, eager)
+    try:
+        return [events.get(timeout=timeout)]
+    except queue.Empty:
+        return []
 
 
 class AnswerReader:
@@ -77,33 +127,38 @@ class AnswerReader:
 
 
 def collect(loop: DecodeLoop, job: Job, reader: AnswerReader,
-             cancel: threading.Event) -> tuple[str, int]:
+            cancel: threading.Event) -> tuple[str, int]:
     """Feed the job's tokens to ``reader`` until the job ends, a stop string is hit or
     ``cancel`` is set. Returns (finish_reason, tokens delivered). Incomplete UTF-8
-    sequences are held back (and dropped if the answer ends inside one)."""
+    sequences are held back (and dropped if the answer ends inside one).
+
+    With ``job.events`` a ``TokenEvents``, tokens are read in batches: the first token after
+    an idle wait wakes the reader, which then lets ``STREAM_GATHER_S`` of tokens gather
+    before it reads again (measured on a shared core: a reader that instead slept until the
+    job's end, waking at the cancel poll only, slowed the decode thread to about 0.6x)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    delivered = 0
+    delivered, eager = 0, True
     try:
         while True:
             if cancel.is_set():
                 abandon(loop, job)
                 reader.finish()
                 return "cancelled", delivered
-            try:
-                event = job.events.get(timeout=CANCEL_POLL_S)
-            except queue.Empty:
-                continue
-            kind, value = event[0], event[1]
-            if kind == "done":
-                reader.finish()
-                return value, delivered
-            if kind == "error":
-                raise EngineError(value)
-            delivered += 1
-            if not reader.token(decoder.decode(value), value, event[2]):
-                abandon(loop, job)            # a stop string: the rest is not wanted
-                reader.finish()
-                return "stop", delivered
+            batch = next_events(job.events, CANCEL_POLL_S if eager else STREAM_GATHER_S,
+                                eager)
+            eager = not batch
+            for event in batch:
+                kind, value = event[0], event[1]
+                if kind == "done":
+                    reader.finish()
+                    return value, delivered
+                if kind == "error":
+                    raise EngineError(value)
+                delivered += 1
+                if not reader.token(decoder.decode(value), value, event[2]):
+                    abandon(loop, job)            # a stop string: the rest is not wanted
+                    reader.finish()
+                    return "stop", delivered
     except BaseException:
         abandon(loop, job)                    # e.g. on_text raised: free the slot
         raise

@@ -28,6 +28,12 @@ class Sampling:
     logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing before the pick (no grammar, bias or penalties): the argmax."""
+        return self.temperature is not None and self.temperature <= 0 and not self.grammar \
+            and not self.logit_bias and not self.penalized
+
+    @property
     def penalized(self) -> bool:
         return bool(self.presence_penalty or self.frequency_penalty
                     or (self.repetition_penalty not in (None, 1.0)))

@@ -7,9 +7,9 @@ loaded tokenizer inside it (``Scheduler.lease(fit=...)``): past the model's wind
 
 A request runs as ``n`` engine calls: choice ``i`` decodes with ``seed + i`` (Pantheon), all
 choices run at once (the engine queues those beyond its slots), the prompt counts once in
-usage. Streaming hands each ``ChatDelta`` to the event loop as it is decoded, sends
-keep-alive comments while nothing comes, and stops every choice at the next token when the
-client goes away.
+usage. Streaming hands each ``ChatDelta`` to the event loop as it is decoded (``DeltaPipe``:
+one wake-up of the loop per batch of deltas), sends keep-alive comments while nothing comes,
+and stops every choice at the next token when the client goes away.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import random
 import secrets
+import threading
 from contextlib import asynccontextmanager
 from typing import cast
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -120,34 +121,62 @@ async def run_choices(call: LeasedCall, reqs: list[ChatRequest]) -> list[ChatRes
                                        for r in reqs)))
 
 
+class DeltaPipe:
+    """Deltas from the engine threads to the event loop, in decode order: ``put`` (any
+    thread, never blocks) wakes the loop only when the pipe was empty, so the deltas of one
+    engine batch cost one wake-up; ``take`` (the loop) returns all that are there."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.lock = threading.Lock()
+        self.items: list = []
+        self.ready = asyncio.Event()
+
+    def put(self, item) -> None:
+        with self.lock:
+            self.items.append(item)
+            first = len(self.items) == 1
+        if first:
+            self.loop.call_soon_threadsafe(self.ready.set)
+
+    async def take(self, timeout: float) -> list:
+        """What was put since the last take, waiting up to ``timeout`` seconds for it
+        (TimeoutError past it); may return [] after a wake-up whose items a take already
+        had."""
+        await asyncio.wait_for(self.ready.wait(), timeout)
+        with self.lock:
+            items, self.items = self.items, []
+            self.ready.clear()
+        return items
+
+
 async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
                          send_delta: Callable[[int, ChatDelta], Awaitable[None]],
                          send_keepalive: Callable[[], Awaitable[None]]) -> list[ChatResult]:
     """Run the choices, awaiting ``send_delta(index, delta)`` for each delta in decode
     order. Raises the HTTP error of what an engine call raised (the others are stopped
     first)."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+    pipe = DeltaPipe(asyncio.get_running_loop())
     window = call.window
 
     def forward(index: int):
-        return lambda delta: loop.call_soon_threadsafe(queue.put_nowait, (index, delta))
+        return lambda delta: pipe.put((index, delta))
 
     tasks = [asyncio.ensure_future(call.run(call.chat.chat, r, forward(i), window=window))
              for i, r in enumerate(reqs)]
     everything = asyncio.gather(*tasks)
-    everything.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
+    everything.add_done_callback(lambda _f: pipe.put(None))
     try:
         while True:
             try:
-                item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
+                items = await pipe.take(KEEPALIVE_SECS)
             except TimeoutError:
                 await send_keepalive()
                 continue
-            if item is None:
-                break
-            await send_delta(*item)
-        return everything.result()
+            for item in items:
+                if item is None:
+                    return everything.result()
+                await send_delta(*item)
     except BaseException:
         call.cancel.set()                      # stop every choice at its next token
         await asyncio.wait(tasks)

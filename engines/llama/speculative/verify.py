@@ -19,7 +19,7 @@ from hypnos.engines.llama.slots import Slot
 
 class SpeculativeSteps:
     """Mixed into ``DecodeLoop``, which provides ``ll``, ``ctx``, ``mem``, ``n_ctx_seq``,
-    ``_on_token`` and ``_logprob``. Decode thread only."""
+    ``_on_token``, ``_sample`` and ``_logprob``. Decode thread only."""
 
     def _draft(self, slot: Slot, room: int) -> list[int]:
         """Tokens to check after the slot's one pending token, at most ``room - 1`` (batch
@@ -41,7 +41,7 @@ class SpeculativeSteps:
         base = len(slot.tokens)            # draft[i] sits at position base + i
         kept = matched = 0
         for i in range(len(draft) + 1):
-            token = self.ll.llama_sampler_sample(job.sampler, self.ctx, at + i)
+            token = self._sample(job, at + i)
             logprob = (self._logprob(at + i, token, job.logprobs)
                        if job.logprobs is not None else None)
             self._on_token(slot, token, logprob)
