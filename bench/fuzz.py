@@ -29,9 +29,12 @@ from hypnos.bench.harness import ROOT, ManagedProcess
 CONFIG = ROOT / "bench" / "schemathesis.toml"
 
 
-def default_lineup(log: Path) -> ManagedProcess:
-    """`hypnos serve` with no config: the default lineup from models_dir."""
+def default_lineup(log: Path, models_dir: Path | None = None) -> ManagedProcess:
+    """`hypnos serve` with no config: the default lineup from models_dir (``models_dir``, else
+    the environment's)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if models_dir is not None:
+        env["HYPNOS_MODELS_DIR"] = str(models_dir)
     env.pop("HYPNOS_API_KEYS", None)
     return ManagedProcess(lambda port: [sys.executable, "-m", "hypnos.cli", "serve", "--port",
                                         str(port)], log, "/ready", 180, env=env, cwd=ROOT)

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from hypnos.service.http.errors import InvalidRequest
 from hypnos.service.wire.model import Says, Wire, validate
@@ -93,7 +93,11 @@ class EmbedBody(Wire):
 
 
 class ModelBody(Wire):
-    """/api/show, /api/pull, /api/delete: ``model`` (``name`` in older clients)."""
+    """/api/show, /api/pull, /api/delete: ``model`` (``name`` in older clients), one of them
+    a non-empty string (the schema says so too)."""
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["model"], "properties": {"model": {"type": "string", "minLength": 1}}},
+        {"required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}]})
     model: str | None = None
     name: str | None = None
     stream: bool | None = None
