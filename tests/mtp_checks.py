@@ -3,10 +3,19 @@ MTP layers, and the target side of the decode loop driven by hand."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hypnos.engines.llama.speculative.mtp import enable_mtp_loading
 
 N_MAX = 4
+
+
+@pytest.fixture(scope="module", name="ll")
+def ll_fixture():
+    """The llama.cpp bindings, backend initialised (a fixture the MTP tests import)."""
+    import llama_cpp.llama_cpp as ll
+    ll.llama_backend_init()
+    return ll
 
 
 def load(ll, path):

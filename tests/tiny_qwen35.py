@@ -90,16 +90,9 @@ def write_tiny_qwen35(path: Path, seed: int = 0, nextn: int = 0) -> Path:
             w.add_tensor(f"{b}.ssm_alpha.weight", noise(v_heads, d))
             w.add_tensor(f"{b}.ssm_norm.weight", ones(d_state))
             w.add_tensor(f"{b}.ssm_out.weight", noise(d, value_dim))
-        else:                           # gated full attention: q carries its gate
-            w.add_tensor(f"{b}.attn_q.weight", noise(hd * heads * 2, d))
-            w.add_tensor(f"{b}.attn_k.weight", noise(hd * heads_kv, d))
-            w.add_tensor(f"{b}.attn_v.weight", noise(hd * heads_kv, d))
-            w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * heads))
-            w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
-            w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
-        w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
-        w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
-        w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+        else:
+            _add_full_attention(w, b, noise, ones, d, heads, heads_kv, hd)
+        _add_ffn(w, b, noise, d, ffn)
     for i in range(2, 2 + nextn):
         _add_mtp_block(w, f"blk.{i}", noise, ones, d, heads, heads_kv, hd, ffn)
     finish(w)
@@ -111,15 +104,8 @@ def _add_mtp_block(w, b: str, noise, ones, d: int, heads: int, heads_kv: int, hd
     """One MTP block: a gated full-attention decoder block and the ``nextn.*`` tensors."""
     w.add_tensor(f"{b}.attn_norm.weight", ones(d))
     w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
-    w.add_tensor(f"{b}.attn_q.weight", noise(hd * heads * 2, d))
-    w.add_tensor(f"{b}.attn_k.weight", noise(hd * heads_kv, d))
-    w.add_tensor(f"{b}.attn_v.weight", noise(hd * heads_kv, d))
-    w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * heads))
-    w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
-    w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
-    w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
-    w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
-    w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+    _add_full_attention(w, b, noise, ones, d, heads, heads_kv, hd)
+    _add_ffn(w, b, noise, d, ffn)
     w.add_tensor(f"{b}.nextn.eh_proj.weight", noise(d, 2 * d))
     w.add_tensor(f"{b}.nextn.enorm.weight", ones(d))
     w.add_tensor(f"{b}.nextn.hnorm.weight", ones(d))
@@ -129,3 +115,20 @@ def _add_mtp_block(w, b: str, noise, ones, d: int, heads: int, heads_kv: int, hd
 if __name__ == "__main__":
     out = write_tiny_qwen35(Path(sys.argv[1]), nextn=int("--nextn" in sys.argv[2:]))
     print(f"{out} ({out.stat().st_size} bytes)")
+
+
+def _add_full_attention(w, b: str, noise, ones, d: int, heads: int, heads_kv: int,
+                        hd: int) -> None:
+    """Gated full attention: q carries its gate."""
+    w.add_tensor(f"{b}.attn_q.weight", noise(hd * heads * 2, d))
+    w.add_tensor(f"{b}.attn_k.weight", noise(hd * heads_kv, d))
+    w.add_tensor(f"{b}.attn_v.weight", noise(hd * heads_kv, d))
+    w.add_tensor(f"{b}.attn_output.weight", noise(d, hd * heads))
+    w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
+    w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
+
+
+def _add_ffn(w, b: str, noise, d: int, ffn: int) -> None:
+    w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))

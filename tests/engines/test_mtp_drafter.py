@@ -13,7 +13,7 @@ hybrid target (as most MTP models are) drops a draft's tail only with recurrent 
 """
 import pytest
 
-from mtp_checks import N_MAX, Target, load
+from mtp_checks import N_MAX, Target, ll_fixture, load  # noqa: F401 (the ll fixture)
 from tiny_qwen35 import write_tiny_qwen35
 from hypnos.engines.errors import MtpUnavailable
 from hypnos.engines.gguf_meta import read_gguf_meta
@@ -23,13 +23,6 @@ pytestmark = pytest.mark.real
 
 PROMPT = [40, 41, 42, 43, 44, 45, 46, 47]
 OTHER = [60, 61, 62, 63, 64]
-
-
-@pytest.fixture(scope="module")
-def ll():
-    import llama_cpp.llama_cpp as ll
-    ll.llama_backend_init()
-    return ll
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ a target of another width is refused before llama.cpp sees it.
 """
 import pytest
 
-from mtp_checks import N_MAX, Target, load
+from mtp_checks import N_MAX, Target, ll_fixture, load  # noqa: F401 (the ll fixture)
 from tiny_gemma4 import TinyGemma4, write_tiny_gemma4, write_tiny_gemma4_assistant
 from hypnos.engines.errors import MtpUnavailable
 from hypnos.engines.gguf_meta import read_gguf_meta
@@ -19,13 +19,6 @@ from hypnos.engines.llama.speculative.mtp import MtpDrafter, require_mtp_heads
 pytestmark = pytest.mark.real
 
 PROMPT = [300, 301, 302, 303, 304, 305]
-
-
-@pytest.fixture(scope="module")
-def ll():
-    import llama_cpp.llama_cpp as ll
-    ll.llama_backend_init()
-    return ll
 
 
 @pytest.fixture(scope="module")
