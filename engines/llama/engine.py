@@ -38,7 +38,7 @@ from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
 from hypnos.engines.llama.speculative.choose import Speculation, build_speculation, setup_job
-from hypnos.engines.llama.state import KVLayout, ParkedKV
+from hypnos.engines.llama.state import KVLayout
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
 log = logging.getLogger(__name__)
@@ -286,34 +286,6 @@ class LlamaChatEngine(SessionsMixin):
         self._model_key = None
         self._vocab = self._formatter = None
         self._template_key = None
-
-    # ------------------------------------------------------------------ KV parking
-    # (sessions: ``SessionsMixin``)
-
-    def park(self) -> ParkedKV | None:
-        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
-        given to ``restore`` after the next ``load``. Call while no request runs, before
-        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
-        if self._loop is None:
-            return None
-        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
-        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
-        return parked if parked.entries else None
-
-    def restore(self, parked: ParkedKV) -> tuple[int, float]:
-        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
-        restored, ms). Only a state parked from the same weights (fingerprint) and the same
-        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
-        before. ``parked`` is emptied either way (single use). Blocks."""
-        if (self._loop is None or not parked.entries or parked.layout != self.layout
-                or parked.fingerprint != self.fingerprint):
-            parked.drop()
-            return 0, 0.0
-        t0 = time.perf_counter()
-        restored = self._call(
-            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
-        parked.drop()
-        return restored, (time.perf_counter() - t0) * 1e3
 
     # ------------------------------------------------------------------ requests
 

@@ -1,15 +1,47 @@
-"""Sessions of ``LlamaChatEngine``: export / import of a session blob and binding keys to
-slots. Every per-slot KV state move (these, and ``park`` / ``restore`` in ``engine``) runs on
-the decode thread through ``state`` (``_call``). A mixin over the engine's ``_loop``, ``_ll``,
-``_ctx``, ``layout``, ``fingerprint``, ``model_id``, ``slots`` and ``n_ctx_per_slot``."""
+"""Sessions of ``LlamaChatEngine`` and its KV parking: export / import of a session blob,
+binding keys to slots, ``park`` / ``restore`` of every slot across an unload. Every per-slot
+KV state move runs on the decode thread through ``state`` (``_call``). A mixin over the
+engine's ``_loop``, ``_ll``, ``_ctx``, ``layout``, ``fingerprint``, ``model_id``, ``slots``
+and ``n_ctx_per_slot``."""
 from __future__ import annotations
+
+import time
 
 from hypnos.engines.errors import EngineError, SessionMismatch
 from hypnos.engines.llama import state as llama_state
+from hypnos.engines.llama.state import ParkedKV
 
 
 class SessionsMixin:
-    """Session export / import / release over the decode thread (see the module)."""
+    """Session export / import / release and KV parking over the decode thread (see the
+    module)."""
+
+    # ------------------------------------------------------------------ KV parking
+
+    def park(self) -> ParkedKV | None:
+        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
+        given to ``restore`` after the next ``load``. Call while no request runs, before
+        ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
+        if self._loop is None:
+            return None
+        parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
+        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
+        return parked if parked.entries else None
+
+    def restore(self, parked: ParkedKV) -> tuple[int, float]:
+        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
+        restored, ms). Only a state parked from the same weights (fingerprint) and the same
+        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
+        before. ``parked`` is emptied either way (single use). Blocks."""
+        if (self._loop is None or not parked.entries or parked.layout != self.layout
+                or parked.fingerprint != self.fingerprint):
+            parked.drop()
+            return 0, 0.0
+        t0 = time.perf_counter()
+        restored = self._call(
+            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
+        parked.drop()
+        return restored, (time.perf_counter() - t0) * 1e3
 
     # ------------------------------------------------------------------ sessions
 
