@@ -32,6 +32,7 @@ EXEMPT = {
     ("POST", "/v1/logs/level"),
     ("GET", "/v1/sessions/estimate"), ("POST", "/v1/sessions/release"),
     ("GET", "/v1/responses/<response_id:str>"), ("DELETE", "/v1/responses/<response_id:str>"),
+    ("GET", "/v1/responses/<response_id:str>/input_items"),
     ("DELETE", "/v1/documents/<doc_id:str>"), ("GET", "/v1/documents/<doc_id:str>/pictures"),
     ("GET", "/v1/documents/<doc_id:str>/pictures/<index:int>"),
     ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version"), ("POST", "/api/show"),
