@@ -19,12 +19,18 @@ class NgramIndex:
         self.indexed = 0           # n-grams ending before this position are in ``ends``
 
     def sync(self, tokens: list[int]) -> None:
-        """Index ``tokens``: extends in place when it extends what was indexed, else rebuilds."""
+        """Index ``tokens``: extends in place when it extends what was indexed, else rebuilds.
+        Called every decode step with the whole context, so an extension is recognised by
+        its length and its ends (O(1), not a compare of the whole list): a context that
+        differed inside but matched there would only give worse drafts, never wrong tokens
+        (the target checks every one)."""
         old = self.tokens
-        if len(tokens) < len(old) or tokens[:len(old)] != old:
+        if (len(tokens) < len(old)
+                or (old and (tokens[0] != old[0] or tokens[len(old) - 1] != old[-1]))):
             self.ends.clear()
             self.indexed = 0
-        self.tokens = list(tokens)
+            old = self.tokens = []
+        old.extend(tokens[len(old):])
         # An n-gram ending at e (exclusive) is indexed once tokens[e] exists.
         for e in range(max(self.indexed, 1), len(self.tokens)):
             for n in range(self.n_min, min(self.n_max, e) + 1):
