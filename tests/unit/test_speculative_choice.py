@@ -23,11 +23,12 @@ from hypnos.service.wire.chat import parse_chat
 # ------------------------------------------------------------------ the setting
 
 @pytest.mark.parametrize("value, want", [
-    (None, SpecConfig()), ("off", SpecConfig()), ("ngram", SpecConfig(mode="ngram")),
-    ("auto", SpecConfig(mode="auto")),
+    (None, SpecConfig()), ("off", SpecConfig()), ("ngram", SpecConfig(mode="ngram", n_max=64)),
+    ("auto", SpecConfig(mode="auto", n_max=64)),
     ({"draft": "small", "n_max": 6}, SpecConfig(mode="draft", draft="small", n_max=6)),
     ({"draft": "small", "mode": "auto"}, SpecConfig(mode="auto", draft="small")),
     ({"n_max": 8}, SpecConfig(mode="ngram", n_max=8)),
+    ({"mode": "auto"}, SpecConfig(mode="auto", n_max=64)),
 ])
 def test_spec_settings_parse(value, want):
     assert parse_spec(value) == want
