@@ -63,3 +63,48 @@ def test_two_targets_share_one_load_of_their_draft_and_the_last_frees_it(tiny):
         if b is not None:
             b.unload()
     assert DRAFT_WEIGHTS.users(draft) == 0
+
+
+@pytest.mark.real
+@pytest.mark.anyio
+async def test_memory_status_books_a_shared_draft_once_and_names_who_shares_it(tmp_path):
+    from sanic import Sanic
+
+    from test_memory_status_drafts import CPU, drafted_config
+
+    from hypnos.catalog.catalog import load_catalog
+    from hypnos.service.app import create_app
+    Sanic.test_mode = True
+    app = create_app(drafted_config(tmp_path), catalog=load_catalog(), stage=False,
+                     hardware=CPU, builds={})
+    try:
+        for target in ("one", "two"):
+            _req, resp = await app.asgi_client.post(
+                "/v1/memory/tier", json={"model": target, "target_tier": "tier1_gpu_vram"})
+            assert resp.status == 200, resp.json
+        _req, resp = await app.asgi_client.get("/v1/memory/status")
+        body = resp.json
+        rows = {m["id"]: m for m in body["models"]}
+        one, two = rows["one"]["draft"], rows["two"]["draft"]
+        assert one["shared_with"] == ["two"] and two["shared_with"] == ["one"]
+        assert one["tier"] == two["tier"] == "tier1_gpu_vram"
+        assert one["weights_booked_bytes"] == two["weights_booked_bytes"] == one["weights_bytes"]
+        assert one["kv_bytes"] > 0 and two["kv_bytes"] > 0 and one["in_tier1_budget"]
+        booked = sum(rows[t]["placement"]["vram_weight_bytes"]
+                     + rows[t]["placement"]["vram_kv_and_workspace_bytes"]
+                     for t in ("one", "two"))
+        assert body["tier1_vram_used_bytes"] == booked - one["weights_bytes"]   # once
+        assert DRAFT_WEIGHTS.users(tmp_path / "draft.gguf") == 2
+        _req, resp = await app.asgi_client.post(
+            "/v1/memory/tier", json={"model": "one", "target_tier": "tier3_nvme_ssd"})
+        assert resp.status == 200, resp.json
+        _req, resp = await app.asgi_client.get("/v1/memory/status")
+        rows = {m["id"]: m for m in resp.json["models"]}
+        assert rows["two"]["draft"]["shared_with"] == []
+        assert rows["one"]["draft"]["tier"] == "tier3_nvme_ssd"
+        assert DRAFT_WEIGHTS.users(tmp_path / "draft.gguf") == 1
+    finally:
+        for st in app.ctx.scheduler.models.values():
+            if st.engine is not None:
+                st.engine.unload()
+    assert DRAFT_WEIGHTS.users(tmp_path / "draft.gguf") == 0
