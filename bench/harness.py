@@ -60,8 +60,10 @@ class ServerProcess(ManagedProcess):
 
     def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180,
                  env: dict | None = None):
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-        env.pop("HYPNOS_API_KEYS", None)
+        # The config's models_dir is the one meant, unless the caller says otherwise.
+        inherited = {k: v for k, v in os.environ.items()
+                     if k not in ("HYPNOS_API_KEYS", "HYPNOS_MODELS_DIR")}
+        env = {**inherited, "HF_HUB_OFFLINE": "1", **(env or {})}
         super().__init__(
             lambda port: [sys.executable, "-m", "hypnos.cli", "serve", "--config",
                           str(config_path), "--port", str(port)],
