@@ -23,7 +23,8 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
         # A projector and a speculative draft model live beside the weights, booked with them
         # (the draft's own KV is not: a draft is small and its context is the target's).
         projector = sum(p.stat().st_size for p in (paths.get("aux_path"),
-                                                   paths.get("draft_path"))
+                                                   paths.get("draft_path"),
+                                                   paths.get("mtp_path"))
                         if p is not None and p.is_file())
         return read_gguf_meta(weights).to_shape(projector_bytes=projector)
     size = 0
@@ -40,6 +41,43 @@ def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:
     """The model ``m``'s ``speculative`` setting names as its draft, if any."""
     draft = m.speculative.get("draft") if isinstance(m.speculative, dict) else None
     return cfg.model(draft) if isinstance(draft, str) else None
+
+
+def _mtp_problem(cfg: Config, m: ModelConfig, paths: dict[str, Path]) -> str | None:
+    """Under ``speculative = "mtp"``: put the catalog's separate MTP head of the model's
+    variant (its optional ``mtp`` file, if it records one) in ``paths["mtp_path"]``; the
+    problem (a 503 naming the model) when that file is not pulled, or when there is none and
+    the GGUF carries no nextn layers."""
+    from hypnos.engines.llama.speculative.choose import rs_snapshots
+    if m.engine != "ggml_llama" or not rs_snapshots({"speculative": m.speculative}):
+        return None
+    from hypnos.catalog.catalog import CatalogError, load_catalog
+    try:
+        entry = load_catalog().get(m.id)
+        variant = entry.variant(m.quant) if entry is not None else None
+    except CatalogError:
+        variant = None
+    for f in variant.optional_for(("mtp",)) if variant else ():
+        path = resolve_model_file(cfg.models_dir, f.local)
+        if not path.is_file():
+            return (f"The model '{m.id}' is configured with speculative = \"mtp\" but its MTP "
+                    f"head {f.local!r} is not in models_dir; fetch it with "
+                    f"`hypnos models pull --mtp {m.id}`")
+        paths["mtp_path"] = path
+        return None
+    weights = paths.get("weights_path")
+    if weights is None or not weights.is_file():
+        return None
+    from hypnos.engines.errors import MtpUnavailable
+    from hypnos.engines.gguf_meta import read_gguf_meta
+    from hypnos.engines.llama.speculative.mtp import require_mtp_heads
+    try:
+        require_mtp_heads(read_gguf_meta(weights), m.id)
+    except MtpUnavailable as exc:
+        return str(exc)
+    except (ValueError, OSError):
+        return None                     # an unreadable header is model_shape's problem
+    return None
 
 
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:
@@ -62,6 +100,8 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
             paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
         except ValueError as exc:
             problem = f"{m.id}: speculative draft {draft.id}: {exc}"
+    if problem is None:
+        problem = _mtp_problem(cfg, m, paths)
     try:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:
