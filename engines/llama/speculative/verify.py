@@ -70,6 +70,13 @@ class SpeculativeSteps:
         if self.observer is not None:
             self.observer.observe_batch(self.batch, self.batch.n_tokens)
 
+    def kv_replaced(self, slot: Slot) -> None:
+        """The slot's KV was written from outside (a parked slot restored, a session
+        imported): MTP heads hold nothing of it, so their stale rows go (a hole drafts
+        worse, never wrong). A draft model follows its own token lists."""
+        if self.observer is not None:
+            self.observer.rollback(slot.seq_id, 0)
+
     def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
         """Put each running slot's pending tokens in the batch, single tokens first, and a
         generating slot's draft after its token (logits at each). Returns (slot, tokens
