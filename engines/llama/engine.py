@@ -38,7 +38,7 @@ from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
 from hypnos.engines.llama.speculative.choose import (Speculation, build_speculation,
-                                                     rs_snapshots, setup_job)
+                                                     rs_snapshots, setup_job, uses_mtp)
 from hypnos.engines.llama.state import KVLayout
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
@@ -168,7 +168,7 @@ class LlamaChatEngine(SessionsMixin):
         st = os.stat(path) if path is not None and path.is_file() else None
         return (str(path), st.st_size if st else 0, st.st_mtime_ns if st else 0,
                 spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())),
-                repr(spec.options.get("rpc_split")), rs_snapshots(spec.options) > 0)
+                repr(spec.options.get("rpc_split")), uses_mtp(spec))
 
     def _load_model(self, spec: LoadSpec):
         ll = self._ll
@@ -176,7 +176,7 @@ class LlamaChatEngine(SessionsMixin):
         params.n_gpu_layers = spec.gpu_layers
         params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = bool(spec.options.get("extra_buffers", extra_buffers_ok()))
-        if rs_snapshots(spec.options):      # speculative = "mtp": its nextn layers too
+        if uses_mtp(spec):                  # its nextn layers too
             from hypnos.engines.llama.speculative.mtp import enable_mtp_loading
             enable_mtp_loading(params)
         split = spec.options.get("rpc_split")
@@ -211,7 +211,7 @@ class LlamaChatEngine(SessionsMixin):
         params.n_threads_batch = threads
         params.kv_unified = False              # each slot owns context_len / slots cells
         params.no_perf = True
-        params.n_rs_seq = rs_snapshots(spec.options)   # a hybrid target rolls drafts back
+        params.n_rs_seq = rs_snapshots(spec)   # a hybrid target rolls drafts back
         ctx = ll.llama_init_from_model(self._model, params)
         if not ctx:
             raise EngineError(f"{spec.model_id}: llama.cpp could not build a context of "

@@ -44,27 +44,28 @@ def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:
 
 
 def _mtp_problem(cfg: Config, m: ModelConfig, paths: dict[str, Path]) -> str | None:
-    """Under ``speculative = "mtp"``: put the catalog's separate MTP head of the model's
-    variant (its optional ``mtp`` file, if it records one) in ``paths["mtp_path"]``; the
-    problem (a 503 naming the model) when that file is not pulled, or when there is none and
-    the GGUF carries no nextn layers."""
-    from hypnos.engines.llama.speculative.choose import rs_snapshots
-    if m.engine != "ggml_llama" or not rs_snapshots({"speculative": m.speculative}):
-        return None
-    from hypnos.catalog.catalog import CatalogError, load_catalog
+    """Put the catalog's separate MTP head of the model's variant (its optional ``mtp`` file,
+    if it records one and it is pulled) in ``paths["mtp_path"]`` under ``speculative =
+    "mtp"`` or ``"auto"`` (which then measures it). Under ``mtp``, the problem (a 503 naming
+    the model) when that file is not pulled, or when there is none and the GGUF carries no
+    nextn layers."""
+    from hypnos.engines.llama.speculative.choose import parse_spec
     try:
-        entry = load_catalog().get(m.id)
-        variant = entry.variant(m.quant) if entry is not None else None
-    except CatalogError:
-        variant = None
-    for f in variant.optional_for(("mtp",)) if variant else ():
-        path = resolve_model_file(cfg.models_dir, f.local)
-        if not path.is_file():
-            return (f"The model '{m.id}' is configured with speculative = \"mtp\" but its MTP "
-                    f"head {f.local!r} is not in models_dir; fetch it with "
-                    f"`hypnos models pull --mtp {m.id}`")
-        paths["mtp_path"] = path
+        spec = parse_spec(m.speculative)
+    except ValueError:
+        return None                     # the config's own check names it
+    if m.engine != "ggml_llama" or spec.mode not in ("mtp", "auto") or spec.draft is not None:
         return None
+    head = _catalog_head(cfg, m)
+    if head is not None and head.is_file():
+        paths["mtp_path"] = head
+        return None
+    if spec.mode != "mtp":
+        return None
+    if head is not None:
+        return (f"The model '{m.id}' is configured with speculative = \"mtp\" but its MTP head "
+                f"{head.name!r} is not in models_dir; fetch it with "
+                f"`hypnos models pull --mtp {m.id}`")
     weights = paths.get("weights_path")
     if weights is None or not weights.is_file():
         return None
@@ -78,6 +79,18 @@ def _mtp_problem(cfg: Config, m: ModelConfig, paths: dict[str, Path]) -> str | N
     except (ValueError, OSError):
         return None                     # an unreadable header is model_shape's problem
     return None
+
+
+def _catalog_head(cfg: Config, m: ModelConfig) -> Path | None:
+    """Where the catalog's optional ``mtp`` file of the model's variant lies, if any."""
+    from hypnos.catalog.catalog import load_catalog
+    try:
+        entry = load_catalog().get(m.id)
+        variant = entry.variant(m.quant) if entry is not None else None
+        heads = variant.optional_for(("mtp",)) if variant is not None else ()
+        return resolve_model_file(cfg.models_dir, heads[0].local) if heads else None
+    except ValueError:                  # a CatalogError (no such variant), a path outside
+        return None
 
 
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:

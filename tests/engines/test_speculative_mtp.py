@@ -132,21 +132,24 @@ def test_the_pool_names_the_missing_heads_before_any_load(paths, tmp_path):
 
 def test_a_separate_head_file_drafts_over_the_targets_kv(tmp_path):
     """Gemma 4's assistant head comes apart (``files["mtp_path"]``, as the pool resolves the
-    catalog's optional ``mtp`` file): it attends over the target's KV and keeps none."""
+    catalog's optional ``mtp`` file): it attends over the target's KV and keeps none; under
+    ``auto`` the same pulled head is what the policy measures ("auto:mtp")."""
     from tiny_gemma4 import write_tiny_gemma4, write_tiny_gemma4_assistant
     target = write_tiny_gemma4(tmp_path / "tiny-gemma4.gguf")
     head = write_tiny_gemma4_assistant(tmp_path / "mtp-tiny-gemma4.gguf")
     answers = []
-    for speculative, files in (("off", {}), ("mtp", {"mtp_path": head})):
+    for speculative, files in (("off", {}), ("mtp", {"mtp_path": head}),
+                               ("auto", {"mtp_path": head})):
         eng = LlamaChatEngine()
         eng.load(LoadSpec("tiny-gemma4", target, files=files, context_len=1024, slots=2,
                           threads=1, options={"speculative": speculative}))
         try:
             answers.append([r.text for r in both(eng, ASKS[0])])
-            if speculative == "mtp":
+            if files:
                 assert eng._draft.shares_memory and eng._draft.own_model
                 r = ask(eng, ASKS[1], 16, temperature=1.0)
-                assert r.speculative["method"] == "mtp" and r.speculative["drafted"] > 0
+                method = "mtp" if speculative == "mtp" else "auto:mtp"
+                assert r.speculative["method"] == method and r.speculative["drafted"] > 0
         finally:
             eng.unload()
-    assert answers[0] == answers[1]
+    assert answers[0] == answers[1] == answers[2]

@@ -1,8 +1,9 @@
-"""``speculative = "mtp"`` as a setting, and which drafts are asked together (issue 30), pure:
-the value parses (string and table) and bad tables are refused in the config's words; an
-``mtp`` engine hands its jobs the MTP heads' per-sequence drafters; the target context keeps
-recurrent snapshots only under ``mtp``; and ``verify.batch_request`` sends a model drafter's
-draft (also inside ``auto``, capped by its policy) to the shared source, an n-gram one alone."""
+"""``speculative = "mtp"`` as a setting, and which drafts are asked together (issue 30), pure: the
+value parses (string and table) and bad tables are refused in the config's words; an ``mtp``
+engine hands its jobs the MTP heads' per-sequence drafters (``auto`` over them says
+``auto:mtp``); the target context keeps recurrent snapshots only with MTP heads; and
+``verify.batch_request`` sends a model drafter's draft (also inside ``auto``, capped by its
+policy) to the shared source, an n-gram one alone."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from hypnos.engines.llama.speculative.choose import (SpecConfig, Speculation, parse_spec,
-                                                     rs_snapshots)
+                                                     rs_snapshots, uses_mtp)
 from hypnos.engines.llama.speculative.draft_model import DraftSeq
 from hypnos.engines.llama.speculative.drafts import NgramDrafter
 from hypnos.engines.llama.speculative.tuning import WARMUP, AutoDrafter, KindStats
 from hypnos.engines.llama.speculative.verify import batch_request
+from hypnos.engines.records import LoadSpec
 from hypnos.service.config.load import ConfigError, load_config
 
 
@@ -62,12 +64,25 @@ def test_an_mtp_engine_hands_out_its_heads_drafters():
         "method": "mtp", "drafted": 0, "accepted": 0, "n_max": 3}
     assert Speculation(SpecConfig("mtp"), False, source).for_job(None, 10, "text") == (
         None, None, None)
+    auto = Speculation(SpecConfig("auto"), True, source, observer=object())
+    drafter, maker, stats = auto.for_job(None, 10, "text")
+    assert drafter is None and stats.method == "auto:mtp"
+    assert isinstance(maker(1), AutoDrafter) and made == [1]
 
 
-def test_only_mtp_keeps_recurrent_snapshots():
-    assert rs_snapshots({"speculative": {"mode": "mtp", "n_max": 5}}) == 5
-    assert rs_snapshots({"speculative": "mtp"}) == SpecConfig().n_max
-    assert rs_snapshots({"speculative": "ngram"}) == rs_snapshots({}) == 0
+def load_spec(speculative, **files) -> LoadSpec:
+    return LoadSpec("m", Path("m.gguf"), files=files, options={"speculative": speculative})
+
+
+def test_only_mtp_heads_keep_recurrent_snapshots():
+    assert rs_snapshots(load_spec({"mode": "mtp", "n_max": 5})) == 5
+    assert rs_snapshots(load_spec("mtp")) == SpecConfig().n_max
+    assert rs_snapshots(load_spec("ngram")) == rs_snapshots(load_spec(None)) == 0
+    # ``auto`` measures the heads when their separate file was pulled, a named draft else.
+    head = Path("mtp-m.gguf")
+    assert uses_mtp(load_spec("auto", mtp_path=head)) and not uses_mtp(load_spec("auto"))
+    assert not uses_mtp(load_spec({"mode": "auto", "draft": "small"}, mtp_path=head))
+    assert not uses_mtp(load_spec("ngram", mtp_path=head))
 
 
 def test_model_drafts_go_to_the_shared_source_and_ngrams_alone():

@@ -4,10 +4,11 @@
 A request's own prediction (OpenAI Predicted Outputs) always drafts, whatever the setting;
 otherwise ``off`` drafts nothing, ``ngram`` drafts by prompt lookup, ``{draft = id}`` with the
 draft model, ``mtp`` with the target's own MTP heads (``mtp``), and ``auto`` drafts by prompt
-lookup (or the draft model when one is named) only as far as ``tuning`` finds it pays, per kind
-of request. A model whose memory cannot drop a sequence's tail (recurrent or hybrid layers)
-drafts only when its context keeps recurrent-state snapshots for a whole draft (``n_rs_seq >=
-n_max``, which the engine sets for ``mtp``): nothing else could roll a draft back.
+lookup (or the draft model when one is named, or MTP heads whose separate file was pulled) only
+as far as ``tuning`` finds it pays, per kind of request. A model whose memory cannot drop a
+sequence's tail (recurrent or hybrid layers) drafts only when its context keeps recurrent-state
+snapshots for a whole draft (``n_rs_seq >= n_max``, which the engine sets for ``mtp``): nothing
+else could roll a draft back.
 """
 from __future__ import annotations
 
@@ -92,15 +93,17 @@ class Speculation:
             return None, None, None
         if mode == "ngram":
             return NgramDrafter(), None, SpecStats("ngram", n)
-        if mode in ("draft", "mtp") and self.draft_source is not None:
-            return None, self.draft_source, SpecStats(mode, n)
+        if mode == "draft" and self.draft_source is not None:
+            return None, self.draft_source, SpecStats("draft", n)
         if mode == "auto":
             stats = self.kinds.setdefault(kind, KindStats(n))
             if self.draft_source is not None:
                 source = self.draft_source
                 return None, (lambda seq: AutoDrafter(source(seq), stats)), \
-                    SpecStats("auto:draft", n)
+                    SpecStats("auto:mtp" if self.observer else "auto:draft", n)
             return AutoDrafter(NgramDrafter(), stats), None, SpecStats("auto:ngram", n)
+        if mode == "mtp" and self.draft_source is not None:
+            return None, self.draft_source, SpecStats("mtp", n)
         return None, None, None
 
 
@@ -124,11 +127,19 @@ def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
         prediction, len(job.prompt), request_kind(req))
 
 
-def rs_snapshots(options: dict) -> int:
+def uses_mtp(spec) -> bool:
+    """Whether the engine for ``spec`` (a ``LoadSpec``) drafts with MTP heads: under
+    ``mtp``, and under ``auto`` without a draft model when a separate head was pulled
+    (``files["mtp_path"]``: the catalog's optional ``mtp`` file)."""
+    config = parse_spec(spec.options.get("speculative"))
+    return config.mode == "mtp" or (config.mode == "auto" and config.draft is None
+                                    and spec.files.get("mtp_path") is not None)
+
+
+def rs_snapshots(spec) -> int:
     """Recurrent-state snapshots per sequence the target's context keeps (``n_rs_seq``): a
-    whole draft's worth under ``mtp`` (MTP models are mostly hybrid), else none."""
-    config = parse_spec(options.get("speculative"))
-    return config.n_max if config.mode == "mtp" else 0
+    whole draft's worth with MTP heads (MTP models are mostly hybrid), else none."""
+    return parse_spec(spec.options.get("speculative")).n_max if uses_mtp(spec) else 0
 
 
 def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, threads: int,
@@ -140,8 +151,8 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
     draft of another vocabulary, MtpUnavailable for ``mtp`` on a model without heads."""
     config = parse_spec(spec.options.get("speculative"))
     stateful = ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model)
-    can_rollback = not stateful or rs_snapshots(spec.options) >= config.n_max
-    if config.mode == "mtp":
+    can_rollback = not stateful or rs_snapshots(spec) >= config.n_max
+    if uses_mtp(spec):
         from hypnos.engines.llama.speculative.mtp import open_mtp
         mtp = open_mtp(ll, model, ctx, model_id=spec.model_id, mtp_path=spec.files.get(
             "mtp_path"), gpu_layers=spec.gpu_layers, n_seq_max=spec.slots,
