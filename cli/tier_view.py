@@ -82,7 +82,28 @@ def _models_table(models: list[dict]) -> Table:
                       _layers(p), gib(here), str(p.get("allocated_context_len") or "-"),
                       str(m.get("active_leases", 0)), str(m.get("queued", 0)),
                       str(m.get("priority", "")))
+        if m.get("draft"):
+            table.add_row(*_draft_row(m["draft"], m.get("current_tier")))
     return table
+
+
+def _draft_row(d: dict, tier: str | None) -> tuple[str, ...]:
+    """The row under a target for its speculative drafter: its id, who shares its weights,
+    its KV and its weights + KV as booked (tier 1), its weights (tier 2 booked, tier 3 on
+    disk)."""
+    label = "MTP heads" if d.get("kind") == "mtp" else f"draft {d.get('id', '?')}"
+    shared = d.get("shared_with") or []
+    serves = f"shared: {', '.join(shared)}" if shared else "speculative"
+    weights, kv = d.get("weights_booked_bytes", 0), d.get("kv_bytes", 0)
+    if tier == "tier1_gpu_vram":
+        layers, here = f"kv {gib(kv)}", weights + kv
+    elif tier == "tier2_pinned_ram":
+        layers, here = "-", weights
+    else:
+        layers, here = "-", d.get("weights_bytes", 0)
+    if d.get("in_target_file"):
+        layers = f"in its file, kv {gib(kv)}"
+    return f"  └ {label}", serves, layers, gib(here), "-", "", "", ""
 
 
 def _tier_bars(status: dict, tier: str) -> list[Text]:

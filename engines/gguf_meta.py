@@ -20,7 +20,7 @@ from pathlib import Path
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC
 from gguf.constants import GGMLQuantizationType, GGUFValueType
 
-from hypnos.planner.types import ModelShape
+from hypnos.planner.types import DraftShape, ModelShape
 
 MIB = 1024**2
 #: Tokens per llama.cpp micro-batch (its default n_ubatch); sizes the compute workspace.
@@ -87,6 +87,34 @@ class GgufMeta:
         return 2 * sum(heads) * (self.head_dim + self.value_dim)
 
     @property
+    def block_kv_bytes_per_token(self) -> int:
+        """f16 K and V of one block (the largest): what an MTP head's own KV costs a token."""
+        heads = max(self.kv_heads_per_layer or (self.head_count_kv,))
+        return 2 * heads * (self.head_dim + self.value_dim)
+
+    def as_draft(self, model_id: str) -> DraftShape:
+        """This file as a draft model of a target: its tensors and its own KV per token."""
+        return DraftShape(model_id=model_id, weights_bytes=self.tensor_bytes,
+                          kv_bytes_per_token=self.kv_bytes_per_token)
+
+    def mtp_draft(self, mtp_file: GgufMeta | None = None) -> DraftShape:
+        """The MTP heads ``speculative = "mtp"`` drafts with: a separate MTP file's tensors
+        (``mtp_file``), else this file's ``nextn_layers`` last blocks (already in its
+        weights: ``in_target``); their KV is one block's per head
+        (``block_kv_bytes_per_token`` x max(1, nextn_layers))."""
+        if mtp_file is not None:
+            heads = max(1, mtp_file.nextn_layers)
+            kv = (mtp_file.block_kv_bytes_per_token or self.block_kv_bytes_per_token) * heads
+            return DraftShape(model_id="mtp", weights_bytes=mtp_file.tensor_bytes,
+                              kv_bytes_per_token=kv, kind="mtp")
+        heads = max(1, self.nextn_layers)
+        blocks = self.layer_bytes[len(self.layer_bytes) - self.nextn_layers:] \
+            if self.nextn_layers else ()
+        return DraftShape(model_id="mtp", weights_bytes=sum(blocks),
+                          kv_bytes_per_token=self.block_kv_bytes_per_token * heads,
+                          kind="mtp", in_target=True)
+
+    @property
     def workspace_bytes(self) -> int:
         """Estimated llama.cpp compute buffer for one micro-batch of WORKSPACE_UBATCH tokens.
 
@@ -100,9 +128,10 @@ class GgufMeta:
                          + 2 * self.feed_forward_length)
         return WORKSPACE_FLOOR_BYTES + WORKSPACE_UBATCH * per_token
 
-    def to_shape(self, projector_bytes: int = 0) -> ModelShape:
+    def to_shape(self, projector_bytes: int = 0, draft: DraftShape | None = None) -> ModelShape:
         """The planner's view. ``layer_bytes`` and ``expert_bytes_per_layer`` are the largest
-        block's (conservative when blocks differ, e.g. dense leading layers in a MoE)."""
+        block's (conservative when blocks differ, e.g. dense leading layers in a MoE);
+        ``draft``: the speculative drafter booked with it (`as_draft`, `mtp_draft`)."""
         return ModelShape(
             weights_bytes=self.tensor_bytes,
             num_layers=self.num_layers,
@@ -114,6 +143,7 @@ class GgufMeta:
             projector_bytes=projector_bytes,
             max_context_len=self.context_length,
             gpu_capable=True,
+            draft=draft,
         )
 
 

@@ -15,9 +15,12 @@ from hypnos.planner.footprint import (estimate_workspace_bytes, kv_bytes_per_tok
 from hypnos.planner.loading import (LoadPlan, LoadRefusal, NoRoom, OverProcessCap, TooBig,
                                     plan_load)
 from hypnos.planner.placement import allocated_context, effective_moe_offload, place
-from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, EvictionPlan, Hardware,
-                                  ModelShape, MoeOffload, NoFit, Placement, PlacementRequest,
-                                  Priority, RemoteShare, ResidentModel, Tier, Topology)
+from hypnos.planner.sharing import (added_bytes, net_booked, plan_shared_eviction,
+                                    shared_draft_bytes)
+from hypnos.planner.types import (GIB, MIB, Accelerator, Budgets, DraftShape, EvictionPlan,
+                                  Hardware, ModelShape, MoeOffload, NoFit, Placement,
+                                  PlacementRequest, Priority, RemoteShare, ResidentModel, Tier,
+                                  Topology)
 from hypnos.planner.workers import WorkerBudget, place_split, worker_order
 
 __all__ = [
@@ -33,4 +36,5 @@ __all__ = [
     "metal_working_set", "non_layer_fraction", "place", "plan_eviction", "shape_from_arch",
     "KeptEngineBooking", "kept_engine_booking", "kv_park_cap", "tier2_keeps_engine",
     "RemoteShare", "WorkerBudget", "place_split", "worker_order",
+    "DraftShape", "added_bytes", "net_booked", "plan_shared_eviction", "shared_draft_bytes",
 ]

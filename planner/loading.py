@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from hypnos.planner.eviction import eviction_order, plan_eviction
+from hypnos.planner.eviction import eviction_order
 from hypnos.planner.placement import place
+from hypnos.planner.sharing import added_bytes, net_booked, plan_shared_eviction
 from hypnos.planner.types import (Budgets, NoFit, Placement, PlacementRequest,
                                   ResidentModel)
 from hypnos.planner.workers import WorkerBudget, place_split
@@ -80,8 +81,6 @@ def plan_load(request: PlacementRequest, residents: Sequence[ResidentModel], bud
     ``workers``: the RPC workers the model may be split onto when it does not fit alone.
     """
     others = list(residents)
-    booked = sum(m.booked_bytes for m in others)
-    free = budgets.tier1_bytes - booked
     alone = replace(request, tier1_free_bytes=budgets.tier1_bytes)
     whole = place(alone)
     spills = isinstance(whole, NoFit) or whole.pinned_ram_layers > 0
@@ -92,24 +91,26 @@ def plan_load(request: PlacementRequest, residents: Sequence[ResidentModel], bud
     if isinstance(whole, NoFit):
         return TooBig(whole.needed_bytes, budgets.tier1_bytes, whole.reason)
     placement, partial = whole, False
-    plan = plan_eviction(whole.booked_tier1_bytes, free, others)
-    if not plan.fits and whole.remote:
-        evictable = set(eviction_order(others))
-        return NoRoom(whole.booked_tier1_bytes,
-                      free + sum(m.booked_bytes for m in others if m.model_id in evictable))
+    plan = plan_shared_eviction(whole, budgets.tier1_bytes, others)
     if not plan.fits:
         evictable = set(eviction_order(others))
-        freeable = free + sum(m.booked_bytes for m in others if m.model_id in evictable)
-        fallback = place(replace(request, tier1_free_bytes=freeable))
+        stay = [m for m in others if m.model_id not in evictable]
+        freeable = budgets.tier1_bytes - net_booked(stay)
+        if whole.remote:
+            return NoRoom(whole.booked_tier1_bytes, freeable)
+        # A draft the staying models hold is not booked again: the fallback may use its room.
+        credit = whole.booked_tier1_bytes - added_bytes(whole, stay)
+        fallback = place(replace(request, tier1_free_bytes=freeable + credit))
         if isinstance(fallback, NoFit):
             return NoRoom(whole.booked_tier1_bytes, freeable)
-        plan = plan_eviction(fallback.booked_tier1_bytes, free, others)
+        plan = plan_shared_eviction(fallback, budgets.tier1_bytes, others)
         if not plan.fits:
             return NoRoom(whole.booked_tier1_bytes, freeable)
         placement, partial = fallback, True
     if cap:
-        by_id = {m.model_id: m.booked_bytes for m in others}
-        projected = rss - sum(by_id[m] for m in plan.evict) + placement.booked_tier1_bytes
+        kept = [m for m in others if m.model_id not in plan.evict]
+        projected = rss - (net_booked(others) - net_booked(kept)) + \
+            added_bytes(placement, kept)
         if projected > cap:
             return OverProcessCap(projected, cap)
     return LoadPlan(placement, plan.evict, partial)

@@ -23,18 +23,26 @@ Conventions (see also the spec's LayerPlacementPlan):
   layer, every layer in ``pinned_ram_layers``, its whole footprint (weights, KV, workspace)
   in ``pinned_ram_bytes``, ``device`` "cpu". It always fits (host memory is not a tier-1
   budget).
+- A speculative drafter (``shape.draft``) goes where the model's weights go: its weights
+  (`DraftShape.booked_weights_bytes`) join the fixed weights and its own KV
+  (``kv_bytes_per_token`` x the allocated context: a draft model's context mirrors the
+  target's sequences) the KV and workspace, in tier 1 (``draft_in_tier1``), or in
+  ``pinned_ram_bytes`` for a host placement. A split placement keeps it in local tier 1
+  (llama.cpp loads the draft with the target's ``gpu_layers``). Sharing one load between
+  targets is booked by `planner.sharing`, over placements.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hypnos.planner.context import DEFAULT_CONTEXT_CAP, FALLBACK_CONTEXT, default_per_slot
 from hypnos.planner.types import (MoeOffload, ModelShape, NoFit, Placement, PlacementRequest,
                                   Tier)
 
 # Re-exported: context_len <= 0 (the config's "0") means `default_per_slot` (planner.context).
-__all__ = ["DEFAULT_CONTEXT_CAP", "FALLBACK_CONTEXT", "allocated_context",
-           "effective_moe_offload", "place"]
+__all__ = ["DEFAULT_CONTEXT_CAP", "FALLBACK_CONTEXT", "allocated_context", "draft_bytes",
+           "effective_moe_offload", "place", "with_draft"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -79,23 +87,47 @@ def place(req: PlacementRequest) -> Placement | NoFit:
     ctx = allocated_context(req)
     kv = req.shape.kv_bytes_per_token * ctx
     if not req.shape.gpu_capable and req.discrete_gpu:
-        return _place_on_host(req, ctx, kv)
+        return with_draft(_place_on_host(req, ctx, kv), req.shape, ctx, in_tier1=False)
     if req.shape.num_layers <= 0 or not req.shape.gpu_capable:
-        return _place_whole(req, ctx, kv)
-    return _place_layers(req, ctx, kv)
+        placed = _place_whole(req, ctx, kv)
+    else:
+        placed = _place_layers(req, ctx, kv)
+    return placed if isinstance(placed, NoFit) else with_draft(placed, req.shape, ctx)
+
+
+def draft_bytes(shape: ModelShape, ctx: int) -> tuple[int, int]:
+    """(weights, KV) bytes ``shape``'s drafter adds at ``ctx`` tokens of context: its booked
+    weights and ``kv_bytes_per_token x ctx``; (0, 0) without one."""
+    draft = shape.draft
+    if draft is None:
+        return 0, 0
+    return draft.booked_weights_bytes, draft.kv_bytes_per_token * ctx
+
+
+def with_draft(placement: Placement, shape: ModelShape, ctx: int,
+               in_tier1: bool = True) -> Placement:
+    """``placement`` labelled with the drafter its figures already include."""
+    if shape.draft is None:
+        return placement
+    weights, kv = draft_bytes(shape, ctx)
+    return replace(placement, draft_id=shape.draft.model_id, draft_weight_bytes=weights,
+                   draft_kv_bytes=kv, draft_in_tier1=in_tier1,
+                   draft_share_key=shape.draft.share_key)
 
 
 def _place_on_host(req: PlacementRequest, ctx: int, kv: int) -> Placement:
     shape = req.shape
-    host = shape.weights_bytes + shape.projector_bytes + kv + shape.workspace_bytes
+    dw, dkv = draft_bytes(shape, ctx)
+    host = shape.weights_bytes + shape.projector_bytes + kv + shape.workspace_bytes + dw + dkv
     return Placement(primary_tier=Tier.GPU, gpu_layers=0, pinned_ram_layers=shape.num_layers,
                      pinned_ram_bytes=host, allocated_context_len=ctx, device="cpu")
 
 
 def _place_whole(req: PlacementRequest, ctx: int, kv: int) -> Placement | NoFit:
     shape = req.shape
-    weights = shape.weights_bytes + shape.projector_bytes
-    kv_ws = kv + shape.workspace_bytes
+    dw, dkv = draft_bytes(shape, ctx)
+    weights = shape.weights_bytes + shape.projector_bytes + dw
+    kv_ws = kv + shape.workspace_bytes + dkv
     needed = weights + kv_ws
     if needed > req.tier1_free_bytes:
         return NoFit(reason=f"the whole model needs {needed} bytes of tier-1 memory, "
@@ -109,8 +141,9 @@ def _place_whole(req: PlacementRequest, ctx: int, kv: int) -> Placement | NoFit:
 def _place_layers(req: PlacementRequest, ctx: int, kv: int) -> Placement | NoFit:
     shape = req.shape
     n, lb, eb = shape.num_layers, shape.layer_bytes, shape.expert_bytes_per_layer
-    fixed_weights = shape.non_layer_bytes + shape.projector_bytes
-    kv_ws = kv + shape.workspace_bytes
+    dw, dkv = draft_bytes(shape, ctx)
+    fixed_weights = shape.non_layer_bytes + shape.projector_bytes + dw
+    kv_ws = kv + shape.workspace_bytes + dkv
     fixed = fixed_weights + kv_ws
     free = req.tier1_free_bytes
     mode = effective_moe_offload(req)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from hypnos.planner.sharing import shared_draft_bytes
 from hypnos.planner.types import Budgets, Hardware, Placement, Topology
 
 
@@ -36,14 +37,17 @@ def process_memory(footprint: int, topology: Topology, tier1: Iterable[Placement
     in host RAM), the parked KV states (``parked_bytes``, under their own cap), each tier-1
     placement's host part (``pinned_ram_bytes``), and on a host computing from host memory
     (not `Topology.DISCRETE`) the tier-1 bookings themselves. A model split across RPC
-    workers (``remote``) runs in a child process of its own: none of its bookings live here."""
+    workers (``remote``) runs in a child process of its own: none of its bookings live here.
+    Draft weights several placements share (`planner.sharing`) count once."""
     host = tier2_bytes + parked_bytes
-    for p in tier1:
-        if p.remote:
-            continue
+    local = [p for p in tier1 if not p.remote]
+    for p in local:
         host += p.pinned_ram_bytes
         if topology is not Topology.DISCRETE:
             host += p.booked_tier1_bytes
+    host -= shared_draft_bytes(local, in_tier1=False)
+    if topology is not Topology.DISCRETE:
+        host -= shared_draft_bytes(local)
     return ProcessMemory(footprint, host)
 
 

@@ -86,6 +86,36 @@ class Budgets:
 
 
 @dataclass(frozen=True)
+class DraftShape:
+    """The drafter speculative decoding runs beside a target, booked with it.
+
+    ``kind`` "draft": a draft model (``model_id``: its configured id; targets naming the same
+    id share one load of its weights, `planner.sharing`). ``kind`` "mtp": MTP heads
+    (``model_id`` "mtp"; never shared), ``in_target`` when they are blocks of the target's own
+    GGUF (their weights are already in the target's ``weights_bytes``: booked there, not
+    again), else a separate MTP file whose tensors are ``weights_bytes``.
+    ``kv_bytes_per_token``: the drafter's own KV per token of the target's context (a draft
+    model's context mirrors the target's sequences; an MTP head keeps one block's KV).
+    """
+
+    model_id: str
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kind: str = "draft"
+    in_target: bool = False
+
+    @property
+    def booked_weights_bytes(self) -> int:
+        """The weights this drafter adds to its target's booking."""
+        return 0 if self.in_target else self.weights_bytes
+
+    @property
+    def share_key(self) -> str:
+        """Targets with the same non-empty key share the drafter's weights."""
+        return self.model_id if self.kind == "draft" else ""
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """What placement needs to know about one model.
 
@@ -94,6 +124,7 @@ class ModelShape:
     block, ``expert_bytes_per_layer`` are Mixture-of-Experts expert tensors (0 when dense).
     ``kv_bytes_per_token`` covers every layer (K and V, f16). A model with num_layers == 0
     (whisper, ONNX, docling, ...) is placed whole: weights_bytes + workspace_bytes.
+    ``draft``: the speculative drafter placed with it (its weights and its own KV), if any.
     """
 
     weights_bytes: int
@@ -106,6 +137,7 @@ class ModelShape:
     projector_bytes: int = 0
     max_context_len: int = 0
     gpu_capable: bool = True
+    draft: DraftShape | None = None
 
     @property
     def expert_bytes(self) -> int:
@@ -172,6 +204,15 @@ class Placement:
     # A split placement: the last layers on RPC workers (``planner.workers``), after the
     # ``gpu_layers`` tier 1 holds. Empty for a placement on this machine alone.
     remote: tuple[RemoteShare, ...] = ()
+    # The speculative drafter placed with the model (``ModelShape.draft``): its id ("" for
+    # none; "mtp" for MTP heads), the weights and KV bytes this placement books for it (inside the
+    # figures above: tier 1's where the model's GPU layers are, ``pinned_ram_bytes`` for a
+    # host placement: ``draft_in_tier1`` says which), and its sharing key.
+    draft_id: str = ""
+    draft_weight_bytes: int = 0
+    draft_kv_bytes: int = 0
+    draft_in_tier1: bool = False
+    draft_share_key: str = ""
 
     @property
     def remote_layers(self) -> int:
@@ -200,7 +241,13 @@ class Placement:
             **({"device": self.device} if self.device else {}),
             **({"rpc_workers": [share.to_wire() for share in self.remote]}
                if self.remote else {}),
+            **({"draft_weight_bytes": self.draft_weight_bytes,
+                "draft_kv_bytes": self.draft_kv_bytes} if self.has_draft else {}),
         }
+
+    @property
+    def has_draft(self) -> bool:
+        return bool(self.draft_id)
 
 
 @dataclass(frozen=True)
@@ -222,6 +269,10 @@ class ResidentModel:
     reload_estimate_ms: float
     requests_per_minute: float
     leased: bool = False
+    # Its drafter's sharing key (`DraftShape.share_key`) and the draft weights its tier-1
+    # booking includes (`planner.sharing` counts them once per key).
+    draft_share_key: str = ""
+    draft_weight_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ order. So the local part is the first layers and the workers take the last ones 
 given, the last worker holding the output head. Conventions of the bookings:
 
 - Local tier 1: every non-layer byte (the input embedding; the head's bytes too, which errs on
-  the safe side), the projector, the workspace, and the local layers with their KV cache.
+  the safe side), the projector, the workspace, the local layers with their KV cache, and a
+  speculative drafter's weights and KV (`planner.placement.draft_bytes`).
 - Each worker: its layers with their KV cache (llama.cpp keeps a layer's KV on the layer's
   device) and one workspace (``shape.workspace_bytes``: the compute buffer its backend gets).
   The last one also books ``shape.non_layer_bytes`` for the head: a tied head is a copy of
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hypnos.planner.placement import allocated_context
+from hypnos.planner.placement import allocated_context, draft_bytes, with_draft
 from hypnos.planner.types import NoFit, Placement, PlacementRequest, RemoteShare, Tier
 
 
@@ -58,7 +59,8 @@ def place_split(req: PlacementRequest, workers: Sequence[WorkerBudget]) -> Place
     ctx = allocated_context(req)
     kv_layer = -(-shape.kv_bytes_per_token * ctx // n)
     unit = shape.layer_bytes + kv_layer
-    fixed = shape.non_layer_bytes + shape.projector_bytes + shape.workspace_bytes
+    dw, dkv = draft_bytes(shape, ctx)
+    fixed = shape.non_layer_bytes + shape.projector_bytes + shape.workspace_bytes + dw + dkv
     free = req.tier1_free_bytes
     if fixed > free:
         return NoFit(reason=f"the non-layer weights and workspace alone need {fixed} bytes of "
@@ -68,11 +70,12 @@ def place_split(req: PlacementRequest, workers: Sequence[WorkerBudget]) -> Place
                    shape.non_layer_bytes)
     if isinstance(shares, NoFit):
         return shares
-    return Placement(primary_tier=Tier.GPU, gpu_layers=local,
-                     vram_weight_bytes=shape.non_layer_bytes + shape.projector_bytes
-                     + local * shape.layer_bytes,
-                     vram_kv_and_workspace_bytes=local * kv_layer + shape.workspace_bytes,
-                     allocated_context_len=ctx, remote=tuple(shares))
+    return with_draft(Placement(
+        primary_tier=Tier.GPU, gpu_layers=local,
+        vram_weight_bytes=shape.non_layer_bytes + shape.projector_bytes + dw
+        + local * shape.layer_bytes,
+        vram_kv_and_workspace_bytes=local * kv_layer + shape.workspace_bytes + dkv,
+        allocated_context_len=ctx, remote=tuple(shares)), shape, ctx)
 
 
 def _fill(workers: Sequence[WorkerBudget], layers: int, first: int, unit: int,

@@ -318,6 +318,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
 
     def _finish(self, slot: Slot, reason: str | None = None, error: str | None = None) -> None:
         """Free the slot at once (the next waiting job gets it) and tell the caller."""
+        self._settle_held(slot)
         job = slot.job
         job.t_done = time.perf_counter()
         if job.sampler is not None:

@@ -68,7 +68,37 @@ def _model(sched, st: ModelState) -> dict:
         out["offloaded_layers"] = st.engine.offloaded_layers
     if isinstance(st.engine, SplitsLayers) and st.engine.split_layers:
         out["split_layers"] = st.engine.split_layers   # the layers llama.cpp put on each
+    if st.shape.draft is not None:
+        out["draft"] = _draft(sched, st, placement)
     return out
+
+
+def _draft(sched, st: ModelState, placement) -> dict:
+    """The speculative drafter booked with ``st`` (issue 30); it moves between tiers with
+    its target (``tier``). ``weights_bytes``: its tensors (MTP heads inside the target's
+    file: ``in_target_file``, booked with the target's weights); ``weights_booked_bytes`` and
+    ``kv_bytes``: what is booked for it now (tier 1: the placement's, ``in_tier1_budget``
+    False for a host placement; tier 2: its file when pinned with the target's, no KV);
+    ``shared_with``: the other tier-1 targets sharing one load of its weights (tier 1 then
+    books them once)."""
+    draft = st.shape.draft
+    assert draft is not None
+    resident = st.tier is Tier.GPU and st.placement is not None
+    key = draft.share_key
+    shared = sorted(m.id for m in sched.models.values()
+                    if resident and key and m is not st and m.tier is Tier.GPU
+                    and m.placement is not None and m.placement.draft_share_key == key)
+    if resident:
+        weights, kv = placement.draft_weight_bytes, placement.draft_kv_bytes
+    else:
+        file = st.paths.get("draft_path") or st.paths.get("mtp_path")
+        pinned = st.tier is Tier.RAM and file in getattr(st.pinned, "files", ())
+        weights, kv = (draft.booked_weights_bytes if pinned else 0), 0
+    return {"id": draft.model_id, "kind": draft.kind, "tier": str(st.tier),
+            "in_target_file": draft.in_target, "weights_bytes": draft.weights_bytes,
+            "weights_booked_bytes": weights, "kv_bytes": kv,
+            "in_tier1_budget": resident and placement.draft_in_tier1,
+            "shared_with": shared}
 
 
 @bp.get("/v1/memory/status")

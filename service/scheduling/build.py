@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hypnos.engines.registry import is_available
 from hypnos.planner.footprint import WHOLE_MODEL_WORKSPACE_BYTES
-from hypnos.planner.types import ModelShape
+from hypnos.planner.types import DraftShape, ModelShape
 from hypnos.service.config.load import resolve_model_file
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
@@ -20,13 +20,12 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
     weights = paths.get("weights_path")
     if m.engine == "ggml_llama" and weights is not None and weights.is_file():
         from hypnos.engines.gguf_meta import read_gguf_meta
-        # A projector and a speculative draft model live beside the weights, booked with them
-        # (the draft's own KV is not: a draft is small and its context is the target's).
-        projector = sum(p.stat().st_size for p in (paths.get("aux_path"),
-                                                   paths.get("draft_path"),
-                                                   paths.get("mtp_path"))
-                        if p is not None and p.is_file())
-        return read_gguf_meta(weights).to_shape(projector_bytes=projector)
+        # A projector lives beside the weights, booked with them; a speculative drafter
+        # is the shape's own part (its weights and its own KV, `draft_shape`).
+        aux = paths.get("aux_path")
+        projector = aux.stat().st_size if aux is not None and aux.is_file() else 0
+        meta = read_gguf_meta(weights)
+        return meta.to_shape(projector_bytes=projector, draft=draft_shape(m, paths, meta))
     size = 0
     for p in paths.values():
         if p.is_dir():
@@ -35,6 +34,34 @@ def model_shape(m: ModelConfig, paths: dict[str, Path]) -> ModelShape:
             size += p.stat().st_size
     # Whether it may use the GPU is the scheduler's call (engine kind and build).
     return ModelShape(weights_bytes=size, workspace_bytes=WHOLE_MODEL_WORKSPACE_BYTES)
+
+
+def draft_shape(m: ModelConfig, paths: dict[str, Path], target) -> DraftShape | None:
+    """The drafter ``m``'s ``speculative`` setting loads beside it (``target``: its
+    ``GgufMeta``): a draft model (``paths["draft_path"]``, read from its GGUF), MTP heads (a
+    separate ``paths["mtp_path"]``, else the target's own nextn blocks), or None."""
+    from hypnos.engines.gguf_meta import read_gguf_meta
+    spec = m.speculative
+    draft = paths.get("draft_path")
+    if isinstance(spec, dict) and isinstance(spec.get("draft"), str) and draft is not None \
+            and draft.is_file() and spec.get("mode", "draft") in ("draft", "auto"):
+        return read_gguf_meta(draft).as_draft(spec["draft"])
+    if _uses_mtp(m, paths):
+        mtp = paths.get("mtp_path")
+        return target.mtp_draft(read_gguf_meta(mtp) if mtp is not None and mtp.is_file()
+                                else None)
+    return None
+
+
+def _uses_mtp(m: ModelConfig, paths: dict[str, Path]) -> bool:
+    """The engine's ``choose.uses_mtp`` on the config: ``mtp``, or ``auto`` with a pulled head."""
+    from hypnos.engines.llama.speculative.choose import parse_spec
+    try:
+        spec = parse_spec(m.speculative)
+    except ValueError:
+        return False
+    return spec.mode == "mtp" or (spec.mode == "auto" and spec.draft is None
+                                  and paths.get("mtp_path") is not None)
 
 
 def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:

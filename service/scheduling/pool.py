@@ -16,6 +16,7 @@ from typing import Protocol
 
 from hypnos.engines.protocols import Engine, SplitsLayers
 from hypnos.engines.records import LoadReport
+from hypnos.planner.sharing import as_resident_booking
 from hypnos.planner.types import ModelShape, Placement, Priority, ResidentModel, Tier
 from hypnos.service.config.schema import ModelConfig
 
@@ -150,10 +151,12 @@ class ModelState:
         return load + beyond * (self.stats.service_ms or 0.0)
 
     def as_resident(self) -> ResidentModel:
+        key, draft = as_resident_booking(self.placement) if self.placement else ("", 0)
         return ResidentModel(self.id, self.cfg.priority,
                              self.placement.booked_tier1_bytes if self.placement else 0,
                              self.reload_estimate_ms(), self.stats.requests_per_minute(),
-                             leased=self.in_use or self.load_lock.locked())
+                             leased=self.in_use or self.load_lock.locked(),
+                             draft_share_key=key, draft_weight_bytes=draft)
 
     @property
     def lost(self) -> str:

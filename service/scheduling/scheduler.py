@@ -35,6 +35,7 @@ from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, pla
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.context import context_window
 from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
+from hypnos.planner.sharing import shared_draft_bytes
 from hypnos.planner.types import Budgets, Hardware, NoFit, Placement, Tier
 from hypnos.service.config.schema import PROFILES, Config
 from hypnos.service.scheduling.effects import Effects
@@ -116,8 +117,10 @@ class Scheduler:
         return st
 
     def tier1_booked(self) -> int:
-        return sum(m.placement.booked_tier1_bytes for m in self.models.values()
-                   if m.tier is Tier.GPU and m.placement)
+        """Tier-1 bookings of the resident models, shared draft weights once."""
+        placements = [m.placement for m in self.models.values()
+                      if m.tier is Tier.GPU and m.placement]
+        return sum(p.booked_tier1_bytes for p in placements) - shared_draft_bytes(placements)
 
     def tier2_booked(self) -> int:
         return self.residency.tier2_booked()

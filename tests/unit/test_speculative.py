@@ -13,40 +13,62 @@ from hypnos.engines.llama.speculative.drafts import NgramDrafter, NgramIndex, Pr
 
 # ------------------------------------------------------------------ n-gram lookup
 
-def test_ngram_proposes_what_followed_the_latest_match():
+def test_ngram_drafts_twice_the_match_of_what_followed():
     d = NgramDrafter()
-    ctx = [1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3]
-    assert d.propose(ctx, 3) == [4, 5, 6]
-    assert d.propose(ctx, 10) == [4, 5, 6, 9, 9, 1, 2, 3]
+    head = [1, 2, 3, 4, 5]
+    ctx = head + [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] + [0] + head
+    # The last 5 tokens occurred once before: 5 matched, so up to 10 follow.
+    assert d.propose(ctx, 64) == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert d.propose(ctx, 3) == [6, 7, 8]
+    assert d.propose(ctx, 0) == []
 
 
-def test_ngram_prefers_the_longest_suffix():
-    # [7, 3] occurs once followed by 8; [3] alone last occurred followed by 5.
-    d = NgramDrafter()
-    ctx = [7, 3, 8, 8, 3, 5, 7, 3]
-    assert d.propose(ctx, 1) == [8]
+def test_ngram_needs_the_minimum_match():
+    # 4 tokens match: no draft.
+    assert NgramDrafter().propose([1, 2, 3, 4, 9, 9, 1, 2, 3, 4], 8) == []
+    assert NgramDrafter().propose([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5], 8) == [9, 1, 2, 3, 4, 5]
+    assert NgramDrafter().propose([1, 2, 3], 8) == []
 
 
-def test_ngram_falls_back_to_shorter_and_to_nothing():
-    d = NgramDrafter()
-    assert d.propose([1, 2, 3, 4], 4) == []          # no token repeats
-    assert d.propose([5, 6, 7, 5], 2) == [6, 7]     # only the last token matches
-    assert d.propose([5, 6, 7, 5], 0) == []
+def test_ngram_prefers_the_place_that_matches_longest():
+    # [1..5] occurs twice before the end: after 9 (6 tokens match with the end's 9) and,
+    # later, after 7 (only 5 match): the longer match wins although it is older.
+    ctx = [9, 1, 2, 3, 4, 5, 20, 21, 7, 1, 2, 3, 4, 5, 30, 31, 9, 1, 2, 3, 4, 5]
+    assert NgramDrafter().propose(ctx, 2) == [20, 21]
+    # Equal matches: the latest place wins.
+    ctx = [1, 2, 3, 4, 5, 20, 1, 2, 3, 4, 5, 30, 1, 2, 3, 4, 5]
+    assert NgramDrafter().propose(ctx, 1) == [30]
+
+
+def test_ngram_a_match_longer_than_the_cap_is_measured_to_the_cap():
+    idx = NgramIndex()
+    idx.sync(list(range(100)) + list(range(100)))
+    assert idx.longest_match(cap=64) == (64, 100)
 
 
 def test_ngram_index_extends_and_rebuilds():
-    idx = NgramIndex()
+    idx = NgramIndex(n=2)
     idx.sync([1, 2, 3])
     idx.sync([1, 2, 3, 1, 2])
-    assert idx.lookup([1, 2]) == 2
+    assert idx.longest_match() == (2, 2)
     idx.sync([4, 4, 1, 2])                           # not an extension: rebuilt
-    assert idx.lookup([1]) == 3
+    assert idx.longest_match() == (0, -1)
     assert (2, 3) not in idx.ends
 
 
-def test_ngram_the_latest_occurrence_wins():
+def test_ngram_refused_drafts_raise_the_match_it_needs():
     d = NgramDrafter()
-    assert d.propose([1, 2, 3, 1, 2, 4, 1, 2], 1) == [4]
+    ctx = [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6, 7]    # 7 tokens match
+    assert d.propose(ctx, 4) == [8, 0, 1, 2]
+    d.on_accept(4, 0)
+    assert d.propose(ctx, 4) == [8, 0, 1, 2]         # half the share is still the floor
+    d.on_accept(4, 0)                                # refused again: under the floor, 10
+    assert d.propose(ctx, 4) == []                   # matching tokens are needed now
+    d.on_accept(0, 0)                                # a plain step changes nothing
+    assert d.propose(ctx, 4) == []
+    for _ in range(3):
+        d.on_accept(4, 4)
+    assert d.propose(ctx, 4) == [8, 0, 1, 2]
 
 
 # ------------------------------------------------------------------ predicted outputs

@@ -23,11 +23,12 @@ from hypnos.service.wire.chat import parse_chat
 # ------------------------------------------------------------------ the setting
 
 @pytest.mark.parametrize("value, want", [
-    (None, SpecConfig()), ("off", SpecConfig()), ("ngram", SpecConfig(mode="ngram")),
-    ("auto", SpecConfig(mode="auto")),
+    (None, SpecConfig()), ("off", SpecConfig()), ("ngram", SpecConfig(mode="ngram", n_max=64)),
+    ("auto", SpecConfig(mode="auto", n_max=64)),
     ({"draft": "small", "n_max": 6}, SpecConfig(mode="draft", draft="small", n_max=6)),
     ({"draft": "small", "mode": "auto"}, SpecConfig(mode="auto", draft="small")),
     ({"n_max": 8}, SpecConfig(mode="ngram", n_max=8)),
+    ({"mode": "auto"}, SpecConfig(mode="auto", n_max=64)),
 ])
 def test_spec_settings_parse(value, want):
     assert parse_spec(value) == want
@@ -202,5 +203,11 @@ def test_a_draft_is_booked_with_its_target():
         + block.format(id="drafted") + 'speculative = {draft = "alone"}\n'))
     alone, drafted = build_state(cfg, cfg.models[0]), build_state(cfg, cfg.models[1])
     assert drafted.paths["draft_path"] == alone.paths["weights_path"]
-    size = alone.paths["weights_path"].stat().st_size
-    assert drafted.shape.projector_bytes - alone.shape.projector_bytes == size
+    # Its own part of the shape (issue 30), not folded into the projector: the draft's
+    # tensors and its own KV per token, read from its GGUF.
+    assert drafted.shape.projector_bytes == alone.shape.projector_bytes
+    draft = drafted.shape.draft
+    assert draft is not None and draft.model_id == "alone" and draft.kind == "draft"
+    assert draft.weights_bytes == alone.shape.weights_bytes
+    assert draft.kv_bytes_per_token == alone.shape.kv_bytes_per_token
+    assert alone.shape.draft is None

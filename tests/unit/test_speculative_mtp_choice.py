@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hypnos.engines.llama.speculative.choose import (SpecConfig, Speculation, parse_spec,
-                                                     rs_snapshots, uses_mtp)
+from hypnos.engines.llama.speculative.choose import (N_MAX, SpecConfig, Speculation,
+                                                     parse_spec, rs_snapshots, uses_mtp)
 from hypnos.engines.llama.speculative.draft_model import DraftSeq
 from hypnos.engines.llama.speculative.drafts import NgramDrafter
 from hypnos.engines.llama.speculative.tuning import WARMUP, AutoDrafter, KindStats
@@ -83,6 +83,9 @@ def test_only_mtp_heads_keep_recurrent_snapshots():
     assert uses_mtp(load_spec("auto", mtp_path=head)) and not uses_mtp(load_spec("auto"))
     assert not uses_mtp(load_spec({"mode": "auto", "draft": "small"}, mtp_path=head))
     assert not uses_mtp(load_spec("ngram", mtp_path=head))
+    # Over heads, ``auto`` drafts a draft model's few, not prompt lookup's many.
+    assert rs_snapshots(load_spec("auto", mtp_path=head)) == N_MAX
+    assert rs_snapshots(load_spec({"mode": "auto", "n_max": 6}, mtp_path=head)) == 6
 
 
 def test_model_drafts_go_to_the_shared_source_and_ngrams_alone():

@@ -101,3 +101,36 @@ def test_rpc_workers_are_drawn_with_the_split_models_layers():
     first = next(line for line in workers.splitlines() if "10.0.0.2:50052" in line)
     assert "yes" in first and "big" in first and "3.00 GiB" in first and "8.00 GiB" in first
     assert "no (connection refused)" in workers
+
+
+def test_a_targets_draft_is_drawn_under_it_with_who_shares_it():
+    """Issue 30: the draft travels with its target; shared weights name the other target."""
+    def target(mid, tier, draft):
+        return {"id": mid, "modality": "text_generation", "current_tier": tier,
+                "total_weight_bytes": 2 * GIB, "priority": "normal", "enabled": True,
+                "placement": placement(tier, gpu=28, vram=2 * GIB, kv=GIB, ctx=8192),
+                "draft": draft}
+    draft = {"id": "qwen-0.5b", "kind": "draft", "tier": "tier1_gpu_vram",
+             "in_target_file": False, "weights_bytes": GIB // 2,
+             "weights_booked_bytes": GIB // 2, "kv_bytes": GIB // 4, "in_tier1_budget": True}
+    cold = dict(draft, tier="tier3_nvme_ssd", weights_booked_bytes=0, kv_bytes=0,
+                shared_with=[])
+    status = dict(STATUS, models=[
+        target("coder-a", "tier1_gpu_vram", dict(draft, shared_with=["coder-b"])),
+        target("coder-b", "tier1_gpu_vram", dict(draft, shared_with=["coder-a"])),
+        target("coder-c", "tier3_nvme_ssd", cold)])
+    text = render(status)
+    tier1, rest = text.split("Tier 2")
+    lines = tier1.splitlines()
+    a = next(i for i, line in enumerate(lines) if "coder-a" in line and "└" not in line)
+    under = lines[a + 1]
+    assert "└ draft qwen-0.5b" in under and "shared: coder-b" in under
+    assert "kv 0.25 GiB" in under and "0.75 GiB" in under       # weights + KV booked
+    assert "shared: coder-a" in tier1
+    tier3 = rest.split("Tier 3")[1]
+    cold_line = next(line for line in tier3.splitlines() if "└ draft qwen-0.5b" in line)
+    assert "speculative" in cold_line and "0.50 GiB" in cold_line
+    mtp = dict(draft, kind="mtp", id="mtp", in_target_file=True, weights_booked_bytes=0,
+               shared_with=[])
+    text = render(dict(STATUS, models=[target("qwen3.5", "tier1_gpu_vram", mtp)]))
+    assert "└ MTP heads" in text and "in its file, kv 0.25 GiB" in text

@@ -19,6 +19,7 @@ import numpy as np
 
 from hypnos.engines.errors import EngineError
 from hypnos.engines.llama.slots import common_prefix
+from hypnos.engines.llama.speculative.shared_weights import DRAFT_WEIGHTS
 
 #: Stop drafting when the draft model's top probability is below this.
 P_MIN = 0.6
@@ -58,7 +59,10 @@ class DraftModel:
         params.n_gpu_layers = gpu_layers
         params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = extra_bufts      # the target's (see ``cpu``)
-        self.model = ll.llama_model_load_from_file(str(path).encode(), params)
+        # One load per process, whatever the number of targets drafting with it.
+        self.model = DRAFT_WEIGHTS.acquire(
+            DRAFT_WEIGHTS.key(path, gpu_layers, extra_bufts),
+            lambda: ll.llama_model_load_from_file(str(path).encode(), params))
         if not self.model:
             raise EngineError(f"speculative draft {draft_id}: llama.cpp refused {path}")
         self.ctx = None
@@ -165,7 +169,7 @@ class DraftModel:
         return token, float(1.0 / np.exp(logits - logits[token]).sum())
 
     def close(self) -> None:
-        """Free the context and the model. Idempotent."""
+        """Free the context and let go of the model (freed with its last user). Idempotent."""
         if getattr(self, "batch", None) is not None:
             self.ll.llama_batch_free(self.batch)
             self.batch = None
@@ -173,7 +177,7 @@ class DraftModel:
             self.ll.llama_free(self.ctx)
             self.ctx = None
         if self.model:
-            self.ll.llama_model_free(self.model)
+            DRAFT_WEIGHTS.release(self.model, self.ll.llama_model_free)
             self.model = None
 
 
