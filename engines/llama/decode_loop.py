@@ -43,14 +43,15 @@ T = TypeVar("T")
 
 class DecodeLoop(SlotQueue, SpeculativeSteps):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
-    A job with a ``drafter`` gets its drafts checked in the same batches (``verify``).
+    A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
+    ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
     The caller frees ``ctx`` after ``close``.
     """
 
-    def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int):
+    def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None):
         self.ll = ll
         self.ctx = ctx
         self.vocab = vocab
@@ -65,6 +66,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         # llama_decode calls that returned: read from any thread to see progress.
         self.steps = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._init_speculative(observer)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
         self.thread.start()
@@ -175,6 +177,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
                 self.forget(slot)
                 self._finish(slot, error=f"llama_decode returned {rc}")
             return
+        self._observe()
         for slot, n_taken, logits_at, draft in entries:
             job = slot.job
             slot.tokens.extend(job.pending[:n_taken])
@@ -222,31 +225,6 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         token = self.ll.llama_sampler_sample(job.sampler, self.ctx, -1)
         logprob = self._logprob(-1, token, job.logprobs) if job.logprobs is not None else None
         self._on_token(slot, token, logprob)
-
-    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
-        """Put each running slot's pending tokens in the batch, single tokens first, and a
-        generating slot's draft after its token (logits at each). Returns (slot, tokens
-        taken, batch index of its logits or None, the draft)."""
-        batch, budget, n = self.batch, self.n_batch, 0
-        entries = []
-        for slot in sorted(running, key=lambda s: len(s.job.pending)):
-            pending = slot.job.pending
-            take = min(len(pending), budget - n)
-            if take <= 0:
-                continue
-            draft = self._draft(slot, budget - n) if take == 1 else []
-            pos0 = len(slot.tokens)
-            for i, token in enumerate(pending[:take] + draft):
-                batch.token[n + i] = token
-                batch.pos[n + i] = pos0 + i
-                batch.n_seq_id[n + i] = 1
-                batch.seq_id[n + i][0] = slot.seq_id
-                batch.logits[n + i] = int(i >= take - 1 and take == len(pending))
-            last = take == len(pending)
-            entries.append((slot, take, n + take - 1 if last else None, draft))
-            n += take + len(draft)
-        batch.n_tokens = n
-        return entries
 
     def _on_token(self, slot: Slot, token: int, logprob=None) -> None:
         job = slot.job

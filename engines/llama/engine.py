@@ -37,7 +37,8 @@ from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timi
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
 from hypnos.engines.llama.slots import Job
-from hypnos.engines.llama.speculative.choose import Speculation, build_speculation, setup_job
+from hypnos.engines.llama.speculative.choose import (Speculation, build_speculation,
+                                                     rs_snapshots, setup_job, uses_mtp)
 from hypnos.engines.llama.state import KVLayout
 from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
 
@@ -150,8 +151,9 @@ class LlamaChatEngine(SessionsMixin):
                 t4 = time.perf_counter()
                 self._spec, self._draft = build_speculation(
                     ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
-                    spec.threads or len(os.sched_getaffinity(0)))
-                self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch)
+                    spec.threads or len(os.sched_getaffinity(0)), ctx=self._ctx)
+                self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch,
+                                        observer=self._spec.observer)
             except BaseException:
                 self._free_locked()
                 raise
@@ -166,7 +168,7 @@ class LlamaChatEngine(SessionsMixin):
         st = os.stat(path) if path is not None and path.is_file() else None
         return (str(path), st.st_size if st else 0, st.st_mtime_ns if st else 0,
                 spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())),
-                repr(spec.options.get("rpc_split")))
+                repr(spec.options.get("rpc_split")), uses_mtp(spec))
 
     def _load_model(self, spec: LoadSpec):
         ll = self._ll
@@ -174,6 +176,9 @@ class LlamaChatEngine(SessionsMixin):
         params.n_gpu_layers = spec.gpu_layers
         params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = bool(spec.options.get("extra_buffers", extra_buffers_ok()))
+        if uses_mtp(spec):                  # its nextn layers too
+            from hypnos.engines.llama.speculative.mtp import enable_mtp_loading
+            enable_mtp_loading(params)
         split = spec.options.get("rpc_split")
         if split:       # RPC workers hold the last layers (a split engine's child only)
             from hypnos.engines.llama.rpc import RpcDevices, RpcShare
@@ -206,6 +211,7 @@ class LlamaChatEngine(SessionsMixin):
         params.n_threads_batch = threads
         params.kv_unified = False              # each slot owns context_len / slots cells
         params.no_perf = True
+        params.n_rs_seq = rs_snapshots(spec)   # a hybrid target rolls drafts back
         ctx = ll.llama_init_from_model(self._model, params)
         if not ctx:
             raise EngineError(f"{spec.model_id}: llama.cpp could not build a context of "

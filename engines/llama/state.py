@@ -151,6 +151,7 @@ def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
             continue
         if write_seq(ll, ctx, slot.seq_id, entry.state):
             slot.tokens[:] = entry.tokens
+            loop.kv_replaced(slot)
             restored += len(entry.tokens)
         else:
             loop.forget(slot)
@@ -183,6 +184,7 @@ def import_slot(ll, ctx, loop, key: str, session: SessionBlob) -> int:
             slot.key = None
         raise SessionMismatch("llama.cpp refused the session's KV state")
     slot.tokens[:] = session.tokens
+    loop.kv_replaced(slot)
     return len(slot.tokens)
 
 

@@ -46,17 +46,78 @@ def draft_shape(m: ModelConfig, paths: dict[str, Path], target) -> DraftShape | 
     if isinstance(spec, dict) and isinstance(spec.get("draft"), str) and draft is not None \
             and draft.is_file() and spec.get("mode", "draft") in ("draft", "auto"):
         return read_gguf_meta(draft).as_draft(spec["draft"])
-    if spec == "mtp":
+    if _uses_mtp(m, paths):
         mtp = paths.get("mtp_path")
         return target.mtp_draft(read_gguf_meta(mtp) if mtp is not None and mtp.is_file()
                                 else None)
     return None
 
 
+def _uses_mtp(m: ModelConfig, paths: dict[str, Path]) -> bool:
+    """The engine's ``choose.uses_mtp`` on the config: ``mtp``, or ``auto`` with a pulled head."""
+    from hypnos.engines.llama.speculative.choose import parse_spec
+    try:
+        spec = parse_spec(m.speculative)
+    except ValueError:
+        return False
+    return spec.mode == "mtp" or (spec.mode == "auto" and spec.draft is None
+                                  and paths.get("mtp_path") is not None)
+
+
 def _draft_of(cfg: Config, m: ModelConfig) -> ModelConfig | None:
     """The model ``m``'s ``speculative`` setting names as its draft, if any."""
     draft = m.speculative.get("draft") if isinstance(m.speculative, dict) else None
     return cfg.model(draft) if isinstance(draft, str) else None
+
+
+def _mtp_problem(cfg: Config, m: ModelConfig, paths: dict[str, Path]) -> str | None:
+    """Put the catalog's separate MTP head of the model's variant (its optional ``mtp`` file,
+    if it records one and it is pulled) in ``paths["mtp_path"]`` under ``speculative =
+    "mtp"`` or ``"auto"`` (which then measures it). Under ``mtp``, the problem (a 503 naming
+    the model) when that file is not pulled, or when there is none and the GGUF carries no
+    nextn layers."""
+    from hypnos.engines.llama.speculative.choose import parse_spec
+    try:
+        spec = parse_spec(m.speculative)
+    except ValueError:
+        return None                     # the config's own check names it
+    if m.engine != "ggml_llama" or spec.mode not in ("mtp", "auto") or spec.draft is not None:
+        return None
+    head = _catalog_head(cfg, m)
+    if head is not None and head.is_file():
+        paths["mtp_path"] = head
+        return None
+    if spec.mode != "mtp":
+        return None
+    if head is not None:
+        return (f"The model '{m.id}' is configured with speculative = \"mtp\" but its MTP head "
+                f"{head.name!r} is not in models_dir; fetch it with "
+                f"`hypnos models pull --mtp {m.id}`")
+    weights = paths.get("weights_path")
+    if weights is None or not weights.is_file():
+        return None
+    from hypnos.engines.errors import MtpUnavailable
+    from hypnos.engines.gguf_meta import read_gguf_meta
+    from hypnos.engines.llama.speculative.mtp import require_mtp_heads
+    try:
+        require_mtp_heads(read_gguf_meta(weights), m.id)
+    except MtpUnavailable as exc:
+        return str(exc)
+    except (ValueError, OSError):
+        return None                     # an unreadable header is model_shape's problem
+    return None
+
+
+def _catalog_head(cfg: Config, m: ModelConfig) -> Path | None:
+    """Where the catalog's optional ``mtp`` file of the model's variant lies, if any."""
+    from hypnos.catalog.catalog import load_catalog
+    try:
+        entry = load_catalog().get(m.id)
+        variant = entry.variant(m.quant) if entry is not None else None
+        heads = variant.optional_for(("mtp",)) if variant is not None else ()
+        return resolve_model_file(cfg.models_dir, heads[0].local) if heads else None
+    except ValueError:                  # a CatalogError (no such variant), a path outside
+        return None
 
 
 def build_state(cfg: Config, m: ModelConfig) -> ModelState:
@@ -79,6 +140,8 @@ def build_state(cfg: Config, m: ModelConfig) -> ModelState:
             paths["draft_path"] = resolve_model_file(cfg.models_dir, draft.weights_path)
         except ValueError as exc:
             problem = f"{m.id}: speculative draft {draft.id}: {exc}"
+    if problem is None:
+        problem = _mtp_problem(cfg, m, paths)
     try:
         shape = model_shape(m, paths) if problem is None else ModelShape(weights_bytes=0)
     except (ValueError, OSError) as exc:

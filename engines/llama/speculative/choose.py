@@ -3,20 +3,23 @@
 
 A request's own prediction (OpenAI Predicted Outputs) always drafts, whatever the setting;
 otherwise ``off`` drafts nothing, ``ngram`` drafts by prompt lookup, ``{draft = id}`` with the
-draft model, and ``auto`` drafts by prompt lookup (or the draft model when one is named) only
+draft model, ``mtp`` with the target's own MTP heads (``mtp``), and ``auto`` drafts by prompt
+lookup (or the draft model when one is named, or MTP heads whose separate file was pulled) only
 as far as ``tuning`` finds it pays, per kind of request. A model whose memory cannot drop a
-sequence's tail (recurrent or hybrid layers) never drafts: nothing could roll a draft back.
+sequence's tail (recurrent or hybrid layers) drafts only when its context keeps recurrent-state
+snapshots for a whole draft (``n_rs_seq >= n_max``, which the engine sets for ``mtp``): nothing
+else could roll a draft back.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypnos.engines.llama.speculative import Drafter, SpecStats
 from hypnos.engines.llama.speculative.drafts import NgramDrafter, PredictionDrafter
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
 
-MODES = ("off", "auto", "ngram", "draft")
+MODES = ("off", "auto", "ngram", "draft", "mtp")
 #: Default draft lengths. A draft model pays a decode per drafted token, so it drafts a few;
 #: prompt lookup and a prediction cost nothing to draft and are usually right where they
 #: draft at all, and verifying a long draft costs far less per token than a short one (on
@@ -38,14 +41,15 @@ class SpecConfig:
 
 
 def parse_spec(value) -> SpecConfig:
-    """``"off" | "auto" | "ngram" | {draft = "<id>", n_max = 4}`` (a table may also say
-    ``mode = "auto"`` to measure a named draft). Raises ValueError saying what is wrong."""
+    """``"off" | "auto" | "ngram" | "mtp" | {draft = "<id>", n_max = 4}`` (a table may also
+    say ``mode = "auto"`` to measure a named draft, ``mode = "mtp"`` with its ``n_max``).
+    Raises ValueError saying what is wrong."""
     if value is None:
         return SpecConfig()
     if isinstance(value, str):
-        if value not in ("off", "auto", "ngram"):
-            raise ValueError(f"must be \"off\", \"auto\", \"ngram\" or a table with draft, "
-                             f"not {value!r}")
+        if value not in ("off", "auto", "ngram", "mtp"):
+            raise ValueError(f"must be \"off\", \"auto\", \"ngram\", \"mtp\" or a table "
+                             f"with draft, not {value!r}")
         return SpecConfig(mode=value, n_max=default_n_max(value))
     if not isinstance(value, dict):
         raise ValueError("must be a string or a table {draft = \"<model id>\", n_max = 4}")
@@ -61,6 +65,8 @@ def parse_spec(value) -> SpecConfig:
         raise ValueError(f"n_max must be an integer in 1..{N_MAX_LIMIT}")
     if mode not in MODES or (mode == "draft" and draft is None):
         raise ValueError(f"mode must be one of {', '.join(MODES)} (draft needs a draft id)")
+    if mode == "mtp" and draft is not None:
+        raise ValueError("mode \"mtp\" drafts with the model's own heads: no draft id")
     return SpecConfig(mode=mode, draft=draft, n_max=n_max)
 
 
@@ -73,10 +79,12 @@ class Speculation:
     ``auto`` figures (``KindStats``) are then only touched on the decode thread."""
 
     def __init__(self, config: SpecConfig, can_rollback: bool,
-                 draft_source: DraftSource | None = None):
+                 draft_source: DraftSource | None = None, observer=None):
         self.config = config
         self.can_rollback = can_rollback
         self.draft_source = draft_source
+        #: What the decode loop shows every target batch to (``MtpDrafter.observe_batch``).
+        self.observer = observer
         self.kinds: dict[str, KindStats] = {}
 
     def for_job(self, prediction: list[int] | None, prompt_len: int, kind: str
@@ -100,8 +108,10 @@ class Speculation:
             if self.draft_source is not None:
                 source = self.draft_source
                 return None, (lambda seq: AutoDrafter(source(seq), stats)), \
-                    SpecStats("auto:draft", n)
+                    SpecStats("auto:mtp" if self.observer else "auto:draft", n)
             return AutoDrafter(NgramDrafter(), stats), None, SpecStats("auto:ngram", n)
+        if mode == "mtp" and self.draft_source is not None:
+            return None, self.draft_source, SpecStats("mtp", n)
         return None, None, None
 
 
@@ -125,13 +135,49 @@ def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
         prediction, len(job.prompt), request_kind(req))
 
 
-def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, threads: int
-                      ) -> tuple[Speculation, object | None]:
-    """One engine's ``Speculation`` for its ``LoadSpec`` (``options["speculative"]``, the
-    draft's weights in ``files["draft_path"]``), and the ``DraftModel`` it loaded (blocks;
-    the caller closes it), if any. Raises EngineError for a draft of another vocabulary."""
+def uses_mtp(spec) -> bool:
+    """Whether the engine for ``spec`` (a ``LoadSpec``) drafts with MTP heads: under
+    ``mtp``, and under ``auto`` without a draft model when a separate head was pulled
+    (``files["mtp_path"]``: the catalog's optional ``mtp`` file)."""
     config = parse_spec(spec.options.get("speculative"))
-    can_rollback = not (ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model))
+    return config.mode == "mtp" or (config.mode == "auto" and config.draft is None
+                                    and spec.files.get("mtp_path") is not None)
+
+
+def mtp_n_max(spec) -> int:
+    """The draft length MTP heads run with: the setting's, but ``auto`` over heads drafts a
+    draft model's few unless its table names ``n_max`` (prompt lookup's long default does not
+    suit heads that pay a decode per drafted token)."""
+    value = spec.options.get("speculative")
+    config = parse_spec(value)
+    named = isinstance(value, dict) and "n_max" in value
+    return config.n_max if config.mode == "mtp" or named else N_MAX
+
+
+def rs_snapshots(spec) -> int:
+    """Recurrent-state snapshots per sequence the target's context keeps (``n_rs_seq``): a
+    whole draft's worth with MTP heads (MTP models are mostly hybrid), else none."""
+    return mtp_n_max(spec) if uses_mtp(spec) else 0
+
+
+def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, threads: int,
+                      ctx=None) -> tuple[Speculation, object | None]:
+    """One engine's ``Speculation`` for its ``LoadSpec`` (``options["speculative"]``, the
+    draft's weights in ``files["draft_path"]``, a separate MTP head in ``files["mtp_path"]``),
+    and the ``DraftModel`` or ``MtpDrafter`` (over the target context ``ctx``) it built
+    (blocks; the caller closes it, before freeing ``ctx``), if any. Raises EngineError for a
+    draft of another vocabulary, MtpUnavailable for ``mtp`` on a model without heads."""
+    config = parse_spec(spec.options.get("speculative"))
+    if uses_mtp(spec):
+        config = replace(config, n_max=mtp_n_max(spec))
+    stateful = ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model)
+    can_rollback = not stateful or rs_snapshots(spec) >= config.n_max
+    if uses_mtp(spec):
+        from hypnos.engines.llama.speculative.mtp import open_mtp
+        mtp = open_mtp(ll, model, ctx, model_id=spec.model_id, mtp_path=spec.files.get(
+            "mtp_path"), gpu_layers=spec.gpu_layers, n_seq_max=spec.slots,
+            n_ctx=n_ctx_seq * spec.slots, n_threads=threads, n_batch=n_batch)
+        return Speculation(config, can_rollback, mtp.for_seq, observer=mtp), mtp
     draft = None
     path = spec.files.get("draft_path")
     if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:

@@ -7,10 +7,13 @@ the common prefix, so the tail of a rejected draft is rolled back there and the 
 accepted tokens are added), then decodes up to ``n_max`` tokens one by one, taking the
 argmax each time and stopping early when the draft's own top probability falls under
 ``P_MIN`` (a guess the target would likely refuse costs a verified position for nothing).
-Decode thread only. ``check_vocab`` refuses a draft whose tokens are not the target's.
+``DraftModel.propose_many`` does that for every drafting slot at once (the decode loop's
+way, ``verify.BatchDrafter``): one draft decode per draft step, a row per slot. Decode
+thread only. ``check_vocab`` refuses a draft whose tokens are not the target's.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -82,46 +85,85 @@ class DraftModel:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.tokens: list[list[int]] = [[] for _ in range(n_slots)]
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
+        self.decodes = 0        # llama_decode calls, and the most sequences one carried
+        self.widest = 0
 
     def for_seq(self, seq_id: int) -> DraftSeq:
         return DraftSeq(self, seq_id)
 
     def draft(self, seq_id: int, context: list[int], n_max: int) -> list[int]:
+        return self.propose_many([(seq_id, context, n_max)])[0]
+
+    def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]
+                     ) -> list[list[int]]:
+        """The drafts of ``requests`` (seq_id, context, n_max; distinct sequences), in order:
+        each sequence's KV is first brought to its context (common prefix kept), then every
+        draft step is one ``llama_decode`` with a row per sequence still drafting (the first
+        also carries each sequence's catch-up tail, unless the tails overflow a batch), each
+        stopping at its own ``n_max``, ``P_MIN`` or an end-of-generation token. Raises
+        EngineError when a decode fails."""
+        if len(requests) > self.n_batch:
+            return (self.propose_many(requests[:self.n_batch])
+                    + self.propose_many(requests[self.n_batch:]))
+        drafts: list[list[int]] = [[] for _ in requests]
+        live = [(i, seq, self._catch_up(seq, list(context)), n)
+                for i, (seq, context, n) in enumerate(requests) if n > 0 and context]
+        if sum(len(tail) for _, _, tail, _ in live) > self.n_batch:
+            rows = [(seq, t, False) for _, seq, tail, _ in live for t in tail[:-1]]
+            for start in range(0, len(rows), self.n_batch):
+                self._decode(rows[start:start + self.n_batch])
+            live = [(i, seq, tail[-1:], n) for i, seq, tail, n in live]
+        while live:
+            rows, last = [], []
+            for _, seq, tail, _ in live:
+                rows += [(seq, t, j == len(tail) - 1) for j, t in enumerate(tail)]
+                last.append(len(rows) - 1)
+            self._decode(rows)
+            going = []
+            for (i, seq, _, n_max), row in zip(live, last, strict=True):
+                token, p_top = self._argmax(row)
+                if p_top < P_MIN or self.ll.llama_vocab_is_eog(self.vocab, token):
+                    continue
+                drafts[i].append(token)
+                if len(drafts[i]) < n_max:
+                    going.append((i, seq, [token], n_max))
+            live = going
+        return drafts
+
+    def _catch_up(self, seq_id: int, context: list[int]) -> list[int]:
+        """Cut the sequence's KV to its common prefix with ``context``; returns the tokens
+        left to decode (at least the last one, whose logits start the draft)."""
         held = self.tokens[seq_id]
         keep = min(common_prefix(held, context), len(context) - 1)
         if not self.ll.llama_memory_seq_rm(self.mem, seq_id, keep, -1):
             self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
             keep = 0
         del held[keep:]
-        for start in range(keep, len(context), self.n_batch):
-            self._decode(seq_id, context[start:start + self.n_batch])
-        out: list[int] = []
-        while len(out) < n_max:
-            token, p_top = self._argmax()
-            if p_top < P_MIN or self.ll.llama_vocab_is_eog(self.vocab, token):
-                break
-            out.append(token)
-            if len(out) < n_max:
-                self._decode(seq_id, [token])
-        return out
+        return context[keep:]
 
-    def _decode(self, seq_id: int, tokens: list[int]) -> None:
-        """Append ``tokens`` to the sequence, logits at the last."""
-        batch, held = self.batch, self.tokens[seq_id]
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i] = token, len(held) + i
-            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq_id
-            batch.logits[i] = int(i == len(tokens) - 1)
-        batch.n_tokens = len(tokens)
+    def _decode(self, rows: list[tuple[int, int, bool]]) -> None:
+        """One ``llama_decode`` of ``rows`` (seq_id, token, logits wanted), each appended to
+        its sequence in order. Raises EngineError (its sequences cleared) when it fails."""
+        batch, placed = self.batch, dict.fromkeys((seq for seq, _, _ in rows), 0)
+        for n, (seq_id, token, logits) in enumerate(rows):
+            batch.token[n], batch.pos[n] = token, len(self.tokens[seq_id]) + placed[seq_id]
+            batch.n_seq_id[n], batch.seq_id[n][0] = 1, seq_id
+            batch.logits[n] = int(logits)
+            placed[seq_id] += 1
+        batch.n_tokens = len(rows)
         rc = self.ll.llama_decode(self.ctx, batch)
+        self.decodes += 1
+        self.widest = max(self.widest, len(placed))
         if rc != 0:
-            self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
-            held.clear()
+            for seq_id in placed:
+                self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+                self.tokens[seq_id].clear()
             raise EngineError(f"speculative draft {self.draft_id}: llama_decode returned {rc}")
-        held.extend(tokens)
+        for seq_id, token, _ in rows:
+            self.tokens[seq_id].append(token)
 
-    def _argmax(self) -> tuple[int, float]:
-        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, -1),
+    def _argmax(self, row: int = -1) -> tuple[int, float]:
+        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, row),
                                        shape=(self.n_vocab,))
         token = int(logits.argmax())
         return token, float(1.0 / np.exp(logits - logits[token]).sum())
@@ -149,6 +191,11 @@ class DraftSeq:
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
         return self.model.draft(self.seq_id, context, n_max) if n_max > 0 else []
+
+    def batched(self) -> tuple[DraftModel, int]:
+        """(the shared model, this sequence): the decode loop drafts every slot at once
+        through ``DraftModel.propose_many`` (``verify.BatchDrafter``)."""
+        return self.model, self.seq_id
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass

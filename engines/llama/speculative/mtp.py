@@ -95,6 +95,32 @@ def require_nextn(ll, model, model_id: str) -> int:
     return n
 
 
+def open_mtp(ll, model, target_ctx, *, model_id: str, mtp_path=None, gpu_layers: int = 0,
+             **context) -> MtpDrafter:
+    """The engine's ``MtpDrafter`` over ``target_ctx``: with the heads of ``model`` itself, or
+    of the separate MTP-only GGUF at ``mtp_path`` (loaded here with ``load_mtp``, freed by the
+    drafter's ``close``). ``context``: ``MtpDrafter``'s sizes (``n_seq_max``, ``n_ctx``,
+    ``n_threads``, ``n_batch``). Raises MtpUnavailable (no nextn layers, widths differ) or
+    EngineError (llama.cpp refused the file or the context)."""
+    head = None
+    if mtp_path is not None:
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        enable_mtp_loading(params)
+        head = ll.llama_model_load_from_file(str(mtp_path).encode(), params)
+        if not head:
+            raise EngineError(f"{model_id}: llama.cpp refused the MTP file {mtp_path}")
+    try:
+        drafter = MtpDrafter(ll, model, target_ctx, mtp_model=head, model_id=model_id,
+                             **context)
+    except BaseException:
+        if head is not None:
+            ll.llama_model_free(head)
+        raise
+    drafter.own_model = head
+    return drafter
+
+
 class MtpDrafter:
     """An MTP context linked to ``target_ctx``; see the module docstring for the contract.
 
@@ -111,6 +137,8 @@ class MtpDrafter:
                  model_id: str = "model"):
         from llama_cpp import llama_cpp_ext
         self.ll, self.ext, self.target_ctx, self.p_min = ll, llama_cpp_ext, target_ctx, p_min
+        self.own_model = None           # a separate head's model, freed by ``close``
+        self.decodes = 0                # MTP llama_decode calls (observe's and the drafts')
         head = mtp_model or model
         self.n_heads = require_nextn(ll, head, model_id)
         self.n_embd = int(ll.llama_model_n_embd(model))
@@ -266,6 +294,9 @@ class MtpDrafter:
         self.ll.llama_batch_free(self.batch)
         self.ll.llama_free(self.ctx)
         self.ctx = None
+        if self.own_model is not None:
+            self.ll.llama_model_free(self.own_model)
+            self.own_model = None
 
     # ------------------------------------------------------------------ llama.cpp
 
@@ -280,6 +311,7 @@ class MtpDrafter:
 
     def _decode(self) -> None:
         rc = self.ll.llama_decode(self.ctx, self.batch)
+        self.decodes += 1
         if rc != 0:
             raise EngineError(f"the MTP context's llama_decode failed ({rc})")
 
@@ -328,6 +360,11 @@ class MtpSeqDrafter:
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
         return self.drafter.propose(self.seq, context, n_max)
+
+    def batched(self) -> tuple[MtpDrafter, int]:
+        """(the shared drafter, this sequence): the decode loop drafts every slot at once
+        through ``MtpDrafter.propose_many`` (``verify.BatchDrafter``)."""
+        return self.drafter, self.seq
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass                        # the next propose cuts the rejected rows

@@ -1,6 +1,12 @@
-"""The decode loop's half of speculative decoding (a base of ``DecodeLoop``): ``_draft`` asks
-a slot's drafter for tokens to put in the batch after its pending token, ``_verify`` checks
-them against the target once the batch is decoded.
+"""The decode loop's half of speculative decoding (a base of ``DecodeLoop``): ``_fill_batch``
+asks every generating slot's drafter for tokens to put in the batch after its pending token,
+``_verify`` checks them against the target once the batch is decoded, and ``_observe`` shows
+the decoded batch to a drafter that reads the target's hidden states (MTP heads).
+
+Model drafters draft every slot at once: a drafter with ``batched()`` (a draft model's or the
+MTP heads' per-sequence view) names a shared ``BatchDrafter``, and ``_drafts`` asks each such
+source once per step for all its slots (``propose_many``: one draft decode per draft step for
+every slot, not one per slot); n-gram and prediction drafters are asked one by one.
 
 Verification samples the target's token at every drafted position with the job's own sampler
 chain (``llama_sampler_sample``: grammar, penalties and the seeded RNG advance exactly as
@@ -15,29 +21,128 @@ a job that ended inside the verify is reported done), so no trace of it stays: t
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from hypnos.engines.llama.slots import Slot
+from hypnos.engines.llama.speculative.tuning import AutoDrafter
+
+#: (sequence id, its context: the slot's tokens plus its pending one, the draft length cap)
+DraftRequest = tuple[int, Sequence[int], int]
+
+
+class BatchDrafter(Protocol):
+    """A drafter of several sequences at once (``DraftModel``, ``MtpDrafter``): the drafts of
+    ``requests`` (distinct sequences), in order, each at most its cap."""
+
+    def propose_many(self, requests: Sequence[DraftRequest]) -> list[list[int]]: ...
+
+
+def batch_request(drafter, k: int) -> tuple[BatchDrafter, int, int] | None:
+    """(shared source, sequence, draft length) when ``drafter``'s drafts come from a
+    ``BatchDrafter`` (``drafter.batched()``, also inside ``auto``'s wrapper, whose policy then
+    caps the length as its own ``propose`` would), else None: ask it alone."""
+    inner = drafter.inner if isinstance(drafter, AutoDrafter) else drafter
+    batched = getattr(inner, "batched", None)
+    if batched is None:
+        return None
+    source, seq = batched()
+    if inner is not drafter:
+        k = min(k, drafter.stats.n_for_next())
+    return source, seq, k
 
 
 class SpeculativeSteps:
-    """Mixed into ``DecodeLoop``, which provides ``ll``, ``ctx``, ``mem``, ``n_ctx_seq``,
-    ``_on_token``, ``_sample`` and ``_logprob``, and calls ``_settle_held`` first thing in
-    ``_finish``. Decode thread only."""
+    """Mixed into ``DecodeLoop``, which provides ``ll``, ``ctx``, ``mem``, ``batch``,
+    ``n_batch``, ``n_ctx_seq``, ``forget``, ``_on_token``, ``_sample`` and ``_logprob``, and
+    calls ``_settle_held`` first thing in ``_finish``. Decode thread only."""
 
     _held: Held | None = None
 
-    def _draft(self, slot: Slot, room: int) -> list[int]:
-        """Tokens to check after the slot's one pending token, at most ``room - 1`` (batch
-        space), none past the job's ``max_tokens`` or the slot's context."""
+    def _init_speculative(self, observer) -> None:
+        """``observer``: shown every decoded target batch (``MtpDrafter``), or None. A target
+        with recurrent state rolls back at most its context's ``n_rs_seq`` positions, so no
+        draft is longer there."""
+        ll, model = self.ll, self.ll.llama_get_model(self.ctx)
+        stateful = ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model)
+        self.observer = observer
+        self.max_draft = int(ll.llama_n_rs_seq(self.ctx)) if stateful else self.n_batch
+
+    def _observe(self) -> None:
+        """After every target ``llama_decode`` that returned 0 (``mtp``'s contract)."""
+        if self.observer is not None:
+            self.observer.observe_batch(self.batch, self.batch.n_tokens)
+
+    def kv_replaced(self, slot: Slot) -> None:
+        """The slot's KV was written from outside (a parked slot restored, a session
+        imported): MTP heads hold nothing of it, so their stale rows go (a hole drafts
+        worse, never wrong). A draft model follows its own token lists."""
+        if self.observer is not None:
+            self.observer.rollback(slot.seq_id, 0)
+
+    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
+        """Put each running slot's pending tokens in the batch, single tokens first, and a
+        generating slot's draft after its token (logits at each). Returns (slot, tokens
+        taken, batch index of its logits or None, the draft)."""
+        batch, budget, n = self.batch, self.n_batch, 0
+        order = sorted(running, key=lambda s: len(s.job.pending))
+        drafts = self._drafts(order)
+        entries = []
+        for slot in order:
+            pending = slot.job.pending
+            take = min(len(pending), budget - n)
+            if take <= 0:
+                continue
+            draft = drafts.get(slot.seq_id, []) if take == 1 else []
+            pos0 = len(slot.tokens)
+            for i, token in enumerate(pending[:take] + draft):
+                batch.token[n + i] = token
+                batch.pos[n + i] = pos0 + i
+                batch.n_seq_id[n + i] = 1
+                batch.seq_id[n + i][0] = slot.seq_id
+                batch.logits[n + i] = int(i >= take - 1 and take == len(pending))
+            last = take == len(pending)
+            entries.append((slot, take, n + take - 1 if last else None, draft))
+            n += take + len(draft)
+        batch.n_tokens = n
+        return entries
+
+    def _drafts(self, order: list[Slot]) -> dict[int, list[int]]:
+        """seq_id -> draft for the slots of ``order`` (batch order) that draft this step,
+        each within the batch room left before it (counting full drafts before it, so a
+        shorter draft only leaves room). A ``BatchDrafter`` is asked once for all its slots."""
+        n, out = 0, {}
+        groups: dict[int, tuple[BatchDrafter, list[tuple[Slot, DraftRequest]]]] = {}
+        for slot in order:
+            room = self.n_batch - n
+            take = min(len(slot.job.pending), room)
+            k = self._draft_len(slot, room) if take == 1 else 0
+            n += max(take, 0) + k
+            if k <= 0:
+                continue
+            context = slot.tokens + slot.job.pending
+            shared = batch_request(slot.job.drafter, k)
+            if shared is None:
+                out[slot.seq_id] = slot.job.drafter.propose(context, k)[:k]
+            elif shared[2] > 0:
+                source, seq, k = shared
+                groups.setdefault(id(source), (source, []))[1].append((slot, (seq, context, k)))
+        for source, asks in groups.values():
+            drafts = source.propose_many([request for _, request in asks])
+            for (slot, (_, _, k)), draft in zip(asks, drafts, strict=True):
+                out[slot.seq_id] = draft[:k]
+        return out
+
+    def _draft_len(self, slot: Slot, room: int) -> int:
+        """How many tokens the slot may draft after its one pending token: at most
+        ``room - 1`` (batch space), none past the job's ``max_tokens``, the slot's context
+        or what the target can roll back (0: it does not draft)."""
         job = slot.job
         if job.drafter is None or len(job.pending) != 1:
-            return []
-        k = min(job.spec.n_max, room - 1, job.max_tokens - job.generated - 1,
-                self.n_ctx_seq - len(slot.tokens) - 2)
-        if k <= 0:
-            return []
-        return job.drafter.propose(slot.tokens + job.pending, k)[:k]
+            return 0
+        return max(0, min(job.spec.n_max, room - 1, job.max_tokens - job.generated - 1,
+                          self.n_ctx_seq - len(slot.tokens) - 2, self.max_draft))
 
     def _verify(self, slot: Slot, at: int, draft: list[int], step_s: float) -> None:
         """The batch held the slot's last token at index ``at`` and ``draft`` after it, with
@@ -71,8 +176,12 @@ class SpeculativeSteps:
         held.settled = True
         slot, draft = held.slot, held.draft
         slot.tokens.extend(draft[:held.kept])
-        if held.kept < len(draft):
-            self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, held.base + held.kept, -1)
+        if held.kept < len(draft) and not self.ll.llama_memory_seq_rm(
+                self.mem, slot.seq_id, held.base + held.kept, -1):
+            # Refused (a recurrent state past its snapshots): evaluate the context again.
+            tokens = list(slot.tokens)
+            self.forget(slot)
+            job.pending = tokens + job.pending
         job.spec.drafted += len(draft)
         job.spec.accepted += held.matched
         job.spec.steps += 1
