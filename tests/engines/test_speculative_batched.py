@@ -53,7 +53,7 @@ def assert_same_or_a_near_tie(a, b):
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = load({"draft": "smol", "n_max": N_MAX})
+    eng = load({"draft": "smol", "n_max": N_MAX, "lookup": False})   # the model's drafts only
     yield eng
     eng.unload()
 

@@ -8,7 +8,8 @@ import pytest
 from hypnos.engines.llama.speculative import SpecStats
 from hypnos.engines.llama.speculative.accept import (accepted_prefix, point_mass, residual,
                                                      sample_compare_step, speculative_step)
-from hypnos.engines.llama.speculative.drafts import NgramDrafter, NgramIndex, PredictionDrafter
+from hypnos.engines.llama.speculative.drafts import (LookupFirst, NgramDrafter, NgramIndex,
+                                                     PredictionDrafter)
 
 
 # ------------------------------------------------------------------ n-gram lookup
@@ -69,6 +70,38 @@ def test_ngram_refused_drafts_raise_the_match_it_needs():
     for _ in range(3):
         d.on_accept(4, 4)
     assert d.propose(ctx, 4) == [8, 0, 1, 2]
+
+
+class Guesser:
+    """A model drafter's stand-in for the pure test: guesses ``n`` zeros, notes its figures."""
+    method = "draft"
+
+    def __init__(self):
+        self.asked, self.told = [], []
+
+    def propose(self, context, n_max):
+        self.asked.append(n_max)
+        return [0] * n_max
+
+    def on_accept(self, drafted, accepted, step_s=0.0):
+        self.told.append((drafted, accepted))
+
+    def close(self):
+        pass
+
+
+def test_lookup_first_copies_where_it_can_and_the_model_guesses_elsewhere():
+    model = Guesser()
+    d = LookupFirst(model, n_model=3)
+    copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
+    assert d.propose(copy, 64) == [6, 7, 8, 9, 0, 1, 2, 3, 4, 5] and model.asked == []
+    d.on_accept(10, 10)
+    assert model.told == []                          # the lookup's figures stay its own
+    assert d.propose(copy + [6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 42], 64) == [0, 0, 0]
+    assert model.asked == [3]                        # the model drafts at most n_model
+    d.on_accept(3, 1)
+    d.on_accept(0, 0)                                # a plain step: the model's
+    assert model.told == [(3, 1), (0, 0)]
 
 
 # ------------------------------------------------------------------ predicted outputs

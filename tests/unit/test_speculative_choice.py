@@ -29,6 +29,7 @@ from hypnos.service.wire.chat import parse_chat
     ({"draft": "small", "mode": "auto"}, SpecConfig(mode="auto", draft="small")),
     ({"n_max": 8}, SpecConfig(mode="ngram", n_max=8)),
     ({"mode": "auto"}, SpecConfig(mode="auto", n_max=64)),
+    ({"draft": "small", "lookup": False}, SpecConfig(mode="draft", draft="small", lookup=False)),
 ])
 def test_spec_settings_parse(value, want):
     assert parse_spec(value) == want
@@ -38,6 +39,7 @@ def test_spec_settings_parse(value, want):
     ("fast", "must be"), (3, "string or a table"), ({"draft": ""}, "model id"),
     ({"n_max": 0}, "n_max"), ({"n_max": True}, "n_max"), ({"mode": "draft"}, "draft needs"),
     ({"draft": "x", "p_min": 1}, "unknown key 'p_min'"),
+    ({"draft": "x", "lookup": "no"}, "lookup must be"),
 ])
 def test_bad_spec_settings_say_what_is_wrong(value, says):
     with pytest.raises(ValueError, match=says):

@@ -46,6 +46,13 @@ class SpecStats:
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
+    #: The longest draft a step may carry, when longer than ``n_max`` (a draft model's
+    #: ``LookupFirst`` copies up to prompt lookup's length); 0: ``n_max``.
+    lookup_max: int = 0
+
+    @property
+    def cap(self) -> int:
+        return max(self.n_max, self.lookup_max)
 
     @property
     def rejected(self) -> int:

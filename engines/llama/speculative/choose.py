@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hypnos.engines.llama.speculative import Drafter, SpecStats
-from hypnos.engines.llama.speculative.drafts import NgramDrafter, PredictionDrafter
+from hypnos.engines.llama.speculative.drafts import (LookupFirst, NgramDrafter,
+                                                     PredictionDrafter)
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
 
 MODES = ("off", "auto", "ngram", "draft", "mtp")
@@ -38,11 +39,14 @@ class SpecConfig:
     mode: str = "off"
     draft: str | None = None             # the draft model's id (mode "draft", or "auto")
     n_max: int = N_MAX
+    #: A draft model drafts behind prompt lookup (``LookupFirst``) unless ``lookup = false``.
+    lookup: bool = True
 
 
 def parse_spec(value) -> SpecConfig:
     """``"off" | "auto" | "ngram" | "mtp" | {draft = "<id>", n_max = 4}`` (a table may also
-    say ``mode = "auto"`` to measure a named draft, ``mode = "mtp"`` with its ``n_max``).
+    say ``mode = "auto"`` to measure a named draft, ``mode = "mtp"`` with its ``n_max``, and
+    ``lookup = false`` for a draft model without prompt lookup in front).
     Raises ValueError saying what is wrong."""
     if value is None:
         return SpecConfig()
@@ -53,9 +57,12 @@ def parse_spec(value) -> SpecConfig:
         return SpecConfig(mode=value, n_max=default_n_max(value))
     if not isinstance(value, dict):
         raise ValueError("must be a string or a table {draft = \"<model id>\", n_max = 4}")
-    unknown = set(value) - {"draft", "n_max", "mode"}
+    unknown = set(value) - {"draft", "n_max", "mode", "lookup"}
     if unknown:
-        raise ValueError(f"unknown key {sorted(unknown)[0]!r} (draft, n_max, mode)")
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r} (draft, n_max, mode, lookup)")
+    lookup = value.get("lookup", True)
+    if not isinstance(lookup, bool):
+        raise ValueError("lookup must be true or false")
     draft = value.get("draft")
     if draft is not None and (not isinstance(draft, str) or not draft):
         raise ValueError("draft must be a model id")
@@ -67,7 +74,7 @@ def parse_spec(value) -> SpecConfig:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (draft needs a draft id)")
     if mode == "mtp" and draft is not None:
         raise ValueError("mode \"mtp\" drafts with the model's own heads: no draft id")
-    return SpecConfig(mode=mode, draft=draft, n_max=n_max)
+    return SpecConfig(mode=mode, draft=draft, n_max=n_max, lookup=lookup)
 
 
 #: A draft model's per-sequence drafters: seq_id -> Drafter (``draft_model``).
@@ -101,14 +108,24 @@ class Speculation:
             return None, None, None
         if mode == "ngram":
             return NgramDrafter(), None, SpecStats("ngram", n)
-        if mode == "draft" and self.draft_source is not None:
-            return None, self.draft_source, SpecStats("draft", n)
+        source = self.draft_source
+        if mode == "draft" and source is not None and not self.config.lookup:
+            return None, source, SpecStats("draft", n)
+        if mode == "draft" and source is not None:
+            return None, (lambda seq: LookupFirst(source(seq), n)), \
+                SpecStats("draft", n, lookup_max=NGRAM_N_MAX)
         if mode == "auto":
             stats = self.kinds.setdefault(kind, KindStats(n))
-            if self.draft_source is not None:
-                source = self.draft_source
+            if source is not None and self.observer is not None:
                 return None, (lambda seq: AutoDrafter(source(seq), stats)), \
-                    SpecStats("auto:mtp" if self.observer else "auto:draft", n)
+                    SpecStats("auto:mtp", n)
+            if source is not None and not self.config.lookup:
+                return None, (lambda seq: AutoDrafter(source(seq), stats)), \
+                    SpecStats("auto:draft", n)
+            if source is not None:
+                # The lookup drafts where it copies; ``auto`` weighs the model's drafts only.
+                return None, (lambda seq: LookupFirst(AutoDrafter(source(seq), stats), n)), \
+                    SpecStats("auto:draft", n, lookup_max=NGRAM_N_MAX)
             return AutoDrafter(NgramDrafter(), stats), None, SpecStats("auto:ngram", n)
         if mode == "mtp" and self.draft_source is not None:
             return None, self.draft_source, SpecStats("mtp", n)

@@ -157,3 +157,35 @@ class PredictionDrafter:
 
     def close(self) -> None:
         pass
+
+
+class LookupFirst:
+    """A model drafter (a draft model, possibly under ``auto``) with prompt lookup in front:
+    where the context is being copied (an ``NgramDrafter`` match) the copy is the draft, up
+    to the lookup's long cap and at no cost; elsewhere the model guesses, at most ``n_model``
+    tokens. A model's drafted token costs a draft decode, a copied one nothing, so code edits
+    run at prompt lookup's speed and the model fills the gaps between copies. ``first`` is
+    the lookup alone (the decode loop asks a batched model for the rest); what a step's
+    figures say goes back to the part that drafted it, a plain step's to the model."""
+
+    def __init__(self, model, n_model: int):
+        self.lookup, self.model, self.n_model = NgramDrafter(), model, n_model
+        self.method = model.method
+        self.copied = False                 # the last draft came from the lookup
+
+    def first(self, context: list[int], n_max: int) -> list[int]:
+        draft = self.lookup.propose(context, n_max)
+        self.copied = bool(draft)
+        return draft
+
+    def propose(self, context: list[int], n_max: int) -> list[int]:
+        return self.first(context, n_max) or self.model.propose(context,
+                                                                min(n_max, self.n_model))
+
+    def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        part = self.lookup if self.copied and drafted else self.model
+        self.copied = False
+        part.on_accept(drafted, accepted, step_s)
+
+    def close(self) -> None:
+        self.model.close()

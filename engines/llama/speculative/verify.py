@@ -21,11 +21,13 @@ a job that ended inside the verify is reported done), so no trace of it stays: t
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from hypnos.engines.llama.slots import Slot
+from hypnos.engines.llama.speculative.drafts import LookupFirst
 from hypnos.engines.llama.speculative.tuning import AutoDrafter
 
 #: (sequence id, its context: the slot's tokens plus its pending one, the draft length cap)
@@ -41,15 +43,18 @@ class BatchDrafter(Protocol):
 
 def batch_request(drafter, k: int) -> tuple[BatchDrafter, int, int] | None:
     """(shared source, sequence, draft length) when ``drafter``'s drafts come from a
-    ``BatchDrafter`` (``drafter.batched()``, also inside ``auto``'s wrapper, whose policy then
-    caps the length as its own ``propose`` would), else None: ask it alone."""
-    inner = drafter.inner if isinstance(drafter, AutoDrafter) else drafter
+    ``BatchDrafter`` (``drafter.batched()``, also behind a ``LookupFirst``, whose model drafts
+    at most its ``n_model``, and inside ``auto``'s wrapper, whose policy then caps the length
+    as its own ``propose`` would), else None: ask it alone."""
+    inner = drafter
+    if isinstance(inner, LookupFirst):
+        k, inner = min(k, inner.n_model), inner.model
+    if isinstance(inner, AutoDrafter):
+        k, inner = min(k, inner.stats.n_for_next()), inner.inner
     batched = getattr(inner, "batched", None)
     if batched is None:
         return None
     source, seq = batched()
-    if inner is not drafter:
-        k = min(k, drafter.stats.n_for_next())
     return source, seq, k
 
 
@@ -59,6 +64,8 @@ class SpeculativeSteps:
     calls ``_settle_held`` first thing in ``_finish``. Decode thread only."""
 
     _held: Held | None = None
+    #: seq_id -> seconds its draft took to make this step (a model's decodes), for ``_verify``
+    _draft_s: dict[int, float]
 
     def _init_speculative(self, observer) -> None:
         """``observer``: shown every decoded target batch (``MtpDrafter``), or None. A target
@@ -67,6 +74,7 @@ class SpeculativeSteps:
         ll, model = self.ll, self.ll.llama_get_model(self.ctx)
         stateful = ll.llama_model_is_recurrent(model) or ll.llama_model_is_hybrid(model)
         self.observer = observer
+        self._draft_s = {}
         self.max_draft = int(ll.llama_n_rs_seq(self.ctx)) if stateful else self.n_batch
 
     def _observe(self) -> None:
@@ -113,6 +121,7 @@ class SpeculativeSteps:
         each within the batch room left before it (counting full drafts before it, so a
         shorter draft only leaves room). A ``BatchDrafter`` is asked once for all its slots."""
         n, out = 0, {}
+        self._draft_s.clear()
         groups: dict[int, tuple[BatchDrafter, list[tuple[Slot, DraftRequest]]]] = {}
         for slot in order:
             room = self.n_batch - n
@@ -122,16 +131,27 @@ class SpeculativeSteps:
             if k <= 0:
                 continue
             context = slot.tokens + slot.job.pending
-            shared = batch_request(slot.job.drafter, k)
+            drafter = slot.job.drafter
+            if isinstance(drafter, LookupFirst):
+                copy = drafter.first(context, k)
+                if copy:
+                    out[slot.seq_id] = copy[:k]
+                    continue
+            shared = batch_request(drafter, k)
             if shared is None:
-                out[slot.seq_id] = slot.job.drafter.propose(context, k)[:k]
+                t0 = time.perf_counter()
+                out[slot.seq_id] = drafter.propose(context, k)[:k]
+                self._draft_s[slot.seq_id] = time.perf_counter() - t0
             elif shared[2] > 0:
                 source, seq, k = shared
                 groups.setdefault(id(source), (source, []))[1].append((slot, (seq, context, k)))
         for source, asks in groups.values():
+            t0 = time.perf_counter()
             drafts = source.propose_many([request for _, request in asks])
+            spent = time.perf_counter() - t0       # every slot of the group waited for it
             for (slot, (_, _, k)), draft in zip(asks, drafts, strict=True):
                 out[slot.seq_id] = draft[:k]
+                self._draft_s[slot.seq_id] = spent
         return out
 
     def _draft_len(self, slot: Slot, room: int) -> int:
@@ -141,7 +161,7 @@ class SpeculativeSteps:
         job = slot.job
         if job.drafter is None or len(job.pending) != 1:
             return 0
-        return max(0, min(job.spec.n_max, room - 1, job.max_tokens - job.generated - 1,
+        return max(0, min(job.spec.cap, room - 1, job.max_tokens - job.generated - 1,
                           self.n_ctx_seq - len(slot.tokens) - 2, self.max_draft))
 
     def _verify(self, slot: Slot, at: int, draft: list[int], step_s: float) -> None:
@@ -149,6 +169,8 @@ class SpeculativeSteps:
         logits at each; ``slot.tokens`` already ends with that last token. ``step_s``: the
         seconds the batch's ``llama_decode`` took (for the drafter's bookkeeping)."""
         job = slot.job
+        # A model's drafting time is the step's too (what ``auto`` weighs).
+        step_s += self._draft_s.pop(slot.seq_id, 0.0)
         held = self._held = Held(slot, len(slot.tokens), draft, step_s)
         try:
             for i in range(len(draft) + 1):
