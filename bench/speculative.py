@@ -9,9 +9,12 @@ Target Qwen2.5-Coder-1.5B-Instruct Q4_K_M, draft Qwen2.5-Coder-0.5B-Instruct Q4_
   edit   "return this file with one line changed" (3 prompts); Hypnos sends the file as the
          OpenAI Predicted Outputs ``prediction``
 
-Methods. llama-server: ``none``, ``draft`` (``-md <0.5B> --spec-type draft-simple``) and
-``ngram`` (``--spec-type ngram-mod``). Hypnos, by the per-model config key ``speculative``:
-``off``, ``ngram``, ``draft`` (``{draft = "qwen2.5-coder:0.5b", n_max = 4}``) and ``auto``;
+Methods. llama-server: ``none``, ``draft`` (``-md <0.5B> --spec-type draft-simple``),
+``draft+ngram`` (``-md <0.5B> --spec-type ngram-mod,draft-simple``) and ``ngram``
+(``--spec-type ngram-mod``). Hypnos, by the per-model config key ``speculative``: ``off``,
+``ngram``, ``draft`` (``{draft = "qwen2.5-coder:0.5b", n_max = 4, lookup = false}``: the draft
+model alone), ``draft+ngram`` (the same without ``lookup = false``, Hypnos's default for a
+draft model: prompt lookup first, the draft model where nothing is being copied) and ``auto``;
 ``prediction`` is Hypnos ``off`` with the request's ``prediction`` field. A method a server
 refuses (a config it will not start with, a 400, a prediction it ignores) prints "not
 available". Each method's two servers run at once and take turns prompt by prompt.
@@ -23,7 +26,8 @@ llama-server ``timings.predicted_per_second``), drafts accepted where reported (
 Hypnos method / Hypnos off, auto / off.
 
     python bench/speculative.py [--threads 2] [--tokens 160] [--runs 2] [--sets code,story,edit]
-                                [--methods none,draft,ngram,auto,prediction] [--json PATH]
+                                [--methods none,draft,draft+ngram,ngram,auto,prediction]
+                                [--json PATH]
 
 llama-server is built and cached as ``llama_server.py`` builds it (first run: ~20 minutes).
 """
@@ -55,7 +59,9 @@ CONTEXT = 4096
 METHODS: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "none": ((), '"off"'),
     "draft": (("-md", "{draft}", "--spec-type", "draft-simple"),
-              f'{{ draft = "{DRAFT[0]}", n_max = 4 }}'),
+              f'{{ draft = "{DRAFT[0]}", n_max = 4, lookup = false }}'),
+    "draft+ngram": (("-md", "{draft}", "--spec-type", "ngram-mod,draft-simple"),
+                    f'{{ draft = "{DRAFT[0]}", n_max = 4 }}'),
     "ngram": (("--spec-type", "ngram-mod"), '"ngram"'),
     "auto": (None, '"auto"'),
     "prediction": (None, None),
@@ -218,11 +224,11 @@ def print_row(set_name: str, method: str, t: Target) -> None:
     label = "off" if method == "none" and t.name == "hypnos" else method
     rate = t.rate(set_name)
     if rate is None:
-        print(f"  {set_name:5} {t.name:12} {label:10} {NOT_AVAILABLE} ({t.refused})", flush=True)
+        print(f"  {set_name:5} {t.name:12} {label:11} {NOT_AVAILABLE} ({t.refused})", flush=True)
         return
     drafted, accepted = t.drafted.get(set_name, 0), t.accepted.get(set_name, 0)
     drafts = f"  {accepted} of {drafted} drafts accepted" if drafted else ""
-    print(f"  {set_name:5} {t.name:12} {label:10} {rate:6.1f} tokens/s{drafts}", flush=True)
+    print(f"  {set_name:5} {t.name:12} {label:11} {rate:6.1f} tokens/s{drafts}", flush=True)
 
 
 def report(results: dict[tuple[str, str, str], Target]) -> None:
@@ -236,15 +242,15 @@ def report(results: dict[tuple[str, str, str], Target]) -> None:
     print("\nratios (Hypnos / llama-server side by side per method; across methods: "
           "separate runs)")
     for s in [s for s in SETS if any(k[0] == s for k in results)]:
-        for m in ("none", "draft", "ngram"):
+        for m in ("none", "draft", "draft+ngram", "ngram"):
             if (s, m, "llama-server") in results:
-                print(f"  {s:5} {m:10} hypnos / llama-server = "
+                print(f"  {s:5} {m:11} hypnos / llama-server = "
                       f"{ratio(rate(s, m, 'hypnos'), rate(s, m, 'llama-server'))}")
         off = rate(s, "none", "hypnos")
-        for m in ("draft", "ngram", "auto", "prediction"):
+        for m in ("draft", "draft+ngram", "ngram", "auto", "prediction"):
             if (s, m, "hypnos") in results:
                 print(f"  {s:5} hypnos {m} / off = {ratio(rate(s, m, 'hypnos'), off)}")
-        for m in ("draft", "ngram"):
+        for m in ("draft", "draft+ngram", "ngram"):
             if (s, m, "llama-server") in results:
                 print(f"  {s:5} llama-server {m} / none = "
                       f"{ratio(rate(s, m, 'llama-server'), rate(s, 'none', 'llama-server'))}")

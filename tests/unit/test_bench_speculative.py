@@ -37,8 +37,11 @@ def test_the_hypnos_config_of_each_method(tmp_path):
     assert read("ngram")["models"][0]["speculative"] == "ngram"
     assert read("auto")["models"][0]["speculative"] == "auto"
     draft = read("draft")
-    assert draft["models"][0]["speculative"] == {"draft": DRAFT[0], "n_max": 4}
+    assert draft["models"][0]["speculative"] == {"draft": DRAFT[0], "n_max": 4, "lookup": False}
     assert [m["id"] for m in draft["models"]] == [TARGET[0], DRAFT[0]]
+    both = read("draft+ngram")                           # a draft behind prompt lookup
+    assert both["models"][0]["speculative"] == {"draft": DRAFT[0], "n_max": 4}
+    assert "ngram-mod,draft-simple" in METHODS["draft+ngram"][0]
     assert "speculative" not in read("prediction")["models"][0]
 
 
