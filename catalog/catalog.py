@@ -33,8 +33,10 @@ OPTIONAL_FEATURES = ("mtp",)
 
 
 def optional_features(speculative: object) -> tuple[str, ...]:
-    """The optional files a model's ``speculative`` setting wants pulled."""
-    return ("mtp",) if speculative == "mtp" else ()
+    """The optional files a model's ``speculative`` setting wants pulled: the MTP head for
+    ``"mtp"`` or a table with ``mode = "mtp"``."""
+    mode = speculative.get("mode") if isinstance(speculative, dict) else speculative
+    return ("mtp",) if mode == "mtp" else ()
 
 
 class CatalogError(ValueError):

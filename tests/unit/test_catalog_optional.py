@@ -31,6 +31,8 @@ def test_an_optional_file_is_kept_apart_from_the_required_ones():
     assert variant.optional_for(optional_features("mtp")) == variant.optional_files
     assert variant.optional_for(optional_features("ngram")) == ()
     assert variant.optional_for(optional_features(None)) == ()
+    assert optional_features({"mode": "mtp", "n_max": 2}) == ("mtp",)
+    assert optional_features({"draft": "x"}) == ()
 
 
 @pytest.mark.parametrize("over, match", [
