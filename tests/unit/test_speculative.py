@@ -8,8 +8,9 @@ import pytest
 from hypnos.engines.llama.speculative import SpecStats
 from hypnos.engines.llama.speculative.accept import (accepted_prefix, point_mass, residual,
                                                      sample_compare_step, speculative_step)
-from hypnos.engines.llama.speculative.drafts import (LookupFirst, NgramDrafter, NgramIndex,
-                                                     PredictionDrafter)
+from hypnos.engines.llama.speculative import drafts
+from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
+                                                     NgramIndex, PredictionDrafter)
 
 
 # ------------------------------------------------------------------ n-gram lookup
@@ -70,6 +71,42 @@ def test_ngram_refused_drafts_raise_the_match_it_needs():
     for _ in range(3):
         d.on_accept(4, 4)
     assert d.propose(ctx, 4) == [8, 0, 1, 2]
+
+
+def test_an_answer_written_before_is_drafted_from_the_pool():
+    pool = AnswerPool()
+    prompt = [90, 91, 92]
+    answer = list(range(10, 40))
+    first = NgramDrafter(pool=pool, prompt_len=len(prompt))
+    first.propose(prompt + answer, 4)
+    first.close()                                    # its job ended: its answer is pooled
+    again = NgramDrafter(pool=pool, prompt_len=len(prompt))
+    # The same prompt again: once 5 answer tokens are written, the rest of the old answer
+    # is the draft (twice the match), though it is in no part of this context.
+    assert again.propose(prompt + answer[:5], 64) == answer[5:15]
+    assert again.propose(prompt + answer[:20], 64) == answer[20:]   # never past its end
+
+
+def test_the_own_context_wins_unless_the_pool_matches_longer():
+    pool = AnswerPool()
+    pool.add([1, 2, 3, 4, 5, 6, 7, 70, 71])
+    ctx = [3, 4, 5, 6, 7, 50, 51, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert NgramDrafter(pool=pool).propose(ctx, 2) == [70, 71]      # 7 in the pool, 5 here
+    pool = AnswerPool()
+    pool.add([4, 5, 6, 7, 70, 71])
+    assert NgramDrafter(pool=pool).propose(ctx, 2) == [50, 51]
+
+
+def test_the_pool_keeps_its_newest_answers_within_its_size(monkeypatch):
+    monkeypatch.setattr(drafts, "POOL_TOKENS", 40)
+    pool = AnswerPool()
+    for base in (100, 200, 300):
+        pool.add(list(range(base, base + 15)))
+    assert len(pool.index.tokens) <= 40 and pool.index.tokens[-15:] == list(range(300, 315))
+    assert pool.continuation(list(range(300, 306)), 5, 3) == (6, [306, 307, 308])
+    assert pool.continuation(list(range(100, 106)), 5, 3) == (0, [])   # dropped
+    pool.add([1, 2])                                                    # too short to index
+    assert pool.index.tokens[-1] == 314
 
 
 class Guesser:

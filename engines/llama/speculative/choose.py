@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hypnos.engines.llama.speculative import Drafter, SpecStats
-from hypnos.engines.llama.speculative.drafts import (LookupFirst, NgramDrafter,
+from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
                                                      PredictionDrafter)
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
 
@@ -93,6 +93,8 @@ class Speculation:
         #: What the decode loop shows every target batch to (``MtpDrafter.observe_batch``).
         self.observer = observer
         self.kinds: dict[str, KindStats] = {}
+        #: The model's recent answers, which prompt lookup drafts from too.
+        self.pool = AnswerPool()
 
     def for_job(self, prediction: list[int] | None, prompt_len: int, kind: str
                 ) -> tuple[Drafter | None, DraftSource | None, SpecStats | None]:
@@ -107,12 +109,13 @@ class Speculation:
         if mode == "off":
             return None, None, None
         if mode == "ngram":
-            return NgramDrafter(), None, SpecStats("ngram", n)
+            return NgramDrafter(pool=self.pool, prompt_len=prompt_len), None, \
+                SpecStats("ngram", n)
         source = self.draft_source
         if mode == "draft" and source is not None and not self.config.lookup:
             return None, source, SpecStats("draft", n)
         if mode == "draft" and source is not None:
-            return None, (lambda seq: LookupFirst(source(seq), n)), \
+            return None, (lambda seq: LookupFirst(source(seq), n, self.pool, prompt_len)), \
                 SpecStats("draft", n, lookup_max=NGRAM_N_MAX)
         if mode == "auto":
             stats = self.kinds.setdefault(kind, KindStats(n))
@@ -124,9 +127,11 @@ class Speculation:
                     SpecStats("auto:draft", n)
             if source is not None:
                 # The lookup drafts where it copies; ``auto`` weighs the model's drafts only.
-                return None, (lambda seq: LookupFirst(AutoDrafter(source(seq), stats), n)), \
+                return None, (lambda seq: LookupFirst(AutoDrafter(source(seq), stats), n,
+                                                     self.pool, prompt_len)), \
                     SpecStats("auto:draft", n, lookup_max=NGRAM_N_MAX)
-            return AutoDrafter(NgramDrafter(), stats), None, SpecStats("auto:ngram", n)
+            lookup = NgramDrafter(pool=self.pool, prompt_len=prompt_len)
+            return AutoDrafter(lookup, stats), None, SpecStats("auto:ngram", n)
         if mode == "mtp" and self.draft_source is not None:
             return None, self.draft_source, SpecStats("mtp", n)
         return None, None, None

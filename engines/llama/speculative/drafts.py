@@ -47,6 +47,9 @@ class NgramIndex:
             self.indexed = 0
             old = self.tokens = []
         old.extend(tokens[len(old):])
+        self._index_new()
+
+    def _index_new(self) -> None:
         n, toks = self.n, self.tokens
         # The n-gram ending at e (exclusive) is indexed once tokens[e] exists.
         for e in range(max(self.indexed, n), len(toks)):
@@ -56,32 +59,77 @@ class NgramIndex:
                 del places[0]
         self.indexed = max(self.indexed, len(toks))
 
-    def longest_match(self, cap: int = MATCH_CAP) -> tuple[int, int]:
-        """(match length, continuation start) of the indexed list's suffix at its earlier
-        place where the most tokens agree backwards (at least ``n``; the latest on a tie),
-        or (0, -1) when its last ``n`` tokens never occurred before."""
+    def longest_match(self, query: list[int] | None = None,
+                      cap: int = MATCH_CAP) -> tuple[int, int]:
+        """(match length, continuation start) of ``query``'s suffix (by default the indexed
+        list's own) at the indexed place where the most tokens agree backwards (at least
+        ``n``; the latest on a tie), or (0, -1) when its last ``n`` tokens are not there."""
         toks = self.tokens
-        size = len(toks)
+        query = toks if query is None else query
+        size = len(query)
+        if size < self.n:
+            return 0, -1
         best, start = 0, -1
-        for e in reversed(self.ends.get(tuple(toks[size - self.n:]), ())):
+        for e in reversed(self.ends.get(tuple(query[size - self.n:]), ())):
             m = self.n
-            while m < cap and e - 1 - m >= 0 and toks[e - 1 - m] == toks[size - 1 - m]:
+            while m < cap and e - 1 - m >= 0 and toks[e - 1 - m] == query[size - 1 - m]:
                 m += 1
             if m > best:
                 best, start = m, e
         return best, start
 
 
-class NgramDrafter:
-    """Prompt lookup: where the context's last tokens (at least ``MATCH_MIN``) occurred
-    before, the tokens that followed there are the draft, twice as many as matched (at most
-    ``n_max``). Pays where the answer repeats its input (code edits, quotes, structured
-    output) and, by the length floor, drafts almost nowhere else."""
-
-    method = "ngram"
+class AnswerPool:
+    """The answers a model wrote lately (one engine's, at most ``POOL_TOKENS`` tokens, the
+    oldest dropped first), indexed for prompt lookup: a request asked again, or another
+    agent's turn over the same file, drafts from what was written before although it is not
+    in its own context. Decode thread only (drafters add to it as their jobs end)."""
 
     def __init__(self, match_min: int = MATCH_MIN):
         self.index = NgramIndex(match_min)
+
+    def add(self, answer: list[int]) -> None:
+        if len(answer) <= self.index.n:
+            return
+        index = self.index
+        if len(index.tokens) + len(answer) > POOL_TOKENS:
+            keep = index.tokens[len(index.tokens) // 2:]
+            self.index = index = NgramIndex(index.n)
+            index.tokens = keep
+        index.tokens.extend([SEPARATOR, *answer])      # no n-gram spans two answers
+        index._index_new()
+
+    def continuation(self, context: list[int], need: int, n_max: int) -> tuple[int, list[int]]:
+        """(match length, draft) from the pool for ``context``'s suffix: ``n_max`` at most,
+        twice the match, never past the answer it is in; (0, []) under ``need``."""
+        m, start = self.index.longest_match(context)
+        if m < need:
+            return 0, []
+        draft = self.index.tokens[start:start + min(n_max, DRAFT_PER_MATCH * m)]
+        if SEPARATOR in draft:
+            draft = draft[:draft.index(SEPARATOR)]
+        return m, draft
+
+
+#: An engine's ``AnswerPool`` holds this many tokens at most.
+POOL_TOKENS = 16384
+SEPARATOR = -1                      # between two answers in the pool: never a token
+
+
+class NgramDrafter:
+    """Prompt lookup: where the context's last tokens (at least ``MATCH_MIN``) occurred
+    before (in the context, else in the model's recent answers: ``pool``), the tokens that
+    followed there are the draft, twice as many as matched (at most ``n_max``). Pays where
+    the answer repeats its input or an earlier answer (code edits, quotes, structured output,
+    a question asked again) and, by the length floor, drafts almost nowhere else. Its
+    answer (``context[prompt_len:]``) joins the pool when its job ends."""
+
+    method = "ngram"
+
+    def __init__(self, match_min: int = MATCH_MIN, pool: AnswerPool | None = None,
+                 prompt_len: int = 0):
+        self.index = NgramIndex(match_min)
+        self.pool, self.prompt_len = pool, prompt_len
         self.share = 1.0                    # running share of drafted tokens accepted
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
@@ -90,6 +138,10 @@ class NgramDrafter:
         self.index.sync(context)
         m, start = self.index.longest_match()
         need = self.index.n * (1 if self.share >= FLOOR else 2)
+        if self.pool is not None:
+            _, draft = self.pool.continuation(context, max(need, m + 1), n_max)
+            if draft:
+                return draft
         if m < need:
             return []
         return context[start:start + min(n_max, DRAFT_PER_MATCH * m)]
@@ -99,7 +151,8 @@ class NgramDrafter:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
 
     def close(self) -> None:
-        pass
+        if self.pool is not None:
+            self.pool.add(self.index.tokens[self.prompt_len:])
 
 
 class PredictionDrafter:
@@ -168,8 +221,10 @@ class LookupFirst:
     the lookup alone (the decode loop asks a batched model for the rest); what a step's
     figures say goes back to the part that drafted it, a plain step's to the model."""
 
-    def __init__(self, model, n_model: int):
-        self.lookup, self.model, self.n_model = NgramDrafter(), model, n_model
+    def __init__(self, model, n_model: int, pool: AnswerPool | None = None,
+                 prompt_len: int = 0):
+        self.lookup = NgramDrafter(pool=pool, prompt_len=prompt_len)
+        self.model, self.n_model = model, n_model
         self.method = model.method
         self.copied = False                 # the last draft came from the lookup
 
@@ -188,4 +243,5 @@ class LookupFirst:
         part.on_accept(drafted, accepted, step_s)
 
     def close(self) -> None:
+        self.lookup.close()
         self.model.close()
