@@ -75,26 +75,30 @@ def test_ngram_refused_drafts_raise_the_match_it_needs():
 
 def test_an_answer_written_before_is_drafted_from_the_pool():
     pool = AnswerPool()
-    prompt = [90, 91, 92]
-    answer = list(range(10, 40))
+    prompt = list(range(90, 110))
+    answer = list(range(10, 80))
     first = NgramDrafter(pool=pool, prompt_len=len(prompt))
     first.propose(prompt + answer, 4)
-    first.close()                                    # its job ended: its answer is pooled
+    first.close()                      # its job ended: its prompt's end and answer are pooled
     again = NgramDrafter(pool=pool, prompt_len=len(prompt))
-    # The same prompt again: once 5 answer tokens are written, the rest of the old answer
-    # is the draft (twice the match), though it is in no part of this context.
-    assert again.propose(prompt + answer[:5], 64) == answer[5:15]
-    assert again.propose(prompt + answer[:20], 64) == answer[20:]   # never past its end
+    # The same prompt again: the old answer is the draft from the first token (twice the
+    # 20 matching tokens), though it is in no part of this context; never past its end.
+    assert again.propose(prompt, 64) == answer[:40]
+    assert again.propose(prompt + answer[:40], 64) == answer[40:]
+    # Another prompt ending in the same 8 tokens (a chat template's end) drafts nothing.
+    other = NgramDrafter(pool=pool, prompt_len=10)
+    assert other.propose([1, 2, 3] + prompt[-8:], 64) == []
 
 
 def test_the_own_context_wins_unless_the_pool_matches_longer():
     pool = AnswerPool()
-    pool.add([1, 2, 3, 4, 5, 6, 7, 70, 71])
-    ctx = [3, 4, 5, 6, 7, 50, 51, 0, 1, 2, 3, 4, 5, 6, 7]
-    assert NgramDrafter(pool=pool).propose(ctx, 2) == [70, 71]      # 7 in the pool, 5 here
+    pool.add([3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 70, 71])
+    tail = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    ctx = tail + [50, 51, 0, 4] + tail
+    assert NgramDrafter(pool=pool).propose(ctx, 2) == [70, 71]      # 12 in the pool, 11 here
     pool = AnswerPool()
-    pool.add([4, 5, 6, 7, 70, 71])
-    assert NgramDrafter(pool=pool).propose(ctx, 2) == [50, 51]
+    pool.add([1, 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 70, 71])
+    assert NgramDrafter(pool=pool).propose(ctx, 2) == [50, 51]      # 11 both: the context's
 
 
 def test_the_pool_keeps_its_newest_answers_within_its_size(monkeypatch):
@@ -103,8 +107,9 @@ def test_the_pool_keeps_its_newest_answers_within_its_size(monkeypatch):
     for base in (100, 200, 300):
         pool.add(list(range(base, base + 15)))
     assert len(pool.index.tokens) <= 40 and pool.index.tokens[-15:] == list(range(300, 315))
-    assert pool.continuation(list(range(300, 306)), 5, 3) == (6, [306, 307, 308])
-    assert pool.continuation(list(range(100, 106)), 5, 3) == (0, [])   # dropped
+    assert pool.continuation(list(range(300, 312)), 5, 3) == (12, [312, 313, 314])
+    assert pool.continuation(list(range(300, 311)), 5, 3) == (0, [])   # under 12 tokens
+    assert pool.continuation(list(range(100, 112)), 5, 3) == (0, [])   # dropped
     pool.add([1, 2])                                                    # too short to index
     assert pool.index.tokens[-1] == 314
 

@@ -80,9 +80,10 @@ class NgramIndex:
 
 
 class AnswerPool:
-    """The answers a model wrote lately (one engine's, at most ``POOL_TOKENS`` tokens, the
-    oldest dropped first), indexed for prompt lookup: a request asked again, or another
-    agent's turn over the same file, drafts from what was written before although it is not
+    """The answers a model wrote lately, each after the last ``MATCH_CAP`` tokens of its
+    prompt (one engine's, at most ``POOL_TOKENS`` tokens, the oldest dropped first), indexed
+    for prompt lookup: a request asked again drafts the old answer from its first token, and
+    another turn over the same file drafts from what was written before although it is not
     in its own context. Decode thread only (drafters add to it as their jobs end)."""
 
     def __init__(self, match_min: int = MATCH_MIN):
@@ -101,9 +102,10 @@ class AnswerPool:
 
     def continuation(self, context: list[int], need: int, n_max: int) -> tuple[int, list[int]]:
         """(match length, draft) from the pool for ``context``'s suffix: ``n_max`` at most,
-        twice the match, never past the answer it is in; (0, []) under ``need``."""
+        twice the match, never past the answer it is in; (0, []) under ``need`` or
+        ``POOL_MATCH_MIN``."""
         m, start = self.index.longest_match(context)
-        if m < need:
+        if m < max(need, POOL_MATCH_MIN):
             return 0, []
         draft = self.index.tokens[start:start + min(n_max, DRAFT_PER_MATCH * m)]
         if SEPARATOR in draft:
@@ -113,6 +115,9 @@ class AnswerPool:
 
 #: An engine's ``AnswerPool`` holds this many tokens at most.
 POOL_TOKENS = 16384
+#: A draft from the pool needs this long a match: the end of a chat template alone (about
+#: 5 tokens before every answer) must not draft the start of some other answer.
+POOL_MATCH_MIN = 12
 SEPARATOR = -1                      # between two answers in the pool: never a token
 
 
@@ -122,7 +127,7 @@ class NgramDrafter:
     followed there are the draft, twice as many as matched (at most ``n_max``). Pays where
     the answer repeats its input or an earlier answer (code edits, quotes, structured output,
     a question asked again) and, by the length floor, drafts almost nowhere else. Its
-    answer (``context[prompt_len:]``) joins the pool when its job ends."""
+    answer joins the pool when its job ends, after its prompt's last ``MATCH_CAP`` tokens."""
 
     method = "ngram"
 
@@ -152,7 +157,7 @@ class NgramDrafter:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.add(self.index.tokens[self.prompt_len:])
+            self.pool.add(self.index.tokens[max(0, self.prompt_len - MATCH_CAP):])
 
 
 class PredictionDrafter:
