@@ -68,6 +68,10 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._init_speculative(observer)
         self._piece_buf = ctypes.create_string_buffer(256)
+        # Per token, once: its bytes (both renderings) and whether it ends an answer.
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._logits_row = ctypes.c_float * ll.llama_vocab_n_tokens(vocab)
         self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
         self.thread.start()
 
@@ -231,7 +235,10 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         job.sampled += 1
         if job.t_first is None:
             job.t_first = time.perf_counter()
-        if self.ll.llama_vocab_is_eog(self.vocab, token):
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self.ll.llama_vocab_is_eog(self.vocab, token))
+        if eog:
             self._finish(slot, "stop")
             return
         if job.closer is not None:
@@ -282,9 +289,9 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         """The argmax of the raw logits at batch ``index`` (the first on a tie), which is what
         a plain greedy chain picks; its accept does nothing. ``llama_sampler_sample`` would
         first copy the whole vocabulary into a candidate array (~50 us a token at 49k)."""
-        n_vocab = self.ll.llama_vocab_n_tokens(self.vocab)
-        return int(np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, index),
-                                         shape=(n_vocab,)).argmax())
+        row = self.ll.llama_get_logits_ith(self.ctx, index)
+        return int(np.frombuffer(self._logits_row.from_address(ctypes.addressof(row.contents)),
+                                 dtype=np.float32).argmax())
 
     def _logprob(self, index: int, token: int, top: int):
         """(logprob of ``token``, [(bytes, logprob) of the ``top`` likeliest]) from the raw
@@ -304,6 +311,12 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
     def _piece(self, token: int, special: bool = False) -> bytes:
         """The token's bytes; special (control) tokens render as nothing, or as their text
         with ``special`` (as a grammar reads them)."""
+        piece = self._pieces.get((token, special))
+        if piece is None:
+            piece = self._pieces[(token, special)] = self._render(token, special)
+        return piece
+
+    def _render(self, token: int, special: bool) -> bytes:
         buf = self._piece_buf
         n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:

@@ -3,6 +3,7 @@ chain built from them (``build_sampler``, ``grammar_sampler``), the thinking bud
 thread enforces (``ThinkBudget``) and the repetition-loop check (``repeating``)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 DEFAULT_TEMPERATURE = 0.8
@@ -27,13 +28,13 @@ class Sampling:
     grammar: str | None = None                  # GBNF, root rule "root"
     logit_bias: tuple[tuple[int, float], ...] = ()
 
-    @property
+    @functools.cached_property          # read at every decode step
     def plain_greedy(self) -> bool:
         """Greedy with nothing before the pick (no grammar, bias or penalties): the argmax."""
         return self.temperature is not None and self.temperature <= 0 and not self.grammar \
             and not self.logit_bias and not self.penalized
 
-    @property
+    @functools.cached_property
     def penalized(self) -> bool:
         return bool(self.presence_penalty or self.frequency_penalty
                     or (self.repetition_penalty not in (None, 1.0)))
