@@ -116,11 +116,7 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
         w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
         w.add_tensor(f"{b}.attn_k_norm.weight", ones(hd))
         w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
-        w.add_tensor(f"{b}.ffn_norm.weight", ones(d))
-        w.add_tensor(f"{b}.ffn_gate.weight", noise(spec.ffn, d))
-        w.add_tensor(f"{b}.ffn_up.weight", noise(spec.ffn, d))
-        w.add_tensor(f"{b}.ffn_down.weight", noise(d, spec.ffn))
-        w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
+        _add_ffn(w, b, d, spec.ffn, ones, noise)
     finish(w)
     if split_tensors:
         return sorted(path.parent.glob(path.stem + "-00001-of-*.gguf"))[0]
@@ -178,13 +174,18 @@ def write_tiny_gemma4_assistant(path: Path, target: TinyGemma4 = TinyGemma4(),
         w.add_tensor(f"{b}.attn_q_norm.weight", ones(hd))
         w.add_tensor(f"{b}.post_attention_norm.weight", ones(d))
         w.add_tensor(f"{b}.layer_output_scale.weight", ones(1))
-        w.add_tensor(f"{b}.ffn_norm.weight", ones(d))
-        w.add_tensor(f"{b}.ffn_gate.weight", noise(spec.ffn, d))
-        w.add_tensor(f"{b}.ffn_up.weight", noise(spec.ffn, d))
-        w.add_tensor(f"{b}.ffn_down.weight", noise(d, spec.ffn))
-        w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
+        _add_ffn(w, b, d, spec.ffn, ones, noise)
     finish(w)
     return path
+
+
+def _add_ffn(w, b: str, d: int, ffn: int, ones, noise) -> None:
+    """Block ``b``'s feed-forward half (the target's and the assistant head's alike)."""
+    w.add_tensor(f"{b}.ffn_norm.weight", ones(d))
+    w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
+    w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+    w.add_tensor(f"{b}.post_ffw_norm.weight", ones(d))
 
 
 def _add_attention_keys(w, arch: str, spec: TinyGemma4, swa: list[bool]) -> None:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import SMOLLM2, require_smollm2
+from near_tie import assert_same_or_a_near_tie
 
 from hypnos.engines.llama.engine import LlamaChatEngine
 from hypnos.engines.records import ChatRequest, LoadSpec
@@ -35,20 +36,6 @@ def load(speculative) -> LlamaChatEngine:
 def ask(eng, messages):
     return eng.chat(ChatRequest(messages=messages, max_tokens=TOKENS, temperature=0,
                                 logprobs=True, top_logprobs=2), None, threading.Event())
-
-
-def assert_same_or_a_near_tie(a, b):
-    """``b`` is ``a`` token for token, or parts from it first where ``a``'s two likeliest
-    tokens were nearly tied (llama.cpp's sums depend on the batch shape, and batches with
-    drafts and other slots have other shapes than one request alone)."""
-    for x, y in zip(a.logprobs, b.logprobs, strict=False):
-        if x.token != y.token:
-            margin = x.top[0][2] - x.top[1][2]
-            assert margin < 0.3, f"diverged at {x.token!r}/{y.token!r}, margin {margin}"
-            return
-    # Token for token alike as far as both go: one may only have ended first (its end token
-    # carries no logprob to compare).
-    assert a.text.startswith(b.text) or b.text.startswith(a.text)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ accepted. What holds whatever the weights and the CPU: the engine loads the head
 slot drafts through the MTP context (one MTP decode per draft step for all slots), the
 telemetry says so; and the answers equal the same engine's with speculation off (same file,
 same threads), greedy and seeded-sampled alike, because verification keeps only the target's
-own picks, drawn with the job's own sampler (the noise weights' greedy answer is one token
-repeated; the seeded sampled one varies, so that equality is the stronger check). A GGUF without
+own picks, drawn with the job's own sampler (greedy parts only at a near-tie, which another
+batch shape may tip; the noise weights' greedy answer is one token repeated, the seeded
+sampled one varies, so its equality is the stronger check). A GGUF without
 nextn layers configured with "mtp" is refused with an error naming them: at load
 (``MtpUnavailable``, a 503) and at config time (the pool's problem for the model).
 """
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from near_tie import assert_same_or_a_near_tie
 from tiny_qwen35 import write_tiny_qwen35
 from hypnos.engines.errors import MtpUnavailable
 from hypnos.engines.llama.engine import LlamaChatEngine
@@ -48,8 +50,8 @@ def load(path, speculative, slots=2) -> LlamaChatEngine:
 
 def ask(eng, messages, max_tokens=24, temperature=0.0):
     return eng.chat(ChatRequest(messages=messages, max_tokens=max_tokens,
-                                temperature=temperature, seed=11, think_budget=0), None,
-                    threading.Event())
+                                temperature=temperature, seed=11, think_budget=0,
+                                logprobs=True, top_logprobs=2), None, threading.Event())
 
 
 def both(eng, messages):
@@ -57,12 +59,21 @@ def both(eng, messages):
     return ask(eng, messages), ask(eng, messages, 32, temperature=1.0)
 
 
+def assert_the_targets(pair, want) -> None:
+    """``pair`` (greedy, sampled) is what speculation off gave (``want``): greedy token for
+    token but at a near-tie the batch shape may move; the seeded sample exactly (one draw per
+    kept token from the same distributions: a shape's rounding moves a draw only when it
+    lands within that rounding of a boundary)."""
+    assert_same_or_a_near_tie(want[0], pair[0])
+    assert pair[1].text == want[1].text
+
+
 @pytest.fixture(scope="module")
 def plain(paths):
     """The answers of the same file with speculation off, one request at a time."""
     eng = load(paths[0], "off")
     try:
-        return [tuple(r.text for r in both(eng, m)) for m in ASKS]
+        return [both(eng, m) for m in ASKS]
     finally:
         eng.unload()
 
@@ -81,9 +92,9 @@ def test_mtp_drafts_every_slot_and_the_answers_are_the_targets(paths, plain):
                 spec = r.speculative
                 assert spec["method"] == "mtp" and spec["n_max"] == N_MAX
                 assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
-            assert tuple(r.text for r in pair) == want
+            assert_the_targets(pair, want)
         # Twice the same request: the same answer (no state left from the first).
-        assert tuple(r.text for r in both(eng, ASKS[0])) == plain[0]
+        assert_the_targets(both(eng, ASKS[0]), plain[0])
     finally:
         eng.unload()
 
@@ -144,7 +155,7 @@ def test_a_separate_head_file_drafts_over_the_targets_kv(tmp_path):
         eng.load(LoadSpec("tiny-gemma4", target, files=files, context_len=1024, slots=2,
                           threads=1, options={"speculative": speculative}))
         try:
-            answers.append([r.text for r in both(eng, ASKS[0])])
+            answers.append(both(eng, ASKS[0]))
             if files:
                 assert eng._draft.shares_memory and eng._draft.own_model
                 r = ask(eng, ASKS[1], 16, temperature=1.0)
@@ -152,4 +163,5 @@ def test_a_separate_head_file_drafts_over_the_targets_kv(tmp_path):
                 assert r.speculative["method"] == method and r.speculative["drafted"] > 0
         finally:
             eng.unload()
-    assert answers[0] == answers[1] == answers[2]
+    assert_the_targets(answers[1], answers[0])
+    assert_the_targets(answers[2], answers[0])
