@@ -174,6 +174,20 @@ def test_prediction_resync_prefers_the_nearest_place_forward():
     assert d.propose([4, 5, 1, 2, 3, 9, 5], 1) == [6]
 
 
+def test_a_prediction_drafts_a_few_after_a_refusal_and_doubles_while_it_holds():
+    pred = list(range(100, 200))
+    d = PredictionDrafter(pred, prompt_len=1)
+    assert len(d.propose([0], 32)) == 8              # no evidence yet: a few
+    d.on_accept(8, 8)
+    assert d.propose([0] + pred[:9], 32) == pred[9:25]    # taken whole: twice as many
+    d.on_accept(16, 16)
+    assert len(d.propose([0] + pred[:26], 32)) == 32      # up to the n_max it runs with
+    d.on_accept(32, 3)                                    # refused inside: a few again
+    assert len(d.propose([0] + pred[:30], 32)) == 8
+    d.on_accept(0, 0)                                     # a plain step changes nothing
+    assert len(d.propose([0] + pred[:30], 32)) == 8
+
+
 def test_prediction_of_nothing_drafts_nothing():
     d = PredictionDrafter([], prompt_len=0)
     assert d.propose([1, 2, 3], 4) == []

@@ -20,6 +20,10 @@ CANDIDATES = 8
 #: A job whose recent drafts were mostly refused (the running share of accepted drafted
 #: tokens under ``FLOOR``) needs twice the match before it drafts again.
 FLOOR, FLOOR_WEIGHT = 0.5, 0.5
+#: A prediction drafts this many tokens after a refusal (and at first), twice as many after
+#: each draft taken whole, up to the ``n_max`` it runs with: a prediction that holds drafts
+#: long within a few steps, one the answer leaves costs a few positions a step, not 32.
+PREDICTION_WINDOW, PREDICTION_WINDOW_MAX = 8, 64
 #: The shortest and longest suffix the prediction drafter matches (longest tried first).
 NGRAM_MAX, NGRAM_MIN = 3, 1
 
@@ -176,6 +180,7 @@ class PredictionDrafter:
         self.cursor: int | None = 0         # where the answer stands in the prediction
         self.last = 0                       # the cursor before it was lost
         self.seen = 0                       # answer tokens already followed
+        self.window = PREDICTION_WINDOW     # this step's longest draft
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
         answer = context[self.prompt_len:]
@@ -196,7 +201,7 @@ class PredictionDrafter:
             self.last = self.cursor
         if self.cursor is None or n_max <= 0:
             return []
-        return self.prediction[self.cursor:self.cursor + n_max]
+        return self.prediction[self.cursor:self.cursor + min(n_max, self.window)]
 
     def _find(self, answer: list[int]) -> int | None:
         """Where the answer's last n tokens end in the prediction (longest n first; the
@@ -211,7 +216,9 @@ class PredictionDrafter:
         return None
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
-        pass
+        if drafted:
+            self.window = (min(2 * self.window, PREDICTION_WINDOW_MAX) if accepted == drafted
+                           else PREDICTION_WINDOW)
 
     def close(self) -> None:
         pass
