@@ -16,7 +16,8 @@ from pathlib import Path
 
 from hypnos.engines.chat_format import TOOL_FORMATS
 from hypnos.engines.llama.speculative.choose import parse_spec
-from hypnos.service.config.schema import (ENGINES, MODALITIES, PROFILES, Config, ModelConfig)
+from hypnos.service.config.schema import (ENGINES, MODALITIES, PROFILES, Config, KeyConfig,
+                                          ModelConfig)
 
 
 class ConfigError(ValueError):
@@ -149,7 +150,8 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.port", cfg.server.port, 0, 65535)
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
     _check_range(problems, "server.shutdown_grace_secs", cfg.server.shutdown_grace_secs, 0)
-    for name in ("stored_responses_max_count", "stored_responses_max_bytes"):
+    for name in ("stored_responses_max_count", "stored_responses_max_bytes",
+                 "stored_responses_ttl_secs"):
         _check_range(problems, f"server.{name}", getattr(cfg.server, name), 0)
     if cfg.server.request_log.level not in ("off", "error", "warn", "info", "debug", "trace"):
         problems.append(f"server.request_log.level: unknown level {cfg.server.request_log.level!r}")
@@ -257,7 +259,9 @@ def load_config(path: Path | None, *, env: dict | None = None, port: int | None 
                 host: str | None = None) -> Config:
     """Read ``path`` (None: defaults only), apply its overlay and the overrides.
 
-    Order: file < overlay < HYPNOS_PORT / HYPNOS_API_KEYS < --port / --host.
+    Order: file < overlay < HYPNOS_PORT / HYPNOS_API_KEYS / HYPNOS_USER_KEYS < --port / --host.
+    HYPNOS_API_KEYS replaces server.api_keys (admin keys); HYPNOS_USER_KEYS adds user keys
+    (``label=key`` or ``key``, comma-separated: no admin rights, no limits).
     Raises ConfigError with messages prefixed by the file name.
     """
     env = os.environ if env is None else env
@@ -281,11 +285,30 @@ def load_config(path: Path | None, *, env: dict | None = None, port: int | None 
                                f"{env['HYPNOS_PORT']!r}"]) from None
     if env.get("HYPNOS_API_KEYS"):
         cfg.server.api_keys = [k.strip() for k in env["HYPNOS_API_KEYS"].split(",") if k.strip()]
+    if env.get("HYPNOS_USER_KEYS"):
+        cfg.server.keys += user_keys(env["HYPNOS_USER_KEYS"])
     if port is not None:
         cfg.server.port = port
     if host is not None:
         cfg.server.host = host
     return cfg
+
+
+LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def user_keys(text: str) -> list[KeyConfig]:
+    """HYPNOS_USER_KEYS: ``label=key`` or ``key`` entries, comma-separated. A label is
+    letters, digits, ``_.-``; an entry whose text after the first ``=`` is empty or starts
+    with ``=`` is a key alone (base64 padding)."""
+    out = []
+    for entry in (e.strip() for e in text.split(",")):
+        label, sep, key = entry.partition("=")
+        if sep and LABEL.fullmatch(label) and key and not key.startswith("="):
+            out.append(KeyConfig(key=key, label=label))
+        elif entry:
+            out.append(KeyConfig(key=entry))
+    return out
 
 
 def _read_toml(path: Path) -> dict:

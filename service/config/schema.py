@@ -69,8 +69,15 @@ class ServerConfig:
     # Plain keys; each is an admin key.
     api_keys: list[str] = field(default_factory=list)
     keys: list[KeyConfig] = field(default_factory=list)
-    # Extra CORS origins beyond loopback; "http://host:*" wildcards the port.
+    # Browser origins beyond loopback and the server's own that may call it (CORS, and any
+    # request carrying an Origin header: others get 403); "http://host:*" wildcards the port.
     allowed_origins: list[str] = field(default_factory=list)
+    # Host header names beyond loopback and this machine's own names and addresses that the
+    # server answers (others get 403: DNS rebinding); "*" answers any (behind a reverse proxy).
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Where durable server state lives (stored responses' SQLite database). Empty: a
+    # "hypnos-state" folder beside the config file, or the user's data directory without one.
+    state_dir: str = ""
     tls: TlsConfig | None = None
     # Require an API key on /metrics.
     metrics_require_auth: bool = False
@@ -85,6 +92,8 @@ class ServerConfig:
     stored_responses_max_count: int = 1000
     # Bytes the stored /v1/responses may take (their JSON); past it the oldest go first.
     stored_responses_max_bytes: int = 64 * 1024**2
+    # Seconds a stored /v1/responses is kept (default 30 days, as OpenAI keeps them).
+    stored_responses_ttl_secs: int = 30 * 86400
     # Seconds after which an idle chat slot's KV cache is emptied (0: never).
     kv_idle_timeout_secs: int = 0
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)

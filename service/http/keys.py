@@ -41,6 +41,13 @@ def key_label(key: str) -> str:
     return "key-" + _digest(key).hex()[:8]
 
 
+def key_owner(key: str) -> str:
+    """The stable, non-secret id that owns what a key stores (responses, sessions, log
+    records, cached prefixes): 16 hex of the key's SHA-256 under a fixed domain tag, so it
+    matches neither the label nor any digest shown elsewhere."""
+    return hashlib.sha256(b"hypnos-owner\0" + key.encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ApiKey:
     label: str
@@ -49,15 +56,20 @@ class ApiKey:
     requests_per_minute: int | None = None
     max_concurrent: int | None = None
     tokens_per_day: int | None = None
+    # What the key's stored things are recorded under (`key_owner`); "" only for keys made
+    # by hand in tests.
+    owner: str = ""
 
 
 class KeyRing:
     """The configured keys: server.api_keys (admin, no limits) and [[server.keys]]."""
 
     def __init__(self, server: ServerConfig):
-        self.keys = [ApiKey(key_label(k), True, _digest(k)) for k in server.api_keys]
+        self.keys = [ApiKey(key_label(k), True, _digest(k), owner=key_owner(k))
+                     for k in server.api_keys]
         self.keys += [ApiKey(k.label or key_label(k.key), k.admin, _digest(k.key),
-                             k.requests_per_minute, k.max_concurrent, k.tokens_per_day)
+                             k.requests_per_minute, k.max_concurrent, k.tokens_per_day,
+                             owner=key_owner(k.key))
                       for k in server.keys]
 
     @property

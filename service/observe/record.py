@@ -58,6 +58,22 @@ class RequestRecord:
         return self.leases[-1] if self.leases else None
 
     @property
+    def owner(self) -> str:
+        """Who owns what this request stores and whose cached prefixes it may reuse: the
+        key's stable owner id (`keys.key_owner`), "" when keys are off (one partition)."""
+        return self.api_key.owner if self.api_key is not None else ""
+
+    @property
+    def sees_all(self) -> bool:
+        """Whether the request may read every owner's stored things: an admin key, or any
+        request when keys are off."""
+        return self.api_key is None or self.api_key.admin
+
+    def owns(self, owner: str) -> bool:
+        """Whether something stored by ``owner`` is visible to this request."""
+        return self.sees_all or owner == self.owner
+
+    @property
     def tokens(self) -> int:
         """What the key is charged: prompt plus completion tokens (0 when none counted)."""
         return (self.tokens_in or 0) + (self.tokens_out or 0)
