@@ -44,6 +44,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.real)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _in_process_client_host():
+    """Sanic's in-process client (sanic_testing) sends ``Host: mockserver:1234``, and a
+    server answers only its own machine's host names (service/http/browser.py): for the apps
+    the tests build, that name counts as one. Only in this test process, never by default."""
+    from sanic_testing.testing import ASGI_HOST
+
+    from hypnos.service.http import browser
+    names = browser.machine_names
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(browser, "machine_names", lambda: names() | {ASGI_HOST})
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _model_free_guard(request, monkeypatch):
     """A test of a model-free tier that loads a real model (through the scheduler's real

@@ -17,7 +17,7 @@ from pathlib import Path
 from hypnos.engines.chat_format import TOOL_FORMATS
 from hypnos.engines.llama.speculative.choose import parse_spec
 from hypnos.service.config.schema import (ENGINES, MODALITIES, PROFILES, Config, KeyConfig,
-                                          ModelConfig)
+                                          ModelConfig, ServerConfig)
 
 
 class ConfigError(ValueError):
@@ -146,6 +146,24 @@ def validate_rpc_workers(cfg: Config, problems: list[str]) -> None:
         _check_range(problems, f"{key}.bandwidth_bytes_per_s", w.bandwidth_bytes_per_s, 1)
 
 
+def validate_browser_lists(server: ServerConfig, problems: list[str]) -> None:
+    """``server.allowed_hosts``: names or addresses (a port is ignored), or "*";
+    ``server.allowed_origins``: ``scheme://host[:port]`` (``:*`` any port), "*" or "null"."""
+    for i, host in enumerate(server.allowed_hosts):
+        if not host.strip() or "/" in host or any(c.isspace() for c in host.strip()):
+            problems.append(f"server.allowed_hosts[{i}]: must be a host name or address "
+                            f"such as \"box.lan\" (no scheme, no path) or \"*\", got {host!r}")
+    for i, origin in enumerate(server.allowed_origins):
+        scheme, sep, rest = origin.strip().partition("://")
+        if origin.strip() in ("*", "null"):
+            continue
+        if not (sep and scheme and rest) or "/" in rest.rstrip("/") or \
+                any(c.isspace() for c in origin.strip()):
+            problems.append(f"server.allowed_origins[{i}]: must be an origin such as "
+                            f"\"http://box.lan:8080\" (scheme://host, an optional :port or "
+                            f":*), \"*\" or \"null\", got {origin!r}")
+
+
 def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "server.port", cfg.server.port, 0, 65535)
     _check_range(problems, "server.request_log.capacity", cfg.server.request_log.capacity, 1)
@@ -173,6 +191,7 @@ def validate(cfg: Config, problems: list[str]) -> None:
     _check_range(problems, "limits.repetition_loop_tokens", cfg.limits.repetition_loop_tokens, 0)
     _check_range(problems, "limits.swap_wait_ms", cfg.limits.swap_wait_ms, 0, 3_600_000)
     validate_rpc_workers(cfg, problems)
+    validate_browser_lists(cfg.server, problems)
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
         validate_model(m, f"models[{i}]", problems)

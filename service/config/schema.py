@@ -70,7 +70,8 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     keys: list[KeyConfig] = field(default_factory=list)
     # Browser origins beyond loopback and the server's own that may call it (CORS, and any
-    # request carrying an Origin header: others get 403); "http://host:*" wildcards the port.
+    # request carrying an Origin header: others get 403); "http://host:*" wildcards the port,
+    # "*" allows any origin, "null" sandboxed frames and file:// pages.
     allowed_origins: list[str] = field(default_factory=list)
     # Host header names beyond loopback and this machine's own names and addresses that the
     # server answers (others get 403: DNS rebinding); "*" answers any (behind a reverse proxy).

@@ -1,30 +1,27 @@
-"""Cross-cutting HTTP layers: request id, CORS, API keys, the route gate (admin keys and
-readiness, from each route's ``@endpoint``), latency, and the JSON body reader every route
-uses."""
+"""Cross-cutting HTTP layers: request id, browser safety (http/browser.py), CORS, API keys,
+the route gate (admin keys and readiness, from each route's ``@endpoint``), latency, and the
+JSON body reader every route uses."""
 from __future__ import annotations
 
-import json
-import re
 import secrets
 import time
-from urllib.parse import urlparse
 
 from sanic import Request, Sanic
 from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
-from hypnos.service.http import errors
+from hypnos.service.http import browser, errors
 from hypnos.service.http.openapi import endpoint_of
 from hypnos.service.lifecycle.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
                                            record_of)
 from hypnos.service.state import state_of
+from hypnos.service.wire import json_text
 from hypnos.service.wire.model import M, validate
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
            "x-hypnos-estimated-wait-ms")
-LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 OPEN_PATHS = ("/health", "/ready")
 
 
@@ -32,24 +29,10 @@ def new_request_id() -> str:
     return "req-" + secrets.token_hex(16)
 
 
-def origin_allowed(origin: str, allowed: list[str]) -> bool:
-    try:
-        parsed = urlparse(origin)
-    except ValueError:
-        return False
-    if parsed.scheme in ("http", "https") and (parsed.hostname or "") in LOOPBACK | {"::1"}:
-        return True
-    for pattern in allowed:
-        if pattern == origin or pattern == "*":
-            return True
-        if pattern.endswith(":*") and re.fullmatch(re.escape(pattern[:-2]) + r"(:\d+)?", origin):
-            return True
-    return False
-
-
 def _cors_headers(request: Request) -> dict:
     origin = request.headers.get("origin")
-    if not origin or not origin_allowed(origin, state_of(request).config.server.allowed_origins):
+    if not origin or not browser.origin_listed(origin,
+                                               state_of(request).config.server.allowed_origins):
         return {}
     return {"access-control-allow-origin": origin, "vary": "Origin",
             "access-control-allow-methods": "GET, POST, OPTIONS",
@@ -98,9 +81,12 @@ def require_admin(request: Request) -> None:
 
 
 def install_http_layers(app: Sanic) -> None:
+    own_names = browser.machine_names()
+
     @app.on_request(priority=100)
     async def _start(request: Request):
         open_record(request, RequestRecord(new_request_id(), time.monotonic()))
+        browser.check_browser(request, own_names)     # 403 before any work (http/browser.py)
         if request.method == "OPTIONS":
             return empty(204, headers=_cors_headers(request))
         length = request.headers.get("content-length", "")
@@ -109,7 +95,7 @@ def install_http_layers(app: Sanic) -> None:
         _check_key(request)
         await before_handler(request)
 
-    # After the blueprints' own request middleware (priority 0: the live route's origin check).
+    # After the blueprints' own request middleware (priority 0).
     @app.on_request(priority=-10)
     async def _gate(request: Request):
         route_gate(request)
@@ -192,24 +178,12 @@ def route_gate(request: Request) -> None:
         raise refusal
 
 
-def _number(literal: str) -> float | int:
-    """A JSON number with a fraction or exponent. JSON has one number type and JSON Schema
-    calls 2480.0 an integer, so an integral value reads as an int (within int64): a schema's
-    ``integer`` field then accepts it, as the published document says it must."""
-    value = float(literal)
-    return int(value) if value.is_integer() and abs(value) < 2**63 else value
-
-
 def json_body(request: Request) -> dict:
-    """The request's JSON object, or a 400 naming what is wrong."""
+    """The request's JSON object, or a 400 naming what is wrong (wire/json_text.py: no NaN
+    or Infinity)."""
     if not request.body:
         raise errors.InvalidRequest("The request body is empty; send a JSON object")
-    try:
-        body = json.loads(request.body, parse_float=_number)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise errors.InvalidRequest(f"The request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise errors.InvalidRequest("The request body is nested too deeply to parse") from None
+    body = json_text.loads(request.body, "The request body")
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object")
     return body

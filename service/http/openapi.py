@@ -53,12 +53,28 @@ def envelope_for(path: str) -> dict:
 # /v1, and on a body the body-limit layer (413) and request_timeout_secs (408), both plain
 # text (spec section 4).
 TEXT_STATUSES = {408: "request_timeout_secs elapsed", 413: "body above max_body_bytes"}
+# Every route answers 403 to a refused browser Origin or Host (http/browser.py); an admin
+# route also to a key that is not an admin key.
+BROWSER_403 = "a browser origin or Host header this server does not answer"
 DESCRIPTIONS = {400: "malformed request", 401: "missing or unknown API key",
-                403: "not an admin key", 404: "unknown model or resource",
+                403: BROWSER_403, 404: "unknown model or resource",
                 409: "session made for other weights", 422: "prompt past the context window",
                 429: "queue full or rate limited", 500: "engine failure",
                 503: "not available or staging", 507: "does not fit in memory"}
 ANY_OBJECT = {"type": "object"}
+DESCRIPTION = (
+    "Local inference server: OpenAI-compatible routes plus model pool and memory-tier "
+    "control.\n\n"
+    "Browsers and host names: every operation, WebSocket upgrades and CORS preflights "
+    "included, answers 403 `permission_denied` before doing anything when the request's "
+    "`Origin` header is not a loopback page (http or https on localhost, 127.0.0.0/8 or "
+    "::1, any port), not the server's own page (the origin's host and port equal the "
+    "request's `Host`) and not listed in `server.allowed_origins` (`\"*\"` for any, "
+    "`\"http://host:*\"` for any port; `Origin: null` only when `\"null\"` is listed); or "
+    "when its `Host` header is not a loopback name, not one of the machine's names or "
+    "addresses, not `server.host` and not listed in `server.allowed_hosts` (`\"*\"` for "
+    "any; ports are ignored). A request without `Origin` (curl, the SDKs) or without "
+    "`Host` passes both checks.")
 
 
 def json_object(*required: str, **properties) -> dict:
@@ -134,6 +150,14 @@ def endpoint_of(handler) -> Endpoint | None:
 
 # ------------------------------------------------------------------ the document
 
+def _meaning(spec: Endpoint, status: int) -> str:
+    meaning = spec.meanings.get(status) or (
+        "not an admin key" if status == 403 and spec.admin else DESCRIPTIONS.get(status, "error"))
+    if status == 403 and BROWSER_403 not in meaning:
+        meaning += ", or " + BROWSER_403
+    return meaning
+
+
 def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dict:
     op: dict = {"summary": spec.summary,
                 "operationId": method + re.sub(r"\W+", "_", path).rstrip("_")}
@@ -155,12 +179,12 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         "description": "WebSocket session" if spec.websocket else "success",
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
-    statuses = set(spec.errors) | ({400} if checked else set()) | \
+    statuses = set(spec.errors) | ({400} if checked else set()) | {403} | \
         ({401, 429} if path.startswith(("/v1", "/api/")) else set()) | \
-        ({403} if spec.admin else set()) | ({503} if spec.needs_ready else set())
+        ({503} if spec.needs_ready else set())
     envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):
-        meaning = spec.meanings.get(status) or DESCRIPTIONS.get(status, "error")
+        meaning = _meaning(spec, status)
         responses[str(status)] = {"description": meaning,
                                   "content": {"application/json": {
                                       "schema": spec.other.get(status, envelope)}}}
@@ -194,7 +218,6 @@ def document(app: Sanic) -> dict:
                                                                      spec, params)
     return {"openapi": "3.1.0",
             "info": {"title": "Hypnos", "version": hypnos_version(),
-                     "description": "Local inference server: OpenAI-compatible routes plus "
-                                    "model pool and memory-tier control."},
+                     "description": DESCRIPTION},
             "paths": dict(sorted(paths.items())),
             "components": {"schemas": {"Error": ENVELOPE}}}

@@ -27,6 +27,7 @@ from hypnos.service.http import errors
 from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require
 from hypnos.service.inference.transcription import transcribe
+from hypnos.service.wire import json_text
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
 from hypnos.service.state import state_of
 
@@ -70,10 +71,7 @@ def _str_field(body: dict, name: str) -> str | None:
 
 def parse_opening(frame) -> LiveOptions:
     """The opening frame as options; a 400-style error naming the field otherwise."""
-    try:
-        body = json.loads(frame) if isinstance(frame, str) else None
-    except ValueError:
-        body = None
+    body = json_text.loads(frame, "The first frame") if isinstance(frame, str) else None
     if not isinstance(body, dict):
         raise errors.InvalidRequest('The first frame must be a JSON text frame such as '
                                     '{"model": "whisper", "sample_rate": 16000}')

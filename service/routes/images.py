@@ -8,6 +8,7 @@ made with (``seed`` + its index).
 from __future__ import annotations
 
 import base64
+import math
 import re
 import secrets
 import time
@@ -72,8 +73,9 @@ def _number(fields: dict, name: str, default: float) -> float:
         number = float(value) if isinstance(value, str) else value
     except ValueError:
         number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
-        raise errors.InvalidRequest(f"'{name}' must be a number >= 0, got {value!r}",
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0 \
+            or not math.isfinite(number):          # a form's "nan" or "inf" too
+        raise errors.InvalidRequest(f"'{name}' must be a finite number >= 0, got {value!r}",
                                     param=name)
     return float(number)
 

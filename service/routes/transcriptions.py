@@ -23,7 +23,7 @@ from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
-from hypnos.service.http.layers import deadline_ms, json_body, origin_allowed
+from hypnos.service.http.layers import deadline_ms, json_body
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of
@@ -206,19 +206,6 @@ async def transcriptions(request: Request):
                             deadline_ms=deadline_ms(request), audio_param=params.audio_param)
     record_of(request).transcription(done.result)
     return render(params, done)
-
-
-@bp.on_request
-async def guard_upgrade(request: Request):
-    """Refuse a live upgrade from a foreign browser origin (403) before the WebSocket
-    handshake, as a plain HTTP answer; the route gate's 503 while staging comes after it.
-    (API keys were checked by the HTTP layer already: /v1 paths, upgrades included.)"""
-    if request.path != LIVE_PATH:
-        return
-    origin = request.headers.get("origin")
-    if origin and not origin_allowed(origin, state_of(request).config.server.allowed_origins):
-        raise errors.PermissionDenied(f"Origin {origin} may not open {LIVE_PATH} "
-                                      "(server.allowed_origins)")
 
 
 # Sanic's Blueprint.websocket has no annotations (mypy: it makes the handler untyped).

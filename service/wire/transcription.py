@@ -2,10 +2,10 @@
 parsing, no app, scheduler or engine."""
 from __future__ import annotations
 
-import json
 import re
 
 from hypnos.service.http import errors
+from hypnos.service.wire import json_text
 
 MAX_HOTWORDS = 25
 
@@ -20,11 +20,7 @@ def parse_hotwords(value) -> list[str]:
             raise errors.InvalidRequest("'hotwords' must be strings", param="hotwords")
         text = item.strip()
         if text.startswith("["):
-            try:
-                inner = json.loads(text)
-            except ValueError:
-                raise errors.InvalidRequest("'hotwords' starts with '[' but is not a JSON "
-                                            "list of strings", param="hotwords") from None
+            inner = json_text.loads(text, "'hotwords' (it starts with '[')", "hotwords")
             if not isinstance(inner, list) or not all(isinstance(w, str) for w in inner):
                 raise errors.InvalidRequest("'hotwords' must be a JSON list of strings",
                                             param="hotwords")
