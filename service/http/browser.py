@@ -59,16 +59,18 @@ def is_loopback(name: str) -> bool:
 
 @functools.cache
 def machine_names() -> frozenset[str]:
-    """This machine's host name, its fully qualified name, the addresses those resolve to
-    and the addresses it reaches the network from. Blocks on the resolver, once per process
-    (the first call; `install_http_layers` makes it at app creation): an address taken later
-    (a new network) is still answered through the connection's own local address."""
+    """This machine's host name, its fully qualified name, its mDNS name (``<host>.local``),
+    the addresses the first two resolve to and the addresses it reaches the network from.
+    Blocks on the resolver, once per process (the first call; `install_http_layers` makes it
+    at app creation): an address taken later (a new network) is still answered through the
+    connection's own local address."""
     names = {socket.gethostname(), socket.getfqdn()}
     for name in list(names):
         try:
             names |= {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
         except OSError:
             pass
+    names.add(socket.gethostname().partition(".")[0] + ".local")     # not resolved: mDNS
     for family, probe in ROUTE_PROBES:
         try:
             with socket.socket(family, socket.SOCK_DGRAM) as s:
