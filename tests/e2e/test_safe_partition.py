@@ -4,10 +4,11 @@ single slot (every request takes the KV the previous one left): a prefix Alice c
 reused by Alice and never by Bob, on /v1/chat/completions and /v1/completions; prompt lookup
 never drafts Bob's answer from Alice's.
 
-Why Bob's ``drafted == 0`` holds whatever the model writes: with ``max_tokens = 3`` only the
-step after the first answer token may draft (one token), and its context ends with the chat
-template's assistant header plus that token, which occurs nowhere earlier in a one-turn
-prompt: his own context can never match, only a pool holding Alice's same prompt can.
+Why Bob's ``drafted == 0`` holds whatever the model writes: with ``max_tokens = 3`` a draft
+can only follow the prompt itself or the prompt and the first answer token; both contexts end
+in the chat template's assistant header (then that token), which a one-turn prompt holds
+nowhere earlier. His own context can never match; only a pool holding Alice's same prompt and
+the answer after it could.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def clients(server) -> dict[str, openai.OpenAI]:
                                timeout=120) for who, key in KEYS.items()}
 
 
-def chat(client: openai.OpenAI, content: str, max_tokens: int = 2):
+def chat(client: openai.OpenAI, content: str, max_tokens: int = 1):
     return client.chat.completions.create(
         model="smol", messages=[{"role": "user", "content": content}], max_tokens=max_tokens,
         temperature=0)
@@ -78,16 +79,16 @@ def test_a_cached_prefix_serves_only_the_key_that_sent_it(clients):
     assert cached(second) > 0                                   # his own is reused
     # The raw-prompt route: the same rule.
     prompt = "The harbour committee met on Tuesday and decided that"
-    alice.completions.create(model="smol", prompt=prompt, max_tokens=2, temperature=0)
-    mine = alice.completions.create(model="smol", prompt=prompt, max_tokens=2, temperature=0)
+    alice.completions.create(model="smol", prompt=prompt, max_tokens=1, temperature=0)
+    mine = alice.completions.create(model="smol", prompt=prompt, max_tokens=1, temperature=0)
     assert cached(mine) > 0
-    theirs = bob.completions.create(model="smol", prompt=prompt, max_tokens=2, temperature=0)
+    theirs = bob.completions.create(model="smol", prompt=prompt, max_tokens=1, temperature=0)
     assert cached(theirs) == 0
 
 
 def test_prompt_lookup_never_drafts_from_another_keys_answer(clients):
     alice, bob = clients["alice"], clients["bob"]
-    answer = chat(alice, QUESTION, max_tokens=16)
+    answer = chat(alice, QUESTION, max_tokens=6)
     assert answer.model_extra["hypnos_telemetry"]["speculative"]["method"] == "ngram"
     assert answer.usage.completion_tokens >= 3    # her answer goes on past Bob's draft step
     probe = chat(bob, QUESTION, max_tokens=3)
