@@ -182,9 +182,10 @@ class KVChatEngine(ChatEngine, Protocol[P]):
         SessionBusy."""
         ...
 
-    def import_session(self, blob: bytes, key: str) -> int:
-        """Bind ``key`` to a slot holding the blob's conversation; returns its tokens.
-        Raises SessionCorrupt, SessionMismatch, SessionCapacity, SessionBusy."""
+    def import_session(self, blob: bytes, key: str, partition: str = "") -> int:
+        """Bind ``key`` to a slot holding the blob's conversation, reusable by requests of
+        ``partition`` only (``ChatRequest.partition``); returns its tokens. Raises
+        SessionCorrupt, SessionMismatch, SessionCapacity, SessionBusy."""
         ...
 
     def release_session(self, key: str) -> bool:

@@ -101,6 +101,10 @@ class ChatRequest:
     group: ChoiceGroup | None = None          # one of n choices (started together)
     #: OpenAI Predicted Outputs: the text the answer is expected to repeat (a draft).
     prediction: str | None = None
+    #: Whose cached prefixes and recent answers this request may reuse: the key's owner id
+    #: (set by the service), "" for one shared partition (keys off). A slot's KV or an answer
+    #: of another partition is never matched, so nothing reported depends on its text.
+    partition: str = ""
 
 
 @dataclass

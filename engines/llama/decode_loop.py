@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hypnos.engines.llama.sampling import build_sampler, repeating
-from hypnos.engines.llama.slots import Job, Slot, SlotQueue, common_prefix
+from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import SpeculativeSteps
 
 log = logging.getLogger(__name__)
@@ -45,13 +45,16 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
     ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
+    ``drafts`` (a ``DraftModel`` or ``MtpDrafter``: ``rollback(seq_id, keep)``, or None) keeps
+    rows of its own per slot; they are emptied when the slot passes to another partition.
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
     The caller frees ``ctx`` after ``close``.
     """
 
-    def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None):
+    def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None,
+                 drafts=None):
         self.ll = ll
         self.ctx = ctx
         self.vocab = vocab
@@ -67,6 +70,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         self.steps = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._init_speculative(observer)
+        self.drafts = drafts
         self._piece_buf = ctypes.create_string_buffer(256)
         # Per token, once: its bytes (both renderings) and whether it ends an answer.
         self._pieces: dict[tuple[int, bool], bytes] = {}
@@ -84,7 +88,8 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
             if self.closing:
                 raise RuntimeError("decode loop closed")
             if job.session_key is not None:
-                job.target = self.bind_locked(job.session_key, job.prompt)
+                job.target = self.bind_locked(job.session_key, job.prompt,
+                                              partition=job.partition)
             self.waiting.append(job)
             if job.group is not None:
                 self._gather_locked(job.group.key)
@@ -199,12 +204,15 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
                     drafter.on_accept(0, 0, step_s)
 
     def _start(self, slot: Slot) -> None:
-        """Trim the slot's KV to the reusable prefix and set up the job's sampler."""
+        """Trim the slot's KV to the reusable prefix (none of another partition's: the
+        slot's KV is then cleared) and set up the job's sampler. The slot's KV is the job's
+        partition's from here on."""
         job = slot.job
+        keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
+        self.claim(slot, job.partition)
         if job.prefill is not None:
             self._start_prefilled(slot)
             return
-        keep = min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
             self.forget(slot)                    # partial removal refused (recurrent)
             keep = 0
@@ -323,6 +331,14 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
             buf = ctypes.create_string_buffer(-n)
             n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         return buf.raw[:n]
+
+    def claim(self, slot: Slot, partition: str) -> None:
+        """The slot's KV holds ``partition``'s tokens from now on. When it held another's, a
+        model drafter's own rows of the slot go too (they would serve a prefix of the old
+        text)."""
+        if slot.partition != partition and self.drafts is not None:
+            self.drafts.rollback(slot.seq_id, 0)
+        slot.partition = partition
 
     def forget(self, slot: Slot) -> None:
         """Drop the slot's whole KV sequence (after a failure its content is unknown)."""

@@ -153,7 +153,7 @@ class LlamaChatEngine(SessionsMixin):
                     ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
                     spec.threads or len(os.sched_getaffinity(0)), ctx=self._ctx)
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch,
-                                        observer=self._spec.observer)
+                                        observer=self._spec.observer, drafts=self._draft)
             except BaseException:
                 self._free_locked()
                 raise
@@ -325,7 +325,7 @@ class LlamaChatEngine(SessionsMixin):
                   stop=threading.Event(), session_key=req.session_key,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
-                  group=req.group, events=TokenEvents())
+                  group=req.group, events=TokenEvents(), partition=req.partition)
         setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing

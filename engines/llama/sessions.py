@@ -53,9 +53,10 @@ class SessionsMixin:
         return self._call(lambda loop: llama_state.export_slot(
             self._ll, self._ctx, loop, slot_or_key, self.fingerprint, self.layout))
 
-    def import_session(self, blob: bytes, key: str) -> int:
-        """Load a session blob into the slot bound to ``key`` (binding a free one); returns
-        the tokens now cached there. Raises SessionCorrupt (not an intact blob),
+    def import_session(self, blob: bytes, key: str, partition: str = "") -> int:
+        """Load a session blob into the slot bound to ``key`` (binding a free one) as
+        ``partition``'s tokens (only its requests reuse them); returns the tokens now cached
+        there. Raises SessionCorrupt (not an intact blob),
         SessionMismatch (other weights, another KV type, or longer than a slot),
         SessionCapacity (every slot bound to other keys), SessionBusy (the key's slot, or
         every unbound slot, is generating)."""
@@ -69,7 +70,8 @@ class SessionsMixin:
                 f"the session ({len(session.tokens)} tokens, KV {session.layout}) does not fit "
                 f"a slot of this model ({self.n_ctx_per_slot} tokens)")
         return self._call(
-            lambda loop: llama_state.import_slot(self._ll, self._ctx, loop, key, session))
+            lambda loop: llama_state.import_slot(self._ll, self._ctx, loop, key, session,
+                                                 partition))
 
     def release_session(self, key: str) -> bool:
         """Unbind ``key`` from its slot (the KV stays for prefix reuse until another

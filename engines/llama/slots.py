@@ -59,6 +59,8 @@ class Job:
     drafter: Drafter | None = None
     drafter_for: Callable[[int], Drafter] | None = None
     spec: SpecStats | None = None
+    #: Whose cached prefixes it may reuse (``ChatRequest.partition``).
+    partition: str = ""
 
 
 #: How long the members of a choice group already submitted wait for the missing ones
@@ -73,6 +75,13 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot
+    #: The partition whose tokens the KV holds: only a job of the same one reuses them.
+    partition: str = ""
+
+    def prefix_for(self, prompt: list[int], partition: str) -> int:
+        """The prompt tokens this slot's KV can serve a job of ``partition``: the common
+        prefix, 0 for another partition's KV (as if the slot held nothing)."""
+        return common_prefix(self.tokens, prompt) if partition == self.partition else 0
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -83,16 +92,18 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
-    """The free slot whose KV serves ``prompt`` best.
+def pick_slot(free: list[Slot], prompt: list[int], partition: str = "") -> Slot:
+    """The free slot whose KV serves ``prompt`` of ``partition`` best.
 
     A slot matches when the common prefix covers at least half of the prompt or half of
-    what the slot holds; the longest matching prefix wins. With no match, the least
-    recently used slot is taken (an empty one first), so a short unrelated prompt does not
-    overwrite a long cached conversation because of a few shared template tokens.
+    what the slot holds; the longest matching prefix wins. Only a slot of the same
+    partition can match: another partition's slot scores as holding nothing, so which slot
+    is taken never depends on another partition's text. With no match, the least recently
+    used slot is taken (an empty one first), so a short unrelated prompt does not overwrite
+    a long cached conversation because of a few shared template tokens.
     """
     def score(slot: Slot) -> tuple[int, float]:
-        lcp = common_prefix(slot.tokens, prompt)
+        lcp = slot.prefix_for(prompt, partition)
         matches = lcp > 0 and (2 * lcp >= len(prompt) or 2 * lcp >= len(slot.tokens))
         return (lcp if matches else 0, -slot.last_used)
 
@@ -145,10 +156,10 @@ class SlotQueue:
             return False
 
     def bind_locked(self, key: str, prompt: list[int] | None = None,
-                    free_only: bool = False) -> Slot | None:
+                    free_only: bool = False, partition: str = "") -> Slot | None:
         """The slot bound to ``key``, binding one if needed: an unbound slot, a free one
-        first, the one whose KV serves ``prompt`` best; None when ``free_only`` and no
-        unbound slot is free. Call holding ``cond``."""
+        first, the one whose KV serves ``prompt`` (of ``partition``) best; None when
+        ``free_only`` and no unbound slot is free. Call holding ``cond``."""
         for slot in self.slots:
             if slot.key == key:
                 return slot
@@ -159,7 +170,7 @@ class SlotQueue:
         free = [s for s in unbound if s.job is None]
         if free_only and not free:
             return None
-        slot = pick_slot(free or unbound, prompt or [])
+        slot = pick_slot(free or unbound, prompt or [], partition)
         slot.key = key
         return slot
 
@@ -187,7 +198,8 @@ class SlotQueue:
                     continue
                 slot = job.target
             else:
-                slot = pick_slot([s for s in free if s.key is None] or free, job.prompt)
+                slot = pick_slot([s for s in free if s.key is None] or free, job.prompt,
+                                 job.partition)
             self.waiting.remove(job)
             free.remove(slot)
             slot.job = job

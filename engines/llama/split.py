@@ -164,8 +164,8 @@ class SplitChatEngine:
     def export_session(self, slot_or_key: int | str) -> bytes:
         return self._call("export_session", slot_or_key)
 
-    def import_session(self, blob: bytes, key: str) -> int:
-        return self._call("import_session", blob, key)
+    def import_session(self, blob: bytes, key: str, partition: str = "") -> int:
+        return self._call("import_session", blob, key, partition)
 
     def release_session(self, key: str) -> bool:
         return self._call("release_session", key)

@@ -74,6 +74,7 @@ class ParkedSlot:
     seq_id: int
     tokens: list[int]
     state: bytearray
+    partition: str = ""         # whose tokens they are (``Slot.partition``), restored with them
 
 
 @dataclass
@@ -138,12 +139,14 @@ def park_slots(ll, ctx, loop, parked: ParkedKV) -> None:
     for slot in loop.slots:
         if slot.tokens:
             state = read_seq(ll, ctx, slot.seq_id)
-            parked.entries.append(ParkedSlot(slot.seq_id, list(slot.tokens), state))
+            parked.entries.append(ParkedSlot(slot.seq_id, list(slot.tokens), state,
+                                             slot.partition))
 
 
 def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
-    """Write each parked slot back into the same sequence; returns the tokens restored. A
-    slot llama.cpp refuses is left empty (its conversation prefills again)."""
+    """Write each parked slot back into the same sequence, of the partition it was parked
+    with; returns the tokens restored. A slot llama.cpp refuses is left empty (its
+    conversation prefills again)."""
     restored = 0
     for entry in parked.entries:
         slot = loop.slots[entry.seq_id]
@@ -151,6 +154,7 @@ def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
             continue
         if write_seq(ll, ctx, slot.seq_id, entry.state):
             slot.tokens[:] = entry.tokens
+            slot.partition = entry.partition
             loop.kv_replaced(slot)
             restored += len(entry.tokens)
         else:
@@ -171,11 +175,12 @@ def export_slot(ll, ctx, loop, slot_or_key: int | str, fingerprint: str,
                           read_seq(ll, ctx, slot.seq_id))
 
 
-def import_slot(ll, ctx, loop, key: str, session: SessionBlob) -> int:
-    """Bind ``key`` to a free slot (its own if already bound) and load the session into it;
-    returns the tokens cached. A slot is only bound once the state is in."""
+def import_slot(ll, ctx, loop, key: str, session: SessionBlob, partition: str = "") -> int:
+    """Bind ``key`` to a free slot (its own if already bound) and load the session into it,
+    as ``partition``'s tokens (the importer's); returns the tokens cached. A slot is only
+    bound once the state is in."""
     was_bound = any(s.key == key for s in loop.slots)
-    slot = loop.bind_locked(key, session.tokens, free_only=True)
+    slot = loop.bind_locked(key, session.tokens, free_only=True, partition=partition)
     if slot is None or slot.job is not None:
         raise SessionBusy(f"no free slot for session {key!r} right now")
     loop.forget(slot)
@@ -184,6 +189,7 @@ def import_slot(ll, ctx, loop, key: str, session: SessionBlob) -> int:
             slot.key = None
         raise SessionMismatch("llama.cpp refused the session's KV state")
     slot.tokens[:] = session.tokens
+    loop.claim(slot, partition)
     loop.kv_replaced(slot)
     return len(slot.tokens)
 

@@ -14,6 +14,7 @@ from hypnos.planner.types import Tier
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT
 from hypnos.service.inference.leased import leased_by
+from hypnos.service.observe.record import current_record
 
 
 def session_model(sched, model_id):
@@ -44,9 +45,13 @@ async def export(sched, st, key: str) -> tuple[bytes, int]:
 
 
 async def restore(sched, st, key: str, blob: bytes) -> int:
-    """Load the model if needed and bind ``blob`` to ``key``; the restored token count."""
+    """Load the model if needed and bind ``blob`` to ``key``, reusable by the restoring
+    key's requests only; the restored token count."""
+    record = current_record()
+    owner = record.owner if record is not None else ""
     async with leased_by(sched, st.id, CHAT, param="blob", checked=True) as call:
-        return await call.run(lambda b, k, _cancel: call.sessions.import_session(b, k), blob, key)
+        return await call.run(lambda b, k, _cancel: call.sessions.import_session(b, k, owner),
+                              blob, key)
 
 
 async def release(sched, st, key: str) -> None:

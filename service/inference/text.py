@@ -30,7 +30,7 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimin
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
-from hypnos.service.observe.record import record_of
+from hypnos.service.observe.record import current_record, record_of
 from hypnos.service.observe.telemetry import engine_timings
 from hypnos.service.scheduling.scheduler import Fit
 from hypnos.service.wire.chat import ChatParams
@@ -114,9 +114,20 @@ def choice_seeds(reqs: list[ChatRequest]) -> dict:
     return {"choices_batched": True, "choice_seeds": [r.seed for r in reqs]}
 
 
+def partitioned(reqs: list[ChatRequest]) -> list[ChatRequest]:
+    """``reqs``, each in the partition of the key that sent it (every chat and completion
+    reaches the engine through here): it reuses only that key's cached prefixes and
+    answers. One partition ("") when keys are off."""
+    record = current_record()
+    for req in reqs:
+        req.partition = record.owner if record is not None else ""
+    return reqs
+
+
 async def run_choices(call: LeasedCall, reqs: list[ChatRequest]) -> list[ChatResult]:
     """Every choice at once under the lease; an engine error becomes its HTTP error."""
     window = call.window
+    reqs = partitioned(reqs)
     return list(await asyncio.gather(*(call.run(call.chat.chat, r, None, window=window)
                                        for r in reqs)))
 
@@ -158,6 +169,7 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
     first)."""
     pipe = DeltaPipe(asyncio.get_running_loop())
     window = call.window
+    reqs = partitioned(reqs)
 
     def forward(index: int):
         return lambda delta: pipe.put((index, delta))

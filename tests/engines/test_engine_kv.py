@@ -187,6 +187,30 @@ def test_session_capacity(engine):
     assert engine.max_sessions == 2
 
 
+@real
+def test_parked_and_imported_kv_serve_only_their_partition(engine):
+    """Issue 35: parked KV comes back as its key's, an imported session as the importer's;
+    another key's request on that slot evaluates its whole prompt."""
+    engine.load(SPEC)
+    ask(engine, TURN1[1:], max_tokens=2, partition="alice", session_key="s")
+    blob = engine.export_session("s")
+    engine.release_session("s")
+    parked = engine.park()
+    assert [e.partition for e in parked.entries] == ["alice"]
+    engine.load(SPEC)
+    engine.restore(parked)
+    mine = ask(engine, TURN1[1:], max_tokens=2, partition="alice")
+    assert mine.cached_tokens == mine.prompt_tokens - 1
+    engine.load(SPEC)
+    engine.import_session(blob, "s", "bob")
+    his = ask(engine, TURN1[1:], max_tokens=2, partition="bob", session_key="s")
+    assert his.cached_tokens == his.prompt_tokens - 1
+    engine.load(SPEC)
+    engine.import_session(blob, "s", "bob")
+    hers = ask(engine, TURN1[1:], max_tokens=2, partition="alice", session_key="s")
+    assert hers.cached_tokens == 0
+
+
 # --------------------------------------------------------------------------- pure
 
 def test_blob_round_trip_and_damage():

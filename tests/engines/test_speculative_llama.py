@@ -175,7 +175,7 @@ def test_auto_drafts_while_it_measures_and_the_target_still_decides():
         assert r.speculative["drafted"] > 0       # the warm-up drafts
         assert_target_picked_each(r)
         assert kv_matches_tokens(eng)
-        stats = eng._spec.kinds["text"]
+        stats = eng._spec.of("").kinds["text"]
         assert stats.plain_steps + stats.draft_steps > 0
     finally:
         eng.unload()

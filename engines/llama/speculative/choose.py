@@ -12,8 +12,10 @@ else could roll a draft back.
 """
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hypnos.engines.llama.speculative import Drafter, SpecStats
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
@@ -80,10 +82,25 @@ def parse_spec(value) -> SpecConfig:
 #: A draft model's per-sequence drafters: seq_id -> Drafter (``draft_model``).
 DraftSource = Callable[[int], Drafter]
 
+#: An engine keeps what it learnt from answers for this many partitions (keys) at most, the
+#: least recently used dropped first: so its answer pools hold at most
+#: ``PARTITIONS * drafts.POOL_TOKENS`` tokens (8 x 16384).
+PARTITIONS = 8
+
+
+@dataclass
+class Learnt:
+    """What one partition's answers taught an engine: the answers themselves, which prompt
+    lookup drafts from, and ``auto``'s figures per kind of request (which say whether that
+    text was guessed well). Never shown to another partition's requests."""
+    pool: AnswerPool = field(default_factory=AnswerPool)
+    kinds: dict[str, KindStats] = field(default_factory=dict)
+
 
 class Speculation:
-    """One engine's speculation. ``for_job`` is called in the request's thread; the
-    ``auto`` figures (``KindStats``) are then only touched on the decode thread."""
+    """One engine's speculation. ``for_job`` is called in the request's thread; a
+    partition's ``Learnt`` is then only touched on the decode thread (its pool grows, its
+    ``auto`` figures move), dropping it from ``learnt`` only forgets it."""
 
     def __init__(self, config: SpecConfig, can_rollback: bool,
                  draft_source: DraftSource | None = None, observer=None):
@@ -92,14 +109,25 @@ class Speculation:
         self.draft_source = draft_source
         #: What the decode loop shows every target batch to (``MtpDrafter.observe_batch``).
         self.observer = observer
-        self.kinds: dict[str, KindStats] = {}
-        #: The model's recent answers, which prompt lookup drafts from too.
-        self.pool = AnswerPool()
+        #: Partition -> what its answers taught, least recently used first (``PARTITIONS``).
+        self.learnt: collections.OrderedDict[str, Learnt] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
-    def for_job(self, prediction: list[int] | None, prompt_len: int, kind: str
-                ) -> tuple[Drafter | None, DraftSource | None, SpecStats | None]:
+    def of(self, partition: str) -> Learnt:
+        """The partition's ``Learnt`` (a fresh one when it has none), now the most recent."""
+        with self._lock:
+            learnt = self.learnt.pop(partition, None) or Learnt()
+            self.learnt[partition] = learnt
+            while len(self.learnt) > PARTITIONS:
+                self.learnt.popitem(last=False)
+            return learnt
+
+    def for_job(self, prediction: list[int] | None, prompt_len: int, kind: str,
+                partition: str = "") -> tuple[Drafter | None, DraftSource | None,
+                                              SpecStats | None]:
         """(drafter, per-sequence drafter maker, stats) for one request; all None when it
-        does not draft. ``kind``: "tools", "structured" or "text"."""
+        does not draft. ``kind``: "tools", "structured" or "text". Prompt lookup drafts from
+        ``partition``'s answers only, and ``auto`` weighs that partition's figures only."""
         if not self.can_rollback:
             return None, None, None
         if prediction:
@@ -108,17 +136,18 @@ class Speculation:
         mode, n = self.config.mode, self.config.n_max
         if mode == "off":
             return None, None, None
+        learnt = self.of(partition)
+        pool = learnt.pool
         if mode == "ngram":
-            return NgramDrafter(pool=self.pool, prompt_len=prompt_len), None, \
-                SpecStats("ngram", n)
+            return NgramDrafter(pool=pool, prompt_len=prompt_len), None, SpecStats("ngram", n)
         source = self.draft_source
         if mode == "draft" and source is not None and not self.config.lookup:
             return None, source, SpecStats("draft", n)
         if mode == "draft" and source is not None:
-            return None, (lambda seq: LookupFirst(source(seq), n, self.pool, prompt_len)), \
+            return None, (lambda seq: LookupFirst(source(seq), n, pool, prompt_len)), \
                 SpecStats("draft", n, lookup_max=NGRAM_N_MAX)
         if mode == "auto":
-            stats = self.kinds.setdefault(kind, KindStats(n))
+            stats = learnt.kinds.setdefault(kind, KindStats(n))
             if source is not None and self.observer is not None:
                 return None, (lambda seq: AutoDrafter(source(seq), stats)), \
                     SpecStats("auto:mtp", n)
@@ -128,9 +157,9 @@ class Speculation:
             if source is not None:
                 # The lookup drafts where it copies; ``auto`` weighs the model's drafts only.
                 return None, (lambda seq: LookupFirst(AutoDrafter(source(seq), stats), n,
-                                                     self.pool, prompt_len)), \
+                                                     pool, prompt_len)), \
                     SpecStats("auto:draft", n, lookup_max=NGRAM_N_MAX)
-            lookup = NgramDrafter(pool=self.pool, prompt_len=prompt_len)
+            lookup = NgramDrafter(pool=pool, prompt_len=prompt_len)
             return AutoDrafter(lookup, stats), None, SpecStats("auto:ngram", n)
         if mode == "mtp" and self.draft_source is not None:
             return None, self.draft_source, SpecStats("mtp", n)
@@ -154,7 +183,7 @@ def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
         return
     prediction = tokenize(req.prediction) if req.prediction else None
     job.drafter, job.drafter_for, job.spec = speculation.for_job(
-        prediction, len(job.prompt), request_kind(req))
+        prediction, len(job.prompt), request_kind(req), req.partition)
 
 
 def uses_mtp(spec) -> bool:

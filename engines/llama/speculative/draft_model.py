@@ -141,6 +141,14 @@ class DraftModel:
         del held[keep:]
         return context[keep:]
 
+    def rollback(self, seq_id: int, keep: int) -> None:
+        """Cut the sequence's KV and token list at ``keep`` (0: empty it)."""
+        held = self.tokens[seq_id]
+        if not self.ll.llama_memory_seq_rm(self.mem, seq_id, keep, -1):
+            self.ll.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+            keep = 0
+        del held[keep:]
+
     def _decode(self, rows: list[tuple[int, int, bool]]) -> None:
         """One ``llama_decode`` of ``rows`` (seq_id, token, logits wanted), each appended to
         its sequence in order. Raises EngineError (its sequences cleared) when it fails."""

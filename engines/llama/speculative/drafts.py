@@ -84,11 +84,13 @@ class NgramIndex:
 
 
 class AnswerPool:
-    """The answers a model wrote lately, each after the last ``MATCH_CAP`` tokens of its
-    prompt (one engine's, at most ``POOL_TOKENS`` tokens, the oldest dropped first), indexed
-    for prompt lookup: a request asked again drafts the old answer from its first token, and
-    another turn over the same file drafts from what was written before although it is not
-    in its own context. Decode thread only (drafters add to it as their jobs end)."""
+    """The answers a model wrote lately for one partition (one key's requests), each after
+    the last ``MATCH_CAP`` tokens of its prompt (at most ``POOL_TOKENS`` tokens, the oldest
+    dropped first), indexed for prompt lookup: a request asked again drafts the old answer
+    from its first token, and another turn over the same file drafts from what was written
+    before although it is not in its own context. Only that partition's requests draft from
+    it (``choose.Speculation.of``): what another key's answer says never shows in a draft.
+    Decode thread only (drafters add to it as their jobs end)."""
 
     def __init__(self, match_min: int = MATCH_MIN):
         self.index = NgramIndex(match_min)
@@ -117,7 +119,7 @@ class AnswerPool:
         return m, draft
 
 
-#: An engine's ``AnswerPool`` holds this many tokens at most.
+#: One partition's ``AnswerPool`` holds this many tokens at most.
 POOL_TOKENS = 16384
 #: A draft from the pool needs this long a match: the end of a chat template alone (about
 #: 5 tokens before every answer) must not draft the start of some other answer.
