@@ -79,7 +79,7 @@ def test_keep_alive_zero_on_a_busy_model_delivers_and_demotes_after(server, clie
 
     def long_stream(first_line: threading.Event) -> None:
         with httpx.stream("POST", server.base + "/v1/chat/completions", timeout=300, json={
-                "model": MODEL, "stream": True, "max_tokens": 300, "logit_bias": NO_END,
+                "model": MODEL, "stream": True, "max_tokens": 120, "logit_bias": NO_END,
                 "messages": [{"role": "user", "content": "Count to 500."}]}) as resp:
             assert resp.status_code == 200
             for _ in resp.iter_lines():
@@ -92,7 +92,7 @@ def test_keep_alive_zero_on_a_busy_model_delivers_and_demotes_after(server, clie
     try:
         assert started.wait(120), "the streaming request never started"
         r = client.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
-                        options={"num_predict": 4}, keep_alive=0)
+                        options={"num_predict": 1}, keep_alive=0)
         ended["keep_alive_0"] = time.monotonic()
     finally:
         holder.join(300)
