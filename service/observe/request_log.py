@@ -6,6 +6,11 @@ what the engine call counted, the response status and, for a JSON answer, its bo
 (GET routes, the log routes themselves, /metrics) is not logged. The captured text (input,
 output at debug; payloads at trace) is cut at `MAX_CAPTURE` characters and passed through
 ``request_log.redact``.
+
+Each record is kept with its owner (`RequestRecord.owner`: the key's owner id, never the key;
+"" when keys are off) and read through a viewer (`RequestRecord.owns`): a user key sees only
+its own records, the admin key (and every request when keys are off) sees all. The owner is
+not part of the record a reader gets.
 """
 from __future__ import annotations
 
@@ -30,13 +35,14 @@ def record_level(status: int) -> str:
 class RequestLog:
     def __init__(self, cfg: RequestLogConfig):
         self.level = cfg.level
-        self.records: deque[dict] = deque(maxlen=cfg.capacity)
+        # (owner, record), oldest first.
+        self.records: deque[tuple[str, dict]] = deque(maxlen=cfg.capacity)
         self.redact_all = "*" in cfg.redact
         self.patterns = [re.compile(p) for p in cfg.redact if p != "*"]
 
     @property
     def capacity(self) -> int:
-        return self.records.maxlen
+        return self.records.maxlen or 0
 
     def captures(self, level: str) -> bool:
         return LEVELS.index(self.level) >= LEVELS.index(level)
@@ -53,15 +59,23 @@ class RequestLog:
             text = pattern.sub(REDACTED, text)
         return text
 
-    def add(self, record: dict) -> None:
+    def add(self, record: dict, owner: str = "") -> None:
         if self.captures(record["level"]):
-            self.records.append(record)
+            self.records.append((owner, record))
 
-    def find(self, request_id: str) -> dict | None:
-        return next((r for r in self.records if r["id"] == request_id), None)
+    def visible(self, viewer: RequestRecord | None) -> list[dict]:
+        """The records ``viewer`` may read (None: all), oldest first."""
+        return [r for owner, r in self.records if viewer is None or viewer.owns(owner)]
 
-    def query(self, model=None, route=None, status=None, key=None, limit=None) -> list[dict]:
-        """Newest first. ``status``: ok, error, 4xx or 5xx."""
+    def find(self, request_id: str, viewer: RequestRecord | None = None) -> dict | None:
+        """The record of ``request_id`` when ``viewer`` may read it: another owner's record
+        is None, as an unknown id is."""
+        return next((r for r in self.visible(viewer) if r["id"] == request_id), None)
+
+    def query(self, model=None, route=None, status=None, key=None, limit=None,
+              viewer: RequestRecord | None = None) -> list[dict]:
+        """Newest first, of what ``viewer`` may read. ``status``: ok, error, 4xx or 5xx;
+        ``key``: the key's label."""
         def keep(r):
             if model is not None and r["model"] != model:
                 return False
@@ -72,7 +86,7 @@ class RequestLog:
             s = r["status"]
             return {None: True, "ok": s < 400, "error": s >= 400, "4xx": 400 <= s < 500,
                     "5xx": s >= 500}[status]
-        out = [r for r in reversed(self.records) if keep(r)]
+        out = [r for r in reversed(self.visible(viewer)) if keep(r)]
         return out[:limit] if limit is not None else out
 
     # ------------------------------------------------------------------ building a record
@@ -116,7 +130,7 @@ class RequestLog:
                 request.body.decode("utf-8", "replace") if request.body else None, entry)
             entry["response_payload"] = self._text(
                 response_body.decode("utf-8", "replace") if response_body else None, entry)
-        self.add(entry)
+        self.add(entry, record.owner)
 
 
 def _json(raw: bytes):

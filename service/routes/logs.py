@@ -1,4 +1,8 @@
-"""The request log's routes (spec section 15). Open during startup staging; never logged."""
+"""The request log's routes (spec section 15). Open during startup staging; never logged.
+
+With keys configured a user key reads only the records of its own requests (another key's
+record is the same 404 as an unknown id); the admin key reads all, and only it changes the
+level or clears the log."""
 from __future__ import annotations
 
 import re
@@ -10,6 +14,7 @@ from sanic.response import json as json_response
 from hypnos.service.http import errors
 from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire
+from hypnos.service.observe.record import record_of
 from hypnos.service.observe.request_log import LEVELS
 from hypnos.service.http.openapi import endpoint
 from hypnos.service.state import state_of
@@ -43,17 +48,18 @@ async def list_logs(request: Request):
     if status is not None and status not in STATUS_FILTERS:
         raise errors.InvalidRequest(f"'status' must be one of {', '.join(STATUS_FILTERS)}, "
                                     f"got {status!r}", param="status")
+    viewer = record_of(request)
     records = log.query(model=request.args.get("model"), route=request.args.get("route"),
                         status=status, key=request.args.get("key"),
-                        limit=_limit(args.get("limit")))
+                        limit=_limit(args.get("limit")), viewer=viewer)
     return json_response({"level": log.level, "capacity": log.capacity,
-                          "stored": len(log.records), "records": records})
+                          "stored": len(log.visible(viewer)), "records": records})
 
 
 @bp.get("/v1/logs/<request_id>")
 @endpoint("One request log record", errors=(404,))
 async def one_log(request: Request, request_id: str):
-    record = state_of(request).request_log.find(request_id)
+    record = state_of(request).request_log.find(request_id, record_of(request))
     if record is None:
         raise errors.NotFoundError(f"No request log record {request_id!r} (the log keeps the "
                                    f"last {state_of(request).request_log.capacity})")
@@ -61,7 +67,7 @@ async def one_log(request: Request, request_id: str):
 
 
 @bp.delete("/v1/logs")
-@endpoint("Clear the request log")
+@endpoint("Clear the request log (every key's records)", admin=True)
 async def clear_logs(request: Request):
     state_of(request).request_log.records.clear()
     return json_response({"cleared": True})
@@ -73,7 +79,8 @@ class LevelBody(Wire):
 
 
 @bp.post("/v1/logs/level")
-@endpoint("Change the request log's capture level", body=LevelBody)
+@endpoint("Change the request log's capture level (for every key's requests)",
+          body=LevelBody, admin=True)
 async def set_level(request: Request):
     level = read_body(request, LevelBody).level
     state_of(request).request_log.level = level

@@ -4,9 +4,11 @@
 Each inference route takes the same lease as its /v1 twin (`wire.ollama` translates); errors
 on /api/* take Ollama's envelope, ``{"error": "..."}``.
 
-``keep_alive`` drives the tiers: ``0`` demotes the model to tier 2 once the answer is out; a
-duration keeps it in tier 1 at least that long after its last request, then demotes it (the
-`KeepAlive` timers); absent, the server's own tier policy applies.
+``keep_alive`` drives the tiers once the answer is out (`KeepAlive`, in the background: the
+answer never waits for it): ``0`` demotes the model to tier 2 as soon as no other request
+uses it; a duration holds it in tier 1 that long, then demotes it; a negative value holds it
+until a later keep_alive; absent, the server's own tier policy applies. A value it cannot
+honour (not a duration, not finite, over a year) is a 400 before any work.
 """
 from __future__ import annotations
 
@@ -70,9 +72,9 @@ def _calls(r: ChatResult) -> list[dict]:
     return out
 
 
-async def _apply_keep_alive(request: Request, model_id: str, secs: float | None) -> None:
-    if secs is not None:
-        await state_of(request).keep_alive.after_request(model_id, secs)
+def _apply_keep_alive(request: Request, model: str, secs: float | None) -> None:
+    """Hand the request's keep_alive to the timers; returns at once."""
+    state_of(request).keep_alive.after_request(model, secs)
 
 
 # ------------------------------------------------------------------ chat and generate
@@ -102,7 +104,7 @@ async def chat(request: Request):
             out = {"model": params.model, "created_at": _now(), "message": message,
                    "done": True, "done_reason": _done_reason(r),
                    **_stats(r, started, call.lease.tier_switch_ms)}
-    await _apply_keep_alive(request, params.model, keep)
+    _apply_keep_alive(request, params.model, keep)
     return None if stream else json_response(out)
 
 
@@ -119,10 +121,7 @@ async def generate(request: Request):
     limits = state_of(request).config.limits
     stream = wire.stream is not False
     if not wire.prompt:           # Ollama's way to load (or, with keep_alive 0, unload)
-        check_text_model(state_of(request).scheduler, wire.model)
-        if keep != 0:
-            await state_of(request).scheduler.move(wire.model, Tier.GPU)
-        await _apply_keep_alive(request, wire.model, keep)
+        await _load_or_unload(request, wire.model, keep)
         return json_response({"model": wire.model, "created_at": _now(), "response": "",
                               "done": True, "done_reason": "unload" if keep == 0 else "load"})
     started = time.perf_counter()
@@ -151,8 +150,20 @@ async def generate(request: Request):
                    **({"thinking": r.reasoning} if r.reasoning else {}),
                    "done": True, "done_reason": _done_reason(r),
                    **_stats(r, started, call.lease.tier_switch_ms)}
-    await _apply_keep_alive(request, wire.model, keep)
+    _apply_keep_alive(request, wire.model, keep)
     return None if stream else json_response(out)
+
+
+async def _load_or_unload(request: Request, model: str, keep: float | None) -> None:
+    """/api/generate without a prompt: load the model (waiting for requests that are
+    loading it), or with keep_alive 0 unload it (waiting for the requests using it)."""
+    sched, timers = state_of(request).scheduler, state_of(request).keep_alive
+    check_text_model(sched, model)
+    if keep != 0 and sched.get(model).tier is not Tier.GPU:
+        await sched.move(model, Tier.GPU, wait_idle=True)
+    timers.after_request(model, keep)
+    if keep == 0:
+        await timers.settled(model)
 
 
 def _line(payload: dict) -> str:
@@ -214,7 +225,7 @@ async def embed(request: Request):
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, prompt_tokens = await _vectors(request, wire)
-    await _apply_keep_alive(request, wire.model, keep)
+    _apply_keep_alive(request, wire.model, keep)
     return json_response({"model": wire.model, "embeddings": vectors,
                           "prompt_eval_count": prompt_tokens})
 
@@ -227,7 +238,7 @@ async def embeddings(request: Request):
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, _ = await _vectors(request, wire)
-    await _apply_keep_alive(request, wire.model, keep)
+    _apply_keep_alive(request, wire.model, keep)
     return json_response({"embedding": vectors[0]})
 
 

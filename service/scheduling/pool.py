@@ -2,7 +2,7 @@
 
 Owned by the scheduler and written only on the event loop: the residency fields (engine,
 pinned, placement, tier, last_load, booked_vs_real, problem) by `Residency`, from what the
-`Effects` return; the counts and statistics by the scheduler; enabled and cfg by
+`Effects` return; the counts, statistics and ``kept`` by the scheduler; enabled and cfg by
 `PoolChanges`. Routes read it (status, /v1/models) but never change it.
 """
 from __future__ import annotations
@@ -112,6 +112,9 @@ class ModelState:
     stats: Stats = field(default_factory=Stats)
     last_load: LoadReport | None = None
     problem: str | None = None             # why it cannot be served (503), when known
+    # Held in tier 1 by a client's keep_alive (`Scheduler.keep`): planned as realtime_pinned,
+    # so no other model's load evicts it, until the keep_alive runs out.
+    kept: bool = False
     # Booked tier-1 bytes against the process's measured memory growth at the last load.
     booked_vs_real: dict | None = None
     slots: asyncio.Semaphore = field(init=False)
@@ -152,7 +155,7 @@ class ModelState:
 
     def as_resident(self) -> ResidentModel:
         key, draft = as_resident_booking(self.placement) if self.placement else ("", 0)
-        return ResidentModel(self.id, self.cfg.priority,
+        return ResidentModel(self.id, self.priority,
                              self.placement.booked_tier1_bytes if self.placement else 0,
                              self.reload_estimate_ms(), self.stats.requests_per_minute(),
                              leased=self.in_use or self.load_lock.locked(),
@@ -173,4 +176,5 @@ class ModelState:
 
     @property
     def priority(self) -> Priority:
-        return self.cfg.priority
+        """What eviction plans with: its config's, or realtime_pinned while ``kept``."""
+        return Priority.REALTIME_PINNED if self.kept else self.cfg.priority

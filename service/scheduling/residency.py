@@ -244,7 +244,7 @@ class Residency:
         # A worker serves one model: idle split models may be evicted for their workers.
         lend = [m.id for m in self.models.values() if m is not st and m.placement is not None
                 and m.tier is Tier.GPU and m.placement.remote and not m.in_use
-                and m.cfg.priority is not Priority.REALTIME_PINNED]
+                and m.priority is not Priority.REALTIME_PINNED]
         split = self.plan(st, per_slot, self.rpc.budgets(self.models.values(), lend))
         if isinstance(split, LoadPlan):
             first = self.rpc.holders(split.placement, self.models.values())

@@ -279,13 +279,15 @@ class Scheduler:
     # ------------------------------------------------------------------ manual moves
 
     async def move(self, model_id: str, target: Tier, context_len: int | None = None,
-                   *, allow_disabled: bool = False) -> ModelState:
-        """POST /v1/memory/tier and startup staging. `Busy` while leased, a load's refusals
+                   *, allow_disabled: bool = False, wait_idle: bool = False) -> ModelState:
+        """POST /v1/memory/tier, startup staging, keep_alive. `Busy` while leased (with
+        ``wait_idle``: waits for its leases and holds to end instead), a load's refusals
         (`Scheduler.lease`) when it cannot load. Waits at the gates like a lease (a model
         being changed, or held by another model's swap), then blocks for as long as the
-        load takes."""
-        await self._pass_gates(model_id)
-        st = self.get(model_id, enabled_only=not allow_disabled)
+        load or unload takes: cancelling it then may leave the model's state half-changed
+        (callers that cancel shield it; the wait before is cancel-safe)."""
+        st = await self.idle(model_id, allow_disabled=allow_disabled) if wait_idle else \
+            await self._settled(model_id, allow_disabled)
         if st.in_use:
             raise Busy(f"The model '{model_id}' is in use; retry when it is idle")
         # A move is a lease of its own: nothing evicts the model meanwhile.
@@ -297,6 +299,30 @@ class Scheduler:
                     if st.tier is not target:
                         await self.residency.unload(st, target)
         return st
+
+    async def _settled(self, model_id: str, allow_disabled: bool) -> ModelState:
+        """The model's state once past its gates (`UnknownModel`, `DisabledModel`)."""
+        await self._pass_gates(model_id)
+        return self.get(model_id, enabled_only=not allow_disabled)
+
+    async def idle(self, model_id: str, *, allow_disabled: bool = False) -> ModelState:
+        """The model's state once nothing leases or holds it and no gate stands before it:
+        at once when idle now, else when its last lease or hold ends (no polling; a model
+        kept busy by new requests is waited for as long as that lasts). Cancel-safe;
+        `UnknownModel` / `DisabledModel` when it is removed or switched off meanwhile."""
+        st = await self._settled(model_id, allow_disabled)
+        while st.in_use:
+            await self.released.wait()
+            st = await self._settled(model_id, allow_disabled)
+        return st
+
+    def keep(self, model_id: str, kept: bool) -> None:
+        """Hold ``model_id`` in tier 1 against other models' loads (planned as
+        realtime_pinned: a client's keep_alive), or stop holding it. Moves nothing; an
+        unknown id is ignored (the model was removed)."""
+        st = self.models.get(self.resolve(model_id))
+        if st is not None:
+            st.kept = kept
 
     def prefetch(self, model_id: str) -> None:
         """x-hypnos-next-model: load ``model_id`` in the background. Unknown, disabled, busy

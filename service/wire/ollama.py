@@ -12,6 +12,7 @@ seconds (`keep_alive_secs`): the route applies it to the model's tier after the 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any
 
@@ -20,8 +21,17 @@ from pydantic import ConfigDict, Field
 from hypnos.service.http.errors import InvalidRequest
 from hypnos.service.wire.model import Says, Wire, validate
 
-DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# Go's time.ParseDuration, which Ollama reads keep_alive with: a sign, then one or more
+# number+unit pairs ("1h30m", "1.5h", "250ms"); a bare number is seconds (as OLLAMA_KEEP_ALIVE
+# reads one).
+NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+GO_DURATION = re.compile(rf"([+-]?)((?:{NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)")
+GO_PART = re.compile(rf"({NUMBER})(ns|us|µs|μs|ms|s|m|h)")
+BARE_SECONDS = re.compile(rf"([+-]?)({NUMBER})")
+UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+         "h": 3600.0}
+KEEP_ALIVE_MAX_SECS = 365 * 86400.0   # a longer duration is refused (a negative one: forever)
+KEEP_LOADED = -1.0                    # keep_alive_secs: any negative value, "keep it loaded"
 
 
 class Options(Wire):
@@ -111,19 +121,36 @@ class ModelBody(Wire):
 
 
 def keep_alive_secs(value) -> float | None:
-    """Seconds from Ollama's keep_alive: a number of seconds or a duration string; a
-    negative value keeps the model loaded (None: the server's own tier policy)."""
+    """Seconds from Ollama's keep_alive: a number of seconds or a Go duration string.
+    None: absent (the server's own tier policy); 0: demote once the answer is out;
+    `KEEP_LOADED` for any negative value (keep the model loaded until told otherwise).
+    Refused (400 naming keep_alive): anything else, non-finite numbers, and durations over
+    `KEEP_ALIVE_MAX_SECS`."""
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         secs = float(value)
+    elif isinstance(value, str):
+        secs = _duration(value.strip())
     else:
-        m = DURATION.match(str(value))
-        if not m:
-            raise InvalidRequest(f"'keep_alive' is {value!r}, not a duration such as \"5m\"",
-                                 param="keep_alive")
-        secs = float(m.group(1)) * UNITS[m.group(2)]
-    return None if secs < 0 else secs
+        secs = math.nan
+    if math.isnan(secs) or secs > KEEP_ALIVE_MAX_SECS or secs == -math.inf:
+        raise InvalidRequest(
+            f"'keep_alive' is {value!r}: a duration such as \"5m\", \"1h30m\" or a number "
+            "of seconds, 0 to unload at once, or a negative value to keep the model loaded; "
+            "at most a year", param="keep_alive")
+    return KEEP_LOADED if secs < 0 else secs
+
+
+def _duration(text: str) -> float:
+    """A Go duration's (or a bare number's) seconds; NaN when ``text`` is neither."""
+    if (m := BARE_SECONDS.fullmatch(text)) is not None:
+        secs = float(m.group(2))
+    elif (m := GO_DURATION.fullmatch(text)) is not None:
+        secs = sum(float(n) * UNITS[unit] for n, unit in GO_PART.findall(m.group(2)))
+    else:
+        return math.nan
+    return -secs if m.group(1) == "-" and secs else secs
 
 
 def _sampling(options: Options | None) -> dict:

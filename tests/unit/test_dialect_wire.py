@@ -1,26 +1,37 @@
 """The dialects' translations into the chat body, model-free: Anthropic Messages
 (service/wire/messages.py) and Ollama (service/wire/ollama.py)."""
 import json
+import math
 
 import pytest
 
 from hypnos.service.http.errors import InvalidRequest
 from hypnos.service.wire.messages import to_chat_body
-from hypnos.service.wire.ollama import chat_body, keep_alive_secs
+from hypnos.service.wire.ollama import KEEP_LOADED, chat_body, keep_alive_secs
 
 
+# Ollama reads keep_alive as seconds or a Go duration; any negative value keeps the model
+# loaded (KEEP_LOADED). Issue #35: NaN, infinities, 1e308 and "999999999h" were accepted and
+# broke /api/ps; "-5m" was ignored instead of keeping the model loaded.
 @pytest.mark.parametrize("value, secs", [
-    (None, None), (0, 0.0), ("0", 0.0), ("5m", 300.0), ("30s", 30.0), ("1h", 3600.0),
-    ("250ms", 0.25), (90, 90.0), (-1, None), ("-1m", None)])
+    (None, None), (0, 0.0), ("0", 0.0), (0.0, 0.0), ("-0s", 0.0), ("5m", 300.0),
+    ("30s", 30.0), ("1h", 3600.0), ("250ms", 0.25), ("1h30m", 5400.0), ("1.5h", 5400.0),
+    ("2h45m30s", 9930.0), (" 10m ", 600.0), ("+5m", 300.0), ("300", 300.0), (300, 300.0),
+    (90, 90.0), (2.5, 2.5), ("8760h", 365 * 86400.0),
+    (-1, KEEP_LOADED), (-1.5, KEEP_LOADED), ("-1", KEEP_LOADED), ("-1m", KEEP_LOADED),
+    ("-5m", KEEP_LOADED), (-1e308, KEEP_LOADED)])
 def test_keep_alive_durations(value, secs):
     assert keep_alive_secs(value) == secs
 
 
-@pytest.mark.parametrize("value", ["soon", "5 minutes", "m5"])
-def test_keep_alive_refuses_what_is_not_a_duration(value):
+@pytest.mark.parametrize("value", [
+    "soon", "5 minutes", "m5", "5d", "", "-", "1h30", "5m-", "1e3s", "NaN", "inf",
+    math.nan, math.inf, -math.inf, 1e308, "999999999h", "8761h", 365 * 86400 + 1,
+    "9" * 400 + "s", True, [5], {"m": 5}])
+def test_keep_alive_refuses_what_it_cannot_honour(value):
     with pytest.raises(InvalidRequest) as err:
         keep_alive_secs(value)
-    assert err.value.param == "keep_alive"
+    assert err.value.param == "keep_alive" and "keep_alive" in err.value.message
 
 
 def test_ollama_options_format_and_tool_history():
