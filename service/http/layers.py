@@ -72,12 +72,13 @@ def _check_key(request: Request) -> None:
 
 
 def require_admin(request: Request) -> None:
-    """Changing the model pool needs an admin key when keys are configured (403)."""
+    """An ``admin`` route (pool changes, the request log's level and clearing) needs an
+    admin key when keys are configured (403)."""
     key = record_of(request).api_key
     if state_of(request).keys.enabled and (key is None or not key.admin):
         raise errors.PermissionDenied(
-            "Changing the model pool needs an admin key (a server.api_keys entry, or a "
-            "[[server.keys]] entry with admin = true)")
+            f"{request.method} {request.path} needs an admin key (a server.api_keys entry, "
+            "or a [[server.keys]] entry with admin = true)")
 
 
 def install_http_layers(app: Sanic) -> None:
