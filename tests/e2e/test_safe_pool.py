@@ -45,6 +45,7 @@ modality = "text_generation"
 engine = "ggml_llama"
 weights_path = "gemma3-270m/gemma-3-270m-q4_k_m.gguf"
 context_len = 1024
+slots = 1
 [[models]]
 id = "inner"
 modality = "text_generation"
@@ -162,12 +163,11 @@ def test_a_format_the_grammar_cannot_express_is_a_400_naming_format(client, serv
 
 
 def test_generate_on_a_model_without_a_template_completes_the_prompt(client):
-    options = {"num_predict": 4, "temperature": 0}
-    r = client.generate(model="base", prompt="The capital of France is", options=options)
+    options, prompt = {"num_predict": 4, "temperature": 0}, "The capital of France is"
+    r = client.generate(model="base", prompt=prompt, options=options)
     assert r.done and 0 < r.eval_count <= 4 and r.prompt_eval_count > 0
     assert r.response or r.done_reason == "length"
-    parts = list(client.generate(model="base", prompt="One, two,", stream=True,
-                                 options=options))
+    parts = list(client.generate(model="base", prompt=prompt, stream=True, options=options))
     assert parts[-1].done and 0 < parts[-1].eval_count <= 4
     # A chat turn still needs a template: refused as before, naming /v1/completions.
     with pytest.raises(ollama.ResponseError) as caught:
