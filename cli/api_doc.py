@@ -46,6 +46,8 @@ ERROR_MEANINGS: dict[tuple[int, str], str] = {
                                  "lists the ones it does",
     (409, "session_weights_mismatch"): "a session exported from other weights than the "
                                        "model's",
+    (409, "pool_conflict"): "a pool change the next start would refuse: removing a model "
+                            "another names as its draft, an id or alias already taken",
     (413, "payload_too_large"): "an upload above `limits.max_body_bytes` (JSON bodies get "
                                 "plain text from the body limit instead)",
     (422, "invalid_request_error"): "a value that is well formed but cannot apply (a pool "

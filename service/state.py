@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sanic import Request, Sanic
@@ -19,6 +19,7 @@ from hypnos.service.http.keys import KeyRing, Limiter
 from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.lifecycle.readiness import Lifecycle
+from hypnos.service.lifecycle.turns import Turns
 from hypnos.service.media.picture_store import PictureStore
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.observe.request_log import RequestLog
@@ -50,6 +51,7 @@ class AppState:
     config_watch: asyncio.Task[None] | None = None  # set by lifecycle/config_watch.py
     pictures: PictureStore | None = None  # documents' pictures, made at the first use
     openapi: dict[str, Any] | None = None  # the /openapi.json document, built once
+    pulls: Turns = field(default_factory=Turns)   # one /api/pull per model id at a time
 
 
 def state(app: Sanic) -> AppState:

@@ -306,29 +306,41 @@ _JSON_SPACE = 'space ::= ( " " | "\\n" "\\n"? [ \\t]{0,20} )?'
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 
+def schema_grammar(schema: dict, convert: Callable[[str], str] | None = None) -> str:
+    """GBNF for a JSON schema through llama.cpp's converter (``convert``, JSON schema text
+    -> GBNF, defaults to it). Raises `InexpressibleSchema` naming what the converter cannot
+    express (``not``, a regex with lookarounds, an unknown type...)."""
+    if convert is None:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
+    try:
+        return convert(json.dumps(schema))
+    except Exception as exc:        # the converter asserts on a feature it lacks
+        raise InexpressibleSchema(str(exc) or type(exc).__name__) from None
+
+
+class InexpressibleSchema(ValueError):
+    """A JSON schema the grammar converter cannot express."""
+
+
 def response_grammar(response_format: dict,
                      convert: Callable[[str], str] | None = None) -> tuple[str | None, str]:
     """(GBNF, response_format_status) for an OpenAI ``response_format``: ``json_object`` is
-    any JSON object; ``json_schema`` follows the schema through llama.cpp's converter, or
-    any JSON object ("schema_downgraded") when the converter cannot express the schema.
-    ``convert`` (JSON schema text -> GBNF) defaults to llama.cpp's converter."""
+    any JSON object; ``json_schema`` follows the schema (`schema_grammar`), or any JSON
+    object ("schema_downgraded", which the answer reports) when the converter cannot
+    express the schema. ``convert`` as `schema_grammar`'s."""
     kind = response_format.get("type")
     if kind == "text":
         return None, "applied"
     if kind not in RESPONSE_FORMAT_TYPES:
         return None, "ignored_unknown_type"
-    if convert is None:
-        from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
-    def any_object() -> str:
-        return convert(json.dumps({"type": "object"}))
-
+    any_object = schema_grammar({"type": "object"}, convert)
     if kind == "json_object":
-        return any_object(), "applied"
+        return any_object, "applied"
     spec = response_format.get("json_schema") or {}
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
-        return any_object(), "schema_downgraded"
+        return any_object, "schema_downgraded"
     try:
-        return convert(json.dumps(schema)), "applied"
-    except Exception:               # a schema feature the converter lacks
-        return any_object(), "schema_downgraded"
+        return schema_grammar(schema, convert), "applied"
+    except InexpressibleSchema:
+        return any_object, "schema_downgraded"

@@ -149,6 +149,13 @@ class SessionConflict(HypnosError):
     status, type = 409, "session_weights_mismatch"
 
 
+class PoolConflict(HypnosError):
+    """A change of the model pool that the rest of the pool contradicts (another model names
+    the one removed as its draft, an id that is another model's alias): saved, it would make
+    the next start refuse the config."""
+    status, type = 409, "pool_conflict"
+
+
 class AtSessionCapacity(HypnosError):
     status, type = 429, "model_at_session_capacity"
 

@@ -8,10 +8,13 @@ as POST /v1/models ``{"catalog": ...}`` does: the startup checks, `Scheduler.add
 tier 3) and the overlay. A model whose id is already in the pool is left as it is.
 
 A removal takes the model out of the pool as DELETE /v1/models/{id} does (it drains, then
-unloads; the overlay records it), then deletes the files it named inside models_dir that no
-other model of the pool names, and the folders that leaves empty. A model's paths were
-resolved inside models_dir by its start-up checks (a link pointing out is refused there), so
-nothing outside models_dir is ever deleted.
+unloads; the overlay records it), then deletes the files it named inside models_dir that
+neither hold nor lie inside a path another model of the pool names, and the folders that
+leaves empty. Paths are resolved again just before the deletion, and one outside models_dir
+is never deleted.
+
+Neither a pull nor a removal is made when the pool it leaves would not start
+(`refuse_conflict`: a 409 naming the reason), and one pull of a model id runs at a time.
 
 Every function here runs on the event loop; the blocking work (downloads, header reads,
 file removal) goes to worker threads.
@@ -29,9 +32,10 @@ from hypnos.catalog.pull import pull_variant
 from hypnos.catalog.state import file_state
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.overlay import persist
+from hypnos.service.config.pool_rules import change_conflict
+from hypnos.service.config.schema import ModelConfig
 from hypnos.service.http import errors
 from hypnos.service.scheduling.model_checks import startup_checks
-from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.state import state
 
 DRAIN_SECS = 120.0          # as DELETE /v1/models/{id} without drain_secs
@@ -57,23 +61,49 @@ async def pull_file(entry: Entry, variant: Variant, f: CatalogFile, models_dir: 
     return present_size(models_dir, f) or (f.size or 0)
 
 
-async def add_pulled(app, entry: Entry, variant: Variant) -> bool:
-    """Add the pulled variant to the pool under the entry's id; False when that id is
-    already there (nothing changes). A failed startup check is a 400 naming the problems."""
-    sched = state(app).scheduler
-    if entry.id in sched.models:
-        return False
+def refuse_conflict(app, model_id: str, new: ModelConfig | None) -> None:
+    """409 when setting pool entry ``model_id`` to ``new`` (None: removing it) would leave
+    a pool the next start refuses (`pool_rules.change_conflict` says why)."""
+    problem = change_conflict(state(app).config, model_id, new)
+    if problem is not None:
+        raise errors.PoolConflict(problem)
+
+
+def _pulled_block(entry: Entry, variant: Variant) -> tuple[str, ModelConfig]:
+    """The ``[[models]]`` text a pull adds, and its config."""
     text = config_block(entry, variant)
     try:
-        m = parse_model_block(text)
+        return text, parse_model_block(text)
     except ConfigError as exc:        # the catalog's own block: a bug of the catalog
         raise errors.ServerError("The catalog's model block is invalid: "
                                  + "; ".join(exc.problems)) from None
+
+
+def check_pull(app, entry: Entry, variant: Variant) -> None:
+    """Before any file is fetched: 409 when the pulled model could not join the pool (its
+    id is another model's alias...). Nothing to check when its id is already in the pool:
+    the pull then adds nothing."""
+    if entry.id not in state(app).scheduler.models:
+        _, m = _pulled_block(entry, variant)
+        refuse_conflict(app, m.id, m)
+
+
+async def add_pulled(app, entry: Entry, variant: Variant) -> bool:
+    """Add the pulled variant to the pool under the entry's id; False when that id is
+    already there (nothing changes). A failed startup check is a 400 naming the problems,
+    a pool the next start would refuse a 409."""
+    sched = state(app).scheduler
+    if entry.id in sched.models:
+        return False
+    text, m = _pulled_block(entry, variant)
     catalog = state(app).catalog
     tested = catalog.tested_architectures if catalog is not None else None
     st, problems = await asyncio.to_thread(startup_checks, state(app).config, m, tested)
     if problems or st is None:
         raise errors.InvalidRequest("; ".join(problems), param="model")
+    if entry.id in sched.models:      # added meanwhile (POST /v1/models)
+        return False
+    refuse_conflict(app, st.id, st.cfg)
     sched.add(st)
     cfg = state(app).config
     cfg.models = [x for x in cfg.models if x.id != st.id] + [st.cfg]
@@ -81,14 +111,17 @@ async def add_pulled(app, entry: Entry, variant: Variant) -> bool:
     return True
 
 
-def owned_files(st: ModelState, others: list[ModelState], root: Path) -> list[Path]:
-    """The files ``st`` names inside ``root`` (models_dir, resolved) that none of ``others``
-    names. Pure: compares the resolved paths the start-up checks stored."""
-    shared = {p for o in others for p in o.paths.values()}
+def owned_files(paths: list[Path], others: list[Path], root: Path) -> list[Path]:
+    """The ``paths`` of a model being removed that may be deleted: inside ``root``
+    (models_dir) and not root itself, and neither holding nor lying inside any of
+    ``others`` (the paths the rest of the pool names). All resolved by the caller. Pure."""
     out: list[Path] = []
-    for path in st.paths.values():
-        if path != root and root in path.parents and path not in shared and path not in out:
-            out.append(path)
+    for path in paths:
+        if path == root or not path.is_relative_to(root) or path in out:
+            continue
+        if any(path.is_relative_to(o) or o.is_relative_to(path) for o in others):
+            continue
+        out.append(path)
     return out
 
 
@@ -111,16 +144,25 @@ def delete_files(paths: list[Path], root: Path) -> list[str]:
     return gone
 
 
+def _delete_owned(paths: list[Path], others: list[Path], root: Path) -> list[str]:
+    """Resolve every path now (a link may have changed since the start-up checks), then
+    delete what `owned_files` allows. Blocks."""
+    root = root.resolve()
+    return delete_files(owned_files([p.resolve() for p in paths],
+                                    [o.resolve() for o in others], root), root)
+
+
 async def remove_with_files(app, model_id: str) -> list[str]:
     """Take ``model_id`` (an id or alias) out of the pool, then delete the files only it
-    named; the files deleted. 404 for an unknown model; 429 when requests still run after
-    the drain."""
+    names; the files deleted. 404 for an unknown model; 409 when another model drafts with
+    it (or the pool left would not start); 429 when requests still run after the drain."""
     sched = state(app).scheduler
     st = sched.get(model_id, enabled_only=False)
+    refuse_conflict(app, st.id, None)
     cfg = state(app).config
     await sched.pool.swap(st.id, None, DRAIN_SECS)
     cfg.models = [x for x in cfg.models if x.id != st.id]
     await asyncio.to_thread(persist, cfg.source, st.id, None)
-    root = cfg.models_dir.resolve()
-    paths = owned_files(st, [o for o in sched.models.values() if o.id != st.id], root)
-    return await asyncio.to_thread(delete_files, paths, root)
+    others = [p for o in sched.models.values() if o.id != st.id for p in o.paths.values()]
+    return await asyncio.to_thread(_delete_owned, list(st.paths.values()), others,
+                                   cfg.models_dir)

@@ -35,8 +35,8 @@ from hypnos.service.scheduling.accel import model_device
 from hypnos.service.wire.chat import Sampling, parse_chat, parse_sampling
 from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import (ChatBody, EmbedBody, GenerateBody, ModelBody,
-                                        chat_body, embed_texts, generate_chat_body,
-                                        keep_alive_secs, parse_generate)
+                                        chat_body, embed_texts, format_grammar,
+                                        generate_chat_body, keep_alive_secs, parse_generate)
 from hypnos.service.state import state_of
 
 bp = Blueprint("ollama")
@@ -110,8 +110,8 @@ async def chat(request: Request):
 
 @bp.post("/api/generate")
 @needs_ready
-@endpoint("Ollama generate: a prompt under the model's template (raw: as it is); NDJSON "
-          "lines unless stream is false", body=GenerateBody,
+@endpoint("Ollama generate: a prompt under the model's template (raw, or a model without "
+          "one: as it is); NDJSON lines unless stream is false", body=GenerateBody,
           ok={**json_object("model", "response", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
 async def generate(request: Request):
@@ -125,10 +125,9 @@ async def generate(request: Request):
         return json_response({"model": wire.model, "created_at": _now(), "response": "",
                               "done": True, "done_reason": "unload" if keep == 0 else "load"})
     started = time.perf_counter()
+    raw = _raw_request(wire, limits)
     if wire.raw:
-        sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
-                                       if k in Sampling.model_fields})
-        req = ChatRequest(messages=[], prompt=wire.prompt, **parse_sampling(sampling, limits))
+        req = raw
         check_text_model(state_of(request).scheduler, wire.model)
         estimate = request_context(tokens_from_chars(len(wire.prompt)), req.max_tokens)
         lease = text_lease(request, wire.model, estimate)
@@ -138,9 +137,11 @@ async def generate(request: Request):
         if params.media:
             params.request.media = await media_bytes(params, limits)
         req = params.request
-        lease = text_lease(request, wire.model, params.estimated_ctx(), chat_counter(
-            state_of(request).scheduler.context_window(st), params))
+        lease = text_lease(request, wire.model, params.estimated_ctx(), _templated(chat_counter(
+            state_of(request).scheduler.context_window(st), params)))
     async with lease as call:
+        if not (wire.raw or wire.images or _has_template(call.chat)):
+            req = raw             # as Ollama: a model without a template completes the prompt
         if stream:
             await _stream(request, call, req, wire.model, "response", started)
         else:
@@ -164,6 +165,32 @@ async def _load_or_unload(request: Request, model: str, keep: float | None) -> N
     timers.after_request(model, keep)
     if keep == 0:
         await timers.settled(model)
+
+
+def _raw_request(wire: GenerateBody, limits) -> ChatRequest:
+    """``/api/generate``'s prompt as it is (no template, no ``system``), ``format`` as its
+    grammar."""
+    sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
+                                   if k in Sampling.model_fields})
+    return ChatRequest(messages=[], prompt=wire.prompt, grammar=format_grammar(wire.format),
+                       **parse_sampling(sampling, limits))
+
+
+def _has_template(engine) -> bool:
+    """The loaded model renders chat turns: a llama engine says whether its GGUF (or its
+    config) carries a chat template; every other chat engine always renders them."""
+    return bool(getattr(engine, "has_template", True))
+
+
+def _templated(count):
+    """``chat_counter``'s count, skipped on a model without a template (its prompt is then
+    sent raw, and the engine refuses one past the context itself)."""
+    if count is None:
+        return None
+
+    def counted(engine) -> int | None:
+        return count(engine) if _has_template(engine) else None
+    return counted
 
 
 def _line(payload: dict) -> str:

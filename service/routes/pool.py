@@ -23,6 +23,7 @@ from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.config.overlay import persist
+from hypnos.service.lifecycle.catalog_pool import refuse_conflict
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.http.openapi import endpoint, admin_only, needs_ready
 from hypnos.service.state import state_of
@@ -77,7 +78,9 @@ def _block_text(request: Request, body: PoolBody) -> str:
 async def checked_model(request: Request, body: PoolBody, model_id: str | None) -> tuple[
         ModelState, str]:
     """The startup checks (spec section 6): a valid block, its files inside models_dir and
-    present, readable weights, a tested architecture. 400 naming every problem found."""
+    present, readable weights, a tested architecture. 400 naming every problem found; 409
+    first, before any file is read, when the pool with this model in would not start (an id
+    or alias another model answers to)."""
     text = _block_text(request, body)
     try:
         m = parse_model_block(text)
@@ -86,6 +89,7 @@ async def checked_model(request: Request, body: PoolBody, model_id: str | None) 
                                     param="config") from None
     if model_id is not None:
         m = dataclasses.replace(m, id=model_id)
+    refuse_conflict(request.app, m.id, m)
     catalog = state_of(request).catalog
     tested = catalog.tested_architectures if catalog is not None else None
     st, problems = await asyncio.to_thread(startup_checks, state_of(request).config, m, tested)
@@ -125,18 +129,21 @@ def _drain_secs(value) -> float:
 # What a change of the pool answers besides its 400 (a failed startup check): the checks
 # run and the model is installed cold, so nothing loads, and no 422, 500 or 507 can come.
 ADD_MEANINGS = {400: "malformed request, or the model fails the startup checks",
-                403: "not an admin key (with API keys set)", 503: "still staging"}
+                403: "not an admin key (with API keys set)",
+                409: "the pool after the change would not start: an id or alias another "
+                     "model answers to, or a model another names as its draft",
+                503: "still staging"}
 POOL_MEANINGS = {**ADD_MEANINGS, 404: "unknown model id",
                  429: "drain_secs passed with requests still running, the model is already "
                       "being changed, or rate limited"}
-POOL_ERRORS = (403, 404, 429, 503)
+POOL_ERRORS = (403, 404, 409, 429, 503)
 
 
 @bp.post("/v1/models")
 @admin_only
 @needs_ready
-@endpoint("Add a model to the pool (admin)", body=PoolBody, status=201, errors=(403, 503),
-          meanings=ADD_MEANINGS)
+@endpoint("Add a model to the pool (admin)", body=PoolBody, status=201,
+          errors=(403, 409, 503), meanings=ADD_MEANINGS)
 async def add_model(request: Request):
     body = read_body(request, PoolBody)
     st, text = await checked_model(request, body, None)
@@ -157,7 +164,7 @@ async def add_model(request: Request):
           meanings=POOL_MEANINGS)
 async def replace_model(request: Request, model_id: str):
     sched = state_of(request).scheduler
-    sched.get(model_id, enabled_only=False)
+    model_id = sched.get(model_id, enabled_only=False).id     # an alias names its model
     body = read_body(request, PoolBody)
     drain = _drain_secs(body.drain_secs)
     async with sched.pool.changing(model_id):       # requests arriving from now on wait
@@ -177,7 +184,8 @@ async def replace_model(request: Request, model_id: str):
           query={"drain_secs": {"type": "string"}})
 async def remove_model(request: Request, model_id: str):
     sched = state_of(request).scheduler
-    sched.get(model_id, enabled_only=False)
+    model_id = sched.get(model_id, enabled_only=False).id     # an alias names its model
+    refuse_conflict(request.app, model_id, None)
     await sched.pool.swap(model_id, None, _drain_secs(request.args.get("drain_secs")))
     _replace_config(request, model_id, None)
     persisted = await asyncio.to_thread(persist, state_of(request).config.source, model_id, None)

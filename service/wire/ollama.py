@@ -6,7 +6,9 @@ grammars, thinking and vision as /v1/chat/completions), ``/api/generate`` a raw 
 ``options`` map as Ollama documents them: ``num_predict`` → max_tokens (-1 or absent: the
 server's default), ``num_ctx`` → the per-request context, ``temperature``, ``top_k``,
 ``top_p``, ``min_p``, ``seed``, ``stop``, ``repeat_penalty``. ``format`` is ``"json"`` (any
-JSON object) or a JSON schema (the structured-output grammar). ``keep_alive`` is parsed into
+JSON object) or a JSON schema (the structured-output grammar); a schema the grammar cannot
+express is a 400 naming ``format``, never a looser grammar (Ollama's answers have no field to
+say it was loosened). ``keep_alive`` is parsed into
 seconds (`keep_alive_secs`): the route applies it to the model's tier after the answer.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
+from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
 from hypnos.service.http.errors import InvalidRequest
 from hypnos.service.wire.model import Says, Wire, validate
 
@@ -177,10 +180,30 @@ def _format(value) -> dict:
         if value.get("type") not in ("object", "array") and "properties" not in value:
             raise InvalidRequest("'format' must be \"json\" or a JSON schema of an object",
                                  param="format")
+        _schema_grammar(value)
         return {"response_format": {"type": "json_schema",
                                     "json_schema": {"name": "format", "schema": value}}}
     raise InvalidRequest(f"'format' is {value!r}: \"json\" or a JSON schema object",
                          param="format")
+
+
+def _schema_grammar(schema: dict) -> str:
+    try:
+        return schema_grammar(schema)
+    except InexpressibleSchema as exc:
+        raise InvalidRequest(f"'format' is a JSON schema the answer's grammar cannot express "
+                             f"({exc}); send a simpler schema or \"json\"",
+                             param="format") from None
+
+
+def format_grammar(value) -> str | None:
+    """``format`` as the GBNF a raw prompt is constrained by (None: no format); the same
+    refusals as on a chat turn."""
+    rf = _format(value).get("response_format")
+    if rf is None:
+        return None
+    return _schema_grammar(rf["json_schema"]["schema"] if rf["type"] == "json_schema"
+                           else {"type": "object"})
 
 
 def _think(value) -> dict:
