@@ -115,14 +115,23 @@ class ResponseStore:
         self.max_count, self.max_bytes, self.ttl_secs = max_count, max_bytes, ttl_secs
         self.clock = clock
         self.evicted = 0
+        self.durable = path is not None         # False once opening the file failed
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
 
     # ------------------------------------------------------------------ connection
 
     def _conn(self) -> sqlite3.Connection:
+        """The open connection. A database that cannot be opened (an unwritable folder, a
+        damaged or newer file) is logged and replaced by one in memory: the server keeps
+        answering, without durability (``durable`` False in the snapshot)."""
         if self._db is None:
-            self._db = _open(self.path)
+            try:
+                self._db = _open(self.path)
+            except (sqlite3.Error, OSError, RuntimeError) as exc:
+                log.error("cannot open the stored responses at %s (%s); keeping them in "
+                          "memory until the server stops", self.path, exc)
+                self._db, self.durable = _open(None), False
         return self._db
 
     def close(self) -> None:
@@ -151,7 +160,7 @@ class ResponseStore:
         try:
             with self._lock:
                 self._insert(item, size, now)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             log.error("could not store response %s in %s: %s", item.id, self.path, exc)
             return f"the server could not write its response store ({type(exc).__name__})"
         return None
@@ -269,27 +278,32 @@ class ResponseStore:
         if owner is None:
             out["evicted"] = self.evicted
             out["path"] = str(self.path) if self.path is not None else None
+            out["durable"] = self.durable
         return out
 
 
 def _open(path: Path | None) -> sqlite3.Connection:
     """The database at ``path`` (made private to the user: folder 0700, file 0600) in WAL
-    mode with the schema; in memory when ``path`` is None."""
+    mode with the schema; in memory when ``path`` is None. A write opens BEGIN IMMEDIATE
+    (``isolation_level``) and ``with db`` commits it."""
     if path is None:
         db = sqlite3.connect(":memory:", isolation_level="IMMEDIATE", check_same_thread=False)
     else:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-        # isolation_level: a write opens BEGIN IMMEDIATE; ``with db`` commits it.
         db = sqlite3.connect(str(path), isolation_level="IMMEDIATE", check_same_thread=False,
                              timeout=5.0)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
+    try:
+        if path is not None:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"stored responses of a newer Hypnos (schema {version})")
+        db.executescript(SCHEMA + f"PRAGMA user_version={SCHEMA_VERSION};")
+    except BaseException:
         db.close()
-        raise RuntimeError(f"{path}: stored responses of a newer Hypnos (schema {version})")
-    db.executescript(SCHEMA + f"PRAGMA user_version={SCHEMA_VERSION};")
+        raise
     return db
 
 

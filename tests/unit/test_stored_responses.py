@@ -226,3 +226,16 @@ def test_the_state_dir_is_resolved_in_one_place(tmp_path):
     assert state_dir(bare, {"XDG_DATA_HOME": str(tmp_path)}) == tmp_path / "hypnos"
     assert state_dir(bare, {"XDG_DATA_HOME": "relative"}).parts[-3:] == (
         ".local", "share", "hypnos")
+
+
+def test_a_store_that_cannot_open_its_file_keeps_serving_from_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    store = ResponseStore(blocker / DB_NAME, clock=Clock())
+    assert store.put(turn("r0")) is None and store.get("r0") is not None
+    assert store.snapshot()["durable"] is False
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"this is not a database" * 100)
+    other = ResponseStore(damaged, clock=Clock())
+    assert other.get("r0") is None and other.snapshot()["durable"] is False
+    assert damaged.read_bytes() == b"this is not a database" * 100     # left for the operator
