@@ -150,7 +150,8 @@ class ResponseStore:
         """Keep ``item`` (its ``created_at`` set now): None when kept, else why not (it alone
         exceeds a bound, or the database failed: logged). Drops expired conversations, then
         the oldest turns past the bounds."""
-        size = item.bytes
+        blobs = [_dump(v) for v in (item.turn, item.response, item.input_items)]
+        size = sum(len(b) for b in blobs)        # = item.bytes, serialised once
         if self.max_count == 0:
             return "the server keeps no stored responses (stored_responses_max_count is 0)"
         if size > self.max_bytes:
@@ -159,20 +160,21 @@ class ResponseStore:
         item.created_at = now = self.clock()
         try:
             with self._lock:
-                self._insert(item, size, now)
+                self._insert(item, [b.decode() for b in blobs], size, now)
         except (sqlite3.Error, OSError) as exc:
             log.error("could not store response %s in %s: %s", item.id, self.path, exc)
             return f"the server could not write its response store ({type(exc).__name__})"
         return None
 
-    def _insert(self, item: StoredResponse, size: int, now: float) -> None:
+    def _insert(self, item: StoredResponse, texts: list[str], size: int, now: float) -> None:
+        """One transaction: the row (``texts``: its turn, response and input items as JSON),
+        its conversation's use, then expiry and eviction."""
         db = self._conn()
         with db:
             db.execute(f"INSERT OR REPLACE INTO responses ({COLUMNS}) "
                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (item.id, item.owner, item.parent, item.conversation, item.model,
-                        item.depth, now, size, _dump(item.turn).decode(),
-                        _dump(item.response).decode(), _dump(item.input_items).decode()))
+                        item.depth, now, size, *texts))
             db.execute("INSERT INTO conversations VALUES (?, ?) ON CONFLICT(conversation) "
                        "DO UPDATE SET used_at = excluded.used_at", (item.conversation, now))
             self._expire(db)
