@@ -21,6 +21,7 @@ from hypnos.engines.devices import EngineBuild
 from hypnos.planner.types import Hardware
 from hypnos.service.scheduling import accel
 from hypnos.service.scheduling import hardware as hw_probe
+from hypnos.service.config.load import state_dir
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
@@ -29,7 +30,7 @@ from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
 from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog
-from hypnos.service.inference.stored_responses import ResponseStore
+from hypnos.service.inference.stored_responses import DB_NAME, ResponseStore
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.observe.telemetry import LatencyBook
 from hypnos.service.observe.workflows import Workflows
@@ -76,8 +77,10 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
         metrics=metrics, latency=LatencyBook(), workflows=Workflows(),
         keys=KeyRing(config.server), limiter=Limiter(quotas, metrics=metrics),
         request_log=RequestLog(config.server.request_log), keep_alive=KeepAlive(sched),
-        responses=ResponseStore(config.server.stored_responses_max_count,
-                                config.server.stored_responses_max_bytes),
+        responses=ResponseStore(state_dir(config) / DB_NAME,
+                                config.server.stored_responses_max_count,
+                                config.server.stored_responses_max_bytes,
+                                config.server.stored_responses_ttl_secs),
         started=time.monotonic(), created=time.time(),
         lifecycle=Lifecycle(staging=stage), before_stage=before_stage)
     app = HypnosApp(name or f"hypnos-{next(_names)}", ctx=app_state)
@@ -105,5 +108,11 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
         task = state(app).staging
         if task is not None and not task.done():
             task.cancel()
+
+    @app.after_server_stop
+    async def _close_state(app):
+        # The stored responses' database; it opens again on next use (the ASGI test client
+        # "stops" after every request).
+        state(app).responses.close()
 
     return app

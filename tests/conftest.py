@@ -1,10 +1,23 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# No test writes the user's real data directory: a server built without a config file keeps
+# its state (stored responses) under this run's own folder, removed at exit.
+DATA_HOME = tempfile.mkdtemp(prefix="hypnos-test-data-")
+os.environ["XDG_DATA_HOME"] = DATA_HOME
+atexit.register(shutil.rmtree, DATA_HOME, True)
+
+
+def fresh_state_dir() -> str:
+    """A new, empty server.state_dir for one app built in a test."""
+    return tempfile.mkdtemp(prefix="state-", dir=DATA_HOME)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = Path(os.environ.get("HYPNOS_MODELS_DIR", ROOT / "models"))

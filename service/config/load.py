@@ -11,6 +11,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -267,6 +268,25 @@ def parse_model_block(text: str) -> ModelConfig:
     if problems:
         raise ConfigError(problems)
     return m
+
+
+def state_dir(cfg: Config, env: Mapping[str, str] | None = None) -> Path:
+    """The folder of the server's durable state (stored responses), the one place it is
+    resolved: ``server.state_dir`` (``~`` expanded; relative to the config file's folder, or
+    to the working directory without a file), else ``hypnos-state`` beside the config file,
+    else the user's data directory: ``$XDG_DATA_HOME/hypnos`` (an absolute XDG_DATA_HOME
+    only, as the XDG spec says) or ``~/.local/share/hypnos``."""
+    env = os.environ if env is None else env
+    base = cfg.source.parent.absolute() if cfg.source is not None else None
+    if cfg.server.state_dir:
+        path = Path(cfg.server.state_dir).expanduser()
+        return path if path.is_absolute() else (base or Path.cwd()) / path
+    if base is not None:
+        return base / "hypnos-state"
+    data = env.get("XDG_DATA_HOME", "")
+    root = Path(data) if data and Path(data).is_absolute() else \
+        Path.home() / ".local" / "share"
+    return root / "hypnos"
 
 
 def overlay_path(config_path: Path) -> Path:

@@ -76,8 +76,9 @@ class ServerConfig:
     # Host header names beyond loopback and this machine's own names and addresses that the
     # server answers (others get 403: DNS rebinding); "*" answers any (behind a reverse proxy).
     allowed_hosts: list[str] = field(default_factory=list)
-    # Where durable server state lives (stored responses' SQLite database). Empty: a
-    # "hypnos-state" folder beside the config file, or the user's data directory without one.
+    # Where durable server state lives (stored responses' SQLite database, responses.db;
+    # read at start). Empty: a "hypnos-state" folder beside the config file, or without one
+    # $XDG_DATA_HOME/hypnos (~/.local/share/hypnos); relative: from the config file's folder.
     state_dir: str = ""
     tls: TlsConfig | None = None
     # Require an API key on /metrics.
@@ -88,12 +89,14 @@ class ServerConfig:
     document_pictures_ttl_secs: int = 3600
     # Bytes of pictures the picture store keeps; when full, the oldest documents go first.
     document_pictures_max_bytes: int = 512 * 1024**2
-    # Stored /v1/responses (for GET and previous_response_id) kept at most; past it the oldest
-    # go first (0 keeps none).
+    # Stored /v1/responses turns (for GET and previous_response_id, in SQLite under state_dir)
+    # kept at most; past it the least recently continued conversation's oldest turns go first
+    # (0 keeps none).
     stored_responses_max_count: int = 1000
     # Bytes the stored /v1/responses may take (their JSON); past it the oldest go first.
     stored_responses_max_bytes: int = 64 * 1024**2
-    # Seconds a stored /v1/responses is kept (default 30 days, as OpenAI keeps them).
+    # Seconds a stored /v1/responses conversation is kept after its newest turn (default 30
+    # days, as OpenAI keeps responses; 0: no time limit).
     stored_responses_ttl_secs: int = 30 * 86400
     # Seconds after which an idle chat slot's KV cache is emptied (0: never).
     kv_idle_timeout_secs: int = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from hypnos.engines import registry
-from hypnos.engines.errors import EngineError
+from hypnos.engines.errors import EngineError, SessionNotFound
 from hypnos.planner.types import Tier
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT
@@ -30,15 +30,19 @@ def session_model(sched, model_id):
     return st
 
 
-async def export(sched, st, key: str) -> tuple[bytes, int]:
-    """The session's blob and its token count; 404 when the model is not loaded or holds no
-    such session."""
+async def export(sched, st, key: str, name: str) -> tuple[bytes, int]:
+    """The blob of the session bound to engine key ``key`` and its token count; 404 when the
+    model is not loaded or holds no such session. Messages name the session by ``name`` (the
+    client's), never by the owner-scoped key."""
     if st.tier is not Tier.GPU or st.engine is None:
-        raise errors.SessionNotFound(f"No live session {key!r}: the model is not loaded")
+        raise errors.SessionNotFound(f"No live session {name!r}: the model is not loaded")
     with errors.refusals_as_http():
         async with sched.hold(st.id) as held:
             try:
                 blob = await asyncio.to_thread(held.engine.export_session, key)
+            except SessionNotFound:
+                raise errors.SessionNotFound(
+                    f"No session {name!r} holding tokens on '{st.id}'") from None
             except EngineError as exc:
                 raise errors.from_engine(exc, param="session_id") from None
             return blob, held.engine.sessions().get(key, 0)

@@ -15,6 +15,7 @@ from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory
 from hypnos.service.http.layers import read_body
+from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
@@ -101,6 +102,13 @@ def _draft(sched, st: ModelState, placement) -> dict:
             "shared_with": shared}
 
 
+def _stored_responses(request: Request) -> dict:
+    """The stored responses section: every owner's (ids included) for the admin key or with
+    no keys; for a user key only its own responses and the store's bounds."""
+    record = record_of(request)
+    return state_of(request).responses.snapshot(None if record.sees_all else record.owner)
+
+
 @bp.get("/v1/memory/status")
 @endpoint("Tiers, budgets, models, evictions and latency")
 async def status(request: Request):
@@ -138,7 +146,7 @@ async def status(request: Request):
         "latency": {"routes": state(app).latency.snapshot(),
                     "workflows": state(app).workflows.snapshot()},
         "kv_park": sched.kv_park.snapshot(),
-        "stored_responses": state(app).responses.snapshot(),
+        "stored_responses": _stored_responses(request),
     }
     if gpu is not None:
         body["gpu"] = gpu.stats

@@ -5,10 +5,16 @@ the pool. The body is translated into a chat request (`wire.responses`), runs un
 path's one lease, and is rendered back as output items, or streamed as the Responses event
 sequence (`wire.responses_out`). Errors take OpenAI's envelope.
 
-A stored response (``store`` true, the default) keeps its conversation in the app's
-`ResponseStore`; ``previous_response_id`` continues it (404 when unknown), under the
-conversation's session key when the engine has a slot to spare (`session_plan`), and with KV
-parking its KV survives a swap: the next turn prefills only its new tokens."""
+A stored response (``store`` true, the default) keeps its turn in the app's `ResponseStore`
+(SQLite: it survives a restart); ``previous_response_id`` continues it (404 when unknown),
+under the conversation's session key when the engine has a slot to spare (`session_plan`), and
+with KV parking its KV survives a swap: the next turn prefills only its new tokens.
+
+Ownership: a stored response, its input items, its conversation's KV binding and its
+continuation belong to the key that stored it; another key gets the 404 an unknown id gets,
+word for word (the message never depends on whether the id exists); the admin key sees all.
+An answer the store refuses (over the byte bound) is still delivered, saying ``store: false``
+with the reason in ``hypnos_warnings``."""
 from __future__ import annotations
 
 import asyncio
@@ -21,10 +27,11 @@ from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
-from hypnos.service.inference.stored_responses import (SESSION_PREFIX, StoredResponse,
-                                                       session_plan)
+from hypnos.service.inference.stored_responses import (MAX_DEPTH, SESSION_PREFIX, MissingTurn,
+                                                       StoredResponse, session_plan)
 from hypnos.service.inference.text import (record, run_choices, stream_choices,
                                            text_telemetry)
+from hypnos.service.observe.record import record_of
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
                                            parse_body)
@@ -32,7 +39,7 @@ from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
                                                output_items, response_object, usage)
-from hypnos.service.wire.sessions import session_key
+from hypnos.service.wire.sessions import owned_session, session_key
 from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
@@ -40,25 +47,52 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
                        object={"const": "response"}, output={"type": "array"})
 
 
-def _previous(request: Request, response_id: str | None) -> StoredResponse | None:
-    if response_id is None:
-        return None
+def _owned(request: Request, response_id: str) -> StoredResponse | None:
+    """The stored response if this request's key may see it (its owner's, or the admin);
+    None otherwise, exactly as for an id never stored."""
     item = state_of(request).responses.get(response_id)
+    return item if item is not None and record_of(request).owns(item.owner) else None
+
+
+def _previous(request: Request, response_id: str | None) -> tuple[StoredResponse | None,
+                                                                   list[dict]]:
+    """The response ``previous_response_id`` names and the conversation through it (chat
+    messages); 404 when it is not this key's to see, or an earlier turn is gone."""
+    if response_id is None:
+        return None, []
+    item = _owned(request, response_id)
     if item is None:
         raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
                                    "(never stored, deleted, or dropped from the store)",
                                    param="previous_response_id",
                                    code="previous_response_not_found")
-    return item
+    if item.depth + 1 >= MAX_DEPTH:
+        raise errors.InvalidRequest(f"The conversation of {response_id!r} is {MAX_DEPTH} turns "
+                                    "long, the most a chain may hold; start a new one",
+                                    param="previous_response_id")
+    try:
+        return item, state_of(request).responses.conversation(item)
+    except MissingTurn as gone:
+        raise errors.NotFoundError(
+            f"Previous response {response_id!r} continues {gone.missing!r}, which is no "
+            "longer stored (deleted, expired, or dropped past the store's bounds), so its "
+            "conversation cannot be rebuilt; start a new one", param="previous_response_id",
+            code="previous_response_not_found") from None
 
 
-async def _conversation_key(request: Request, call, conversation: str) -> str | None:
+def _conversation_key(request: Request, conversation: str) -> str:
+    """The engine session key of a stored conversation, in the requesting key's namespace."""
+    return owned_session(record_of(request).owner, SESSION_PREFIX + conversation)
+
+
+async def _bind_conversation(request: Request, call, conversation: str) -> str | None:
     """The stored conversation's session key on this engine, or None (`session_plan`)."""
     cfg = call.model.cfg
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
         return None
-    engine, key = call.engine, SESSION_PREFIX + conversation
-    recency = state_of(request).responses.recency()
+    engine, key = call.engine, _conversation_key(request, conversation)
+    recency = {owned_session(owner, SESSION_PREFIX + conv): rank
+               for (owner, conv), rank in state_of(request).responses.recency().items()}
 
     def plan() -> bool:
         bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
@@ -73,9 +107,8 @@ class Turn:
 
     def __init__(self, request: Request, body: dict):
         self.wire: ResponsesBody = parse_body(body)
-        self.prev = _previous(request, self.wire.previous_response_id)
-        self.history = self.prev.messages if self.prev is not None else []
-        chat, self.new, self.ignored = to_chat_body(self.wire, self.history)
+        self.prev, history = _previous(request, self.wire.previous_response_id)
+        chat, self.new, self.ignored = to_chat_body(self.wire, history)
         self.params = parse_chat(chat, state_of(request).config.limits)
         self.id = new_id("resp")
         self.conversation = self.prev.conversation if self.prev is not None else self.id
@@ -90,11 +123,19 @@ class Turn:
                                ignored=self.ignored)
 
     def keep(self, request: Request, response: dict, items: list[dict]) -> None:
-        if self.stored:
-            messages = [*self.history, *self.new, assistant_message(items)]
-            state_of(request).responses.put(StoredResponse(
-                self.id, self.wire.model, self.conversation, messages, response,
-                input_items=input_item_objects(self.wire)))
+        """Store this turn (``store`` true); when the store refuses it, ``response`` says
+        ``store: false`` and why in ``hypnos_warnings``."""
+        if not self.stored:
+            return
+        prev = self.prev
+        refused = state_of(request).responses.put(StoredResponse(
+            self.id, record_of(request).owner, self.wire.model, self.conversation,
+            prev.id if prev is not None else None, [*self.new, assistant_message(items)],
+            response, input_items=input_item_objects(self.wire),
+            depth=prev.depth + 1 if prev is not None else 0))
+        if refused is not None:
+            response["store"] = False
+            response.setdefault("hypnos_warnings", []).append(f"Not stored: {refused}")
 
 
 @bp.post("/v1/responses")
@@ -108,7 +149,7 @@ async def create(request: Request):
     params = turn.params
     async with chat_lease(request, params) as call:
         params.request.session_key = turn.session or (
-            await _conversation_key(request, call, turn.conversation)
+            await _bind_conversation(request, call, turn.conversation)
             if turn.stored or turn.prev is not None else None)
         if params.stream:
             return await _stream(request, turn, call)
@@ -161,8 +202,8 @@ async def _stream(request: Request, turn: Turn, call):
           errors=(401, 404, 429, 500, 503, 507))
 async def input_tokens(request: Request):
     wire = count_body(json_body(request))
-    prev = _previous(request, wire.previous_response_id)
-    chat, _new, _ignored = chat_body(wire, prev.messages if prev is not None else [])
+    _prev, history = _previous(request, wire.previous_response_id)
+    chat, _new, _ignored = chat_body(wire, history)
     params = parse_chat({**chat, "max_tokens": 1}, state_of(request).config.limits)
     count, headers = await prompt_tokens(request, params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
@@ -170,7 +211,9 @@ async def input_tokens(request: Request):
 
 
 def _stored(request: Request, response_id: str) -> StoredResponse:
-    item = state_of(request).responses.get(response_id)
+    """The response, or a 404 that reads the same whether the id is unknown or another
+    key's."""
+    item = _owned(request, response_id)
     if item is None:
         raise errors.NotFoundError(f"No stored response with id {response_id!r}",
                                    param="response_id", code="response_not_found")

@@ -1,6 +1,9 @@
 """Sessions (Pantheon's session routes, under /v1/sessions): a conversation bound to a chat
 slot by ``session_id`` can be exported as a blob, restored, released, estimated and watched.
 
+A session belongs to the key that names it (`wire.sessions`): each key, the admin's
+included, reaches only its own sessions by name; with no keys there is one namespace.
+
 Paths: POST /v1/sessions/export, POST /v1/sessions/restore, POST /v1/sessions/release,
 GET /v1/sessions/estimate, GET /v1/sessions/watch (Pantheon's /admin/session/export and
 /session/* moved under /v1 so they share the API's auth, CORS and error envelope).
@@ -19,7 +22,7 @@ from sanic.response import json as json_response
 
 from hypnos.service.http import errors
 from hypnos.service.inference import sessions
-from hypnos.service.wire.sessions import session_key
+from hypnos.service.wire.sessions import session_key, session_name
 from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Wire
 from hypnos.service.http.openapi import endpoint, needs_ready
@@ -36,11 +39,12 @@ def _chat_model(request: Request, model_id):
     return sessions.session_model(state_of(request).scheduler, model_id)
 
 
-def _require_key(request: Request, body: dict | None) -> str:
-    key = session_key(request, body)
-    if key is None:
+def _require_key(request: Request, body: dict | None) -> tuple[str, str]:
+    """(the session's name as the client gave it, its engine key)."""
+    name, key = session_name(request, body), session_key(request, body)
+    if name is None or key is None:
         raise errors.InvalidRequest("'session_id' is required", param="session_id")
-    return key
+    return name, key
 
 
 class SessionBody(Wire):
@@ -63,9 +67,9 @@ class RestoreBody(SessionBody):
 async def export(request: Request):
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
-    key = _require_key(request, body.model_dump())
-    blob, n_tok = await sessions.export(state_of(request).scheduler, st, key)
-    return json_response({"session_id": key, "model": st.id, "n_tok": n_tok,
+    name, key = _require_key(request, body.model_dump())
+    blob, n_tok = await sessions.export(state_of(request).scheduler, st, key, name)
+    return json_response({"session_id": name, "model": st.id, "n_tok": n_tok,
                           "blob_bytes": len(blob),
                           "blob_b64": base64.b64encode(blob).decode("ascii")})
 
@@ -77,7 +81,7 @@ async def export(request: Request):
 async def restore(request: Request):
     body = read_body(request, RestoreBody)
     st = _chat_model(request, body.model)
-    key = _require_key(request, body.model_dump())
+    name, key = _require_key(request, body.model_dump())
     raw = body.blob or body.blob_b64
     if not isinstance(raw, str) or not raw:
         raise errors.InvalidRequest("'blob' (base64) is required", param="blob")
@@ -86,7 +90,7 @@ async def restore(request: Request):
     except (binascii.Error, ValueError):
         raise errors.BadSessionBlob("'blob' is not valid base64") from None
     n_tok = await sessions.restore(state_of(request).scheduler, st, key, blob)
-    return json_response({"restored": True, "session_id": key, "model": st.id,
+    return json_response({"restored": True, "session_id": name, "model": st.id,
                           "n_tok": n_tok})
 
 
@@ -95,9 +99,9 @@ async def restore(request: Request):
 async def release(request: Request):
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
-    key = _require_key(request, body.model_dump())
+    name, key = _require_key(request, body.model_dump())
     await sessions.release(state_of(request).scheduler, st, key)
-    return json_response({"released": True, "session_id": key, "model": st.id})
+    return json_response({"released": True, "session_id": name, "model": st.id})
 
 
 # A positive decimal number (no sign, no exponent): what the document's query parameters say

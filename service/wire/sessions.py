@@ -1,12 +1,34 @@
-"""The session a request names (chat and the /v1/sessions routes)."""
+"""The session a request names (chat, /v1/responses and the /v1/sessions routes), and the one
+place a name becomes the engine's session key.
+
+Named sessions belong to the key that names them: the engine key is the name under the key's
+owner id (`owned_session`), so another key's same name is simply another session (absent
+until that key fills it). With no keys the owner is "" and the name is the key. The admin key
+is no exception: it has its own namespace and cannot reach another key's session by name.
+"""
 from __future__ import annotations
 
+from hypnos.service.observe.record import record_of
 
-def session_key(request, body: dict | None) -> str | None:
-    """session_id, prompt_cache_key, promptCacheKey (body), then X-Session-Id."""
+
+def session_name(request, body: dict | None) -> str | None:
+    """What the client called the session: session_id, prompt_cache_key, promptCacheKey
+    (body), then X-Session-Id."""
     for name in ("session_id", "prompt_cache_key", "promptCacheKey"):
         value = (body or {}).get(name)
         if isinstance(value, str) and value:
             return value
     header = request.headers.get("x-session-id", "").strip()
     return header or None
+
+
+def owned_session(owner: str, name: str) -> str:
+    """The engine's session key for ``name`` stored by ``owner`` (`keys.key_owner`: 16 hex,
+    no colon; "" when keys are off)."""
+    return f"{owner}:{name}" if owner else name
+
+
+def session_key(request, body: dict | None) -> str | None:
+    """The engine's session key of the session the request names (its key's own), or None."""
+    name = session_name(request, body)
+    return owned_session(record_of(request).owner, name) if name is not None else None

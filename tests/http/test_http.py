@@ -6,7 +6,7 @@ import threading
 import pytest
 from sanic import Sanic
 
-from conftest import MODELS_DIR
+from conftest import MODELS_DIR, fresh_state_dir
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
@@ -46,7 +46,11 @@ def config(extra: str = "", **limits):
 
 
 def app_for(cfg=None, **kw):
-    return create_app(cfg or config(), catalog=load_catalog(), stage=False, **kw)
+    """The app for ``cfg``, with its own state_dir unless ``cfg`` names one."""
+    cfg = cfg or config()
+    if not cfg.server.state_dir:
+        cfg.server.state_dir = fresh_state_dir()
+    return create_app(cfg, catalog=load_catalog(), stage=False, **kw)
 
 
 async def call(app, method, path, **kw):

@@ -1,7 +1,7 @@
 """The Responses dialect without a model: the body's translation into a chat body
 (service/wire/responses.py), the output items and the stream's event sequence
-(service/wire/responses_out.py), and the bounded store and its session plan
-(service/inference/stored_responses.py)."""
+(service/wire/responses_out.py), and the stored conversations' session plan
+(service/inference/stored_responses.py; the store itself: test_stored_responses.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +12,8 @@ import pytest
 from hypnos.engines.records import ChatDelta, ChatResult, ToolCall
 from hypnos.service.http.errors import InvalidRequest
 from hypnos.service.inference.stored_responses import (SESSION_PREFIX, ResponseStore,
-                                                       StoredResponse, session_plan)
+                                                       StoredResponse, is_conversation_key,
+                                                       session_plan)
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.wire.responses import parse_body
@@ -210,22 +211,9 @@ def test_a_silent_stream_still_has_one_message_and_single_call_mode_drops_the_re
     assert [i["name"] for i in items] == ["f"]
 
 
-def _stored(rid: str, size: int = 0, conversation: str | None = None) -> StoredResponse:
-    return StoredResponse(rid, "m", conversation or rid, [{"role": "user", "content": "x"}],
-                          {"id": rid}, bytes=size)
-
-
-def test_the_store_drops_the_oldest_past_count_or_bytes():
-    store = ResponseStore(max_count=2, max_bytes=100)
-    for rid in ("a", "b", "c"):
-        store.put(_stored(rid, 10))
-    assert store.get("a") is None and store.get("c") is not None and len(store) == 2
-    store.put(_stored("big", 95))
-    assert store.get("b") is None and store.get("c") is None and store.used_bytes == 95
-    assert store.put(_stored("huge", 101)) is False and store.get("huge") is None
-    assert store.delete("big") and not store.delete("big") and store.used_bytes == 0
-    snap = store.snapshot()
-    assert snap["count"] == 0 and snap["evicted"] == 3 and snap["max_bytes"] == 100
+def _stored(rid: str, conversation: str | None = None) -> StoredResponse:
+    return StoredResponse(rid, "", "m", conversation or rid, None,
+                          [{"role": "user", "content": "x"}], {"id": rid})
 
 
 def test_session_plan_keeps_one_slot_unbound():
@@ -237,6 +225,10 @@ def test_session_plan_keeps_one_slot_unbound():
     bound = {old: 1, older: 1, "someone": 1}
     assert session_plan(bound, 4, key, {old: 5, older: 2}) == (True, [older])
     assert session_plan({"a": 1, "b": 1}, 3, key, {}) == (False, [])   # none of ours to free
+    # An owner's conversation key (`wire.sessions.owned_session`) is one of ours too.
+    owned = "0123456789abcdef:" + SESSION_PREFIX + "x"
+    assert is_conversation_key(owned) and not is_conversation_key("alice:chat")
+    assert session_plan({owned: 1, "s": 1}, 3, key, {}) == (True, [owned])
 
 
 def test_a_codex_cli_shaped_request_translates():
@@ -303,12 +295,15 @@ def test_the_store_bounds_are_config_keys_and_the_status_lists_the_newest(tmp_pa
                     "stored_responses_max_bytes = 4096\n")
     server = load_config(path, env={}).server
     assert (server.stored_responses_max_count, server.stored_responses_max_bytes) == (3, 4096)
-    store = ResponseStore(server.stored_responses_max_count, server.stored_responses_max_bytes)
+    assert server.stored_responses_ttl_secs == 30 * 86400
+    store = ResponseStore(None, server.stored_responses_max_count,
+                          server.stored_responses_max_bytes)
     for rid in ("a", "b", "c", "d"):
-        store.put(_stored(rid, 10, conversation="conv"))
+        store.put(_stored(rid, conversation="conv"))
     snap = store.snapshot()
     assert [i["id"] for i in snap["newest"]] == ["d", "c", "b"] and snap["max_count"] == 3
-    assert snap["newest"][0] == {"id": "d", "model": "m", "conversation": "conv", "bytes": 10,
+    size = _stored("d").bytes
+    assert snap["newest"][0] == {"id": "d", "model": "m", "conversation": "conv", "bytes": size,
                                  "stored_at": snap["newest"][0]["stored_at"]}
     path.write_text("[server]\nstored_responses_max_bytes = -1\n")
     with pytest.raises(ConfigError) as refused:
