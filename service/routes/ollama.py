@@ -34,8 +34,9 @@ from hypnos.service.inference.text import (chat_counter, check_text_model, recor
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.wire.chat import Sampling, parse_chat, parse_sampling
 from hypnos.service.wire.model import validate
-from hypnos.service.wire.ollama import (ChatBody, EmbedBody, GenerateBody, ModelBody,
-                                        chat_body, embed_texts, format_grammar,
+from hypnos.service.wire.ollama import (ChatBody, EmbedBody, EmbeddingsBody, GenerateBody,
+                                        ModelBody,
+                                        chat_body, format_grammar,
                                         generate_chat_body, keep_alive_secs, parse_generate)
 from hypnos.service.state import state_of
 
@@ -259,18 +260,19 @@ async def embed(request: Request):
 
 @bp.post("/api/embeddings")
 @needs_ready
-@endpoint("Ollama's older embeddings route: one prompt, one vector", body=EmbedBody,
+@endpoint("Ollama's older embeddings route: one prompt, one vector", body=EmbeddingsBody,
           ok=json_object("embedding"), errors=(404, 429, 500, 503, 507))
 async def embeddings(request: Request):
-    wire = validate(EmbedBody, json_body(request))
+    wire = validate(EmbeddingsBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, _ = await _vectors(request, wire)
     _apply_keep_alive(request, wire.model, keep)
     return json_response({"embedding": vectors[0]})
 
 
-async def _vectors(request: Request, wire: EmbedBody) -> tuple[list[list[float]], int]:
-    texts = embed_texts(wire)
+async def _vectors(request: Request, wire: EmbedBody | EmbeddingsBody
+                   ) -> tuple[list[list[float]], int]:
+    texts = wire.texts
     async with leased(request, wire.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, texts)
     record_of(request).embedding(result)

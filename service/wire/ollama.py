@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -54,8 +54,8 @@ class OllamaToolCall(Wire):
 
 
 class OllamaMessage(Wire):
-    role: Annotated[str, Says("'{at}' must be system, user, assistant or tool",
-                              param="messages")]
+    role: Annotated[Literal["system", "user", "assistant", "tool"],
+                    Says("'{at}' is {got}: system, user, assistant or tool", param="messages")]
     content: str | None = None
     images: list[str] | None = None
     tool_calls: list[OllamaToolCall] | None = None
@@ -65,14 +65,23 @@ class OllamaMessage(Wire):
 
 Format = Annotated[str | dict[str, Any], Says(
     "'format' must be \"json\" or a JSON schema object")]
-KeepAlive = Annotated[str | int | float, Says(
-    "'keep_alive' must be a duration such as \"5m\", \"30s\", 0 or -1")]
+# The document states the syntax and the numeric bound; a duration string over a year (say
+# "9000h") is the one refusal it cannot state (bench/schemathesis.toml lists it).
+DURATION = rf"^\s*[+-]?(?:{NUMBER}|(?:{NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)\s*$"
+KeepAlive = Annotated[
+    Annotated[str, Field(pattern=DURATION)]
+    | Annotated[int, Field(le=365 * 86400)] | Annotated[float, Field(le=365 * 86400)],
+    Says("'keep_alive' is {got}: a duration such as \"5m\", \"1h30m\" or a number of seconds, "
+         "0 to unload at once, or a negative value to keep the model loaded; at most a year",
+         param="keep_alive")]
+Text = Annotated[str, Field(min_length=1)]
 
 
 class ChatBody(Wire):
     model: Annotated[str, Field(min_length=1), Says("'model' is required")]
-    messages: Annotated[list[OllamaMessage], Says("'messages' must be an array of messages")] \
-        | None = None
+    messages: Annotated[list[OllamaMessage], Field(min_length=1),
+                        Says("'messages' must be an array of at least one message",
+                             on=("missing", "list_type", "too_short"))]
     tools: list[dict[str, Any]] | None = None
     format: Format | None = None
     options: Annotated[Options, Says("'options' must be an object of model options "
@@ -85,7 +94,9 @@ class ChatBody(Wire):
 class GenerateBody(Wire):
     model: Annotated[str, Field(min_length=1), Says("'model' is required")]
     prompt: str | None = None
-    suffix: str | None = None
+    # Fill in the middle is not served: only an empty suffix is accepted.
+    suffix: Annotated[str, Field(max_length=0), Says(
+        "'suffix' (fill in the middle) is not served")] | None = None
     system: str | None = None
     raw: bool | None = None
     images: list[str] | None = None
@@ -97,12 +108,27 @@ class GenerateBody(Wire):
 
 
 class EmbedBody(Wire):
+    """/api/embed: ``input``, one text or several, none empty."""
     model: Annotated[str, Field(min_length=1), Says("'model' is required")]
-    input: Annotated[str | list[str], Says("'input' must be a string or an array of strings")] \
-        | None = None
-    prompt: str | None = None          # /api/embeddings (the older route)
+    input: Annotated[Text | Annotated[list[Text], Field(min_length=1)], Says(
+        "'input' must be a non-empty string or array of non-empty strings")]
     keep_alive: KeepAlive | None = None
     truncate: bool | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class EmbeddingsBody(Wire):
+    """/api/embeddings (Ollama's older route): one non-empty ``prompt``."""
+    model: Annotated[str, Field(min_length=1), Says("'model' is required")]
+    prompt: Annotated[Text, Says("'prompt' must be a non-empty string")]
+    keep_alive: KeepAlive | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.prompt]
 
 
 class ModelBody(Wire):
@@ -243,8 +269,6 @@ def _chat_message(m: OllamaMessage, i: int) -> dict:
 def chat_body(body: dict) -> tuple[ChatBody, dict]:
     """The validated /api/chat body and the /v1/chat/completions body it becomes."""
     wire = validate(ChatBody, body)
-    if not wire.messages:
-        raise InvalidRequest("'messages' must hold at least one message", param="messages")
     chat: dict = {"model": wire.model, "stream": False,
                   "messages": [_chat_message(m, i) for i, m in enumerate(wire.messages)],
                   **_sampling(wire.options), **_format(wire.format), **_think(wire.think)}
@@ -265,17 +289,4 @@ def generate_chat_body(wire: GenerateBody) -> dict:
 
 
 def parse_generate(body: dict) -> GenerateBody:
-    wire = validate(GenerateBody, body)
-    if wire.suffix:
-        raise InvalidRequest("'suffix' (fill in the middle) is not served", param="suffix")
-    return wire
-
-
-def embed_texts(wire: EmbedBody) -> list[str]:
-    texts = wire.input if wire.input is not None else wire.prompt
-    if isinstance(texts, str):
-        texts = [texts]
-    if not texts or not all(isinstance(t, str) and t for t in texts):
-        raise InvalidRequest("'input' must be a non-empty string or array of non-empty "
-                             "strings", param="input")
-    return list(texts)
+    return validate(GenerateBody, body)
