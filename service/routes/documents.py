@@ -22,7 +22,8 @@ from sanic.response import raw
 from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service.http import errors
 from hypnos.service.wire.documents import (
-    FILE_OR_URL, ConvertBody, ConvertParams, DocumentBody, check_document, parse_convert,
+    FILE_OR_URL, OCR_WORDS, ConvertBody, ConvertParams, DocumentBody, check_document,
+    parse_convert,
 )
 from hypnos.service.inference.capabilities import DOCUMENTS, require
 from hypnos.service.inference.leased import LeasedCall, leased
@@ -129,8 +130,9 @@ async def _fetch(request: Request, params: ConvertParams) -> None:
 _CONVERT_FIELDS = {"model": {"type": "string", "minLength": 1}, "url": {"type": "string"},
                    "output_format": {"enum": ["markdown", "json"]},
                    "filename": {"type": "string"}, "describe_pictures": {"type": "string"},
-                   "ocr": {"type": "string", "default": "auto",
-                           "description": "auto, true or false (also 1/0, yes/no, on/off)"}}
+                   "ocr": {"enum": ["", *OCR_WORDS], "default": "auto",
+                           "description": "auto, true or false (also 1/0, yes/no, on/off; "
+                                          "any case)"}}
 CONVERT_FORM = {"type": "object", "required": ["model"], **copy.deepcopy(FILE_OR_URL),
                 "description": "The document as the `file` part, or a `url` to fetch it "
                                "from (exactly one of them).",

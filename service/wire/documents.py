@@ -56,6 +56,12 @@ def parse_bool(value, name: str, default: bool) -> bool:
 OCR_WORDS = {"auto": "auto", **dict.fromkeys(TRUE, "on"), **dict.fromkeys(FALSE, "off")}
 
 
+# What `decode_file` reads, as the document states it: base64 (whole 4-character groups),
+# after an optional data: URI prefix that says base64.
+BASE64_FILE = (r"^(?:data:[^,]*;base64,)?(?:[A-Za-z0-9+/]{4})*"
+               r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+
+
 def parse_ocr(value) -> str:
     """``ocr``: "auto" (the default), true or false -- JSON booleans, or in a multipart part
     auto and the words parse_bool takes -- into the engine's auto | on | off."""
@@ -141,7 +147,9 @@ class ConvertBody(Wire):
         json_schema_extra=lambda schema: schema.update(copy.deepcopy(FILE_OR_URL)))
     model: Annotated[str, Field(min_length=1), Says(
         "'model' is required: a model serving document_conversion")]
-    file: Annotated[str, Field(min_length=1)] | None = None
+    file: Annotated[str, Field(min_length=1, pattern=BASE64_FILE), Says(
+        "'file' must be the document as base64 or a data: URI holding base64 (or send "
+        "multipart/form-data with a 'file' part)")] | None = None
     url: str | None = None
     output_format: Annotated[Literal["markdown", "json"], Says(
         "'output_format' must be markdown or json, got {got}")] | None = None

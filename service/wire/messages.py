@@ -47,16 +47,20 @@ class TextBlock(CacheControlled):
     text: str
 
 
-class ImageSource(Wire):
-    type: Literal["base64", "url"]
-    media_type: str | None = None
-    data: str | None = None
-    url: str | None = None
+class Base64Source(Wire):
+    type: Literal["base64"]
+    media_type: Annotated[str, Field(min_length=1)]
+    data: Annotated[str, Field(min_length=1)]
+
+
+class UrlSource(Wire):
+    type: Literal["url"]
+    url: Annotated[str, Field(min_length=1)]
 
 
 class ImageBlock(CacheControlled):
     type: Literal["image"]
-    source: Annotated[ImageSource, Says(
+    source: Annotated[Annotated[Base64Source | UrlSource, Field(discriminator="type")], Says(
         "'{at}' must be {\"type\": \"base64\", \"media_type\": ..., \"data\": ...} or "
         "{\"type\": \"url\", \"url\": ...}", param="messages")]
 
@@ -86,18 +90,34 @@ class RedactedThinkingBlock(CacheControlled):
     data: str | None = None
 
 
-Block = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
-                  | RedactedThinkingBlock, Field(discriminator="type")]
+# What each role's turn may hold (the document states it; a block in the wrong turn is a
+# 400 naming it).
+UserBlock = Annotated[TextBlock | ImageBlock | ToolResultBlock, Field(discriminator="type")]
+AssistantBlock = Annotated[TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock,
+                           Field(discriminator="type")]
+Block = UserBlock | AssistantBlock
 
 
-class MessageParam(Wire):
-    """``system`` inside the conversation is Claude Code's mid-conversation system message
-    (its ``mid-conversation-system`` beta): kept in place as a system message."""
-    role: Annotated[Literal["user", "assistant", "system"], Says(
-        "'{at}' must be \"user\", \"assistant\" or \"system\"", param="messages")]
-    content: Annotated[str | list[Block], Says(
-        "'{at}' must be a string or an array of content blocks (text, image, tool_use, "
-        "tool_result, thinking)", param="messages")]
+class UserParam(Wire):
+    """A user turn; ``system`` inside the conversation is Claude Code's mid-conversation
+    system message (its ``mid-conversation-system`` beta): kept in place as a system
+    message, holding what a user turn may."""
+    role: Literal["user", "system"]
+    content: Annotated[str | list[UserBlock], Says(
+        "'{at}' must be a string or an array of the blocks a user turn holds (text, image, "
+        "tool_result)", param="messages")]
+
+
+class AssistantParam(Wire):
+    role: Literal["assistant"]
+    content: Annotated[str | list[AssistantBlock], Says(
+        "'{at}' must be a string or an array of the blocks an assistant turn holds (text, "
+        "tool_use, thinking, redacted_thinking)", param="messages")]
+
+
+MessageParam = Annotated[UserParam | AssistantParam, Field(discriminator="role"), Says(
+    "'{at}.role' must be \"user\", \"assistant\" or \"system\"", param="messages",
+    on=("union_tag_invalid", "union_tag_not_found", "model_attributes_type", "model_type"))]
 
 
 class ToolParam(Wire):
@@ -106,7 +126,11 @@ class ToolParam(Wire):
     description: str | None = None
     input_schema: Annotated[dict[str, Any], Says("'{at}' must be a JSON schema object",
                                                  param="tools")] | None = None
-    type: str | None = None
+    # Client tools only: a server tool (web_search_..., bash_..., a "type" of its own) is
+    # refused, since this server does not run it.
+    type: Annotated[Literal["custom"], Says(
+        "'{at}' is a server tool ({got}), which this server does not run; send client tools "
+        "with an input_schema", param="tools")] | None = None
 
 
 class ToolChoiceParam(Wire):
@@ -178,20 +202,13 @@ def _text_of(blocks) -> str:
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
-def _image_part(block: ImageBlock, at: str) -> dict:
+def _image_part(block: ImageBlock) -> dict:
     src = block.source
-    if src.type == "base64":
-        if not src.data or not src.media_type:
-            raise InvalidRequest(f"'{at}.source' needs media_type and data", param="messages")
-        url = f"data:{src.media_type};base64,{src.data}"
-    else:
-        if not src.url:
-            raise InvalidRequest(f"'{at}.source' needs a url", param="messages")
-        url = src.url
+    url = src.url if isinstance(src, UrlSource) else f"data:{src.media_type};base64,{src.data}"
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user_messages(msg: MessageParam, i: int, calls: set[str]) -> list[dict]:
+def _user_messages(msg: UserParam, i: int, calls: set[str]) -> list[dict]:
     """One user turn: tool results first (each a tool message), then its text and images."""
     if isinstance(msg.content, str):
         return [{"role": "user", "content": msg.content}]
@@ -209,21 +226,18 @@ def _user_messages(msg: MessageParam, i: int, calls: set[str]) -> list[dict]:
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
         elif isinstance(block, TextBlock):
             parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageBlock):
-            parts.append(_image_part(block, at))
         else:
-            raise InvalidRequest(f"'{at}' is a {block.type} block, which only an assistant "
-                                 "message may hold", param="messages")
+            parts.append(_image_part(block))
     if parts:
         out.append({"role": "user", "content": parts})
     return out
 
 
-def _assistant_message(msg: MessageParam, i: int, calls: set[str]) -> dict:
+def _assistant_message(msg: AssistantParam, calls: set[str]) -> dict:
     if isinstance(msg.content, str):
         return {"role": "assistant", "content": msg.content}
     text, thinking, tool_calls = [], [], []
-    for j, block in enumerate(msg.content):
+    for block in msg.content:
         if isinstance(block, TextBlock):
             text.append(block.text)
         elif isinstance(block, ThinkingBlock):
@@ -232,9 +246,6 @@ def _assistant_message(msg: MessageParam, i: int, calls: set[str]) -> dict:
             calls.add(block.id)
             tool_calls.append({"id": block.id, "type": "function", "function": {
                 "name": block.name, "arguments": json.dumps(block.input)}})
-        elif not isinstance(block, RedactedThinkingBlock):
-            raise InvalidRequest(f"'messages[{i}].content[{j}]' is a {block.type} block, "
-                                 "which an assistant message cannot hold", param="messages")
     out: dict = {"role": "assistant", "content": "".join(text)}
     if thinking:
         out["reasoning_content"] = "".join(thinking)
@@ -292,12 +303,12 @@ def chat_messages(wire: MessagesBody | CountTokensBody) -> list[dict]:
         out.append({"role": "system", "content": system})
     calls: set[str] = set()
     for i, msg in enumerate(wire.messages):
-        if msg.role == "system":
+        if isinstance(msg, AssistantParam):
+            out.append(_assistant_message(msg, calls))
+        elif msg.role == "system":
             out.append({"role": "system", "content": _text_of(msg.content)})
-        elif msg.role == "user":
-            out.extend(_user_messages(msg, i, calls))
         else:
-            out.append(_assistant_message(msg, i, calls))
+            out.extend(_user_messages(msg, i, calls))
     return out
 
 

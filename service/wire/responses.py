@@ -30,6 +30,11 @@ class InputText(Loose):
 
 
 class InputImage(Loose):
+    """An image by URL or data: URI. File ids are not served: the document says
+    ``image_url`` is required, and the converter refuses a part without one, naming it."""
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, json_schema_extra=lambda s: (
+        s.update(required=["type", "image_url"]),
+        s["properties"].update(image_url={"type": "string", "minLength": 1})))
     type: Literal["input_image"]
     image_url: str | None = None
     file_id: str | None = None
@@ -113,7 +118,9 @@ class ToolParam(Loose):
 
 
 class ToolChoiceObject(Loose):
-    type: Annotated[str, Field(min_length=1)]
+    type: Annotated[Literal["function", "allowed_tools"], Says(
+        "'tool_choice' names a {got} tool, which this server does not run; only function "
+        "tools are called", param="tool_choice")]
     name: str | None = None
     mode: Literal["auto", "required"] | None = None
     tools: list[dict[str, Any]] | None = None
@@ -145,8 +152,10 @@ class TextParam(Loose):
 class InputFields(Wire):
     """What /v1/responses and /v1/responses/input_tokens share: the model and the prompt
     (``input``, or a ``previous_response_id`` to continue, or both)."""
+    # Either one present and not null (null counts as absent).
     model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["input"]}, {"required": ["previous_response_id"]}]})
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("input", "previous_response_id")]})
     model: Annotated[str, Field(min_length=1), Says("'model' is required and must be a string")]
     input: Annotated[str | Annotated[list[Item], Field(min_length=1)], Says(
         "'input' must be a string or a non-empty array of input items")] | None = None
@@ -181,7 +190,9 @@ class ResponsesBody(InputFields):
         "'metadata' must be an object of at most 16 string values")] | None = None
     store: Annotated[bool, Says("'store' must be a boolean")] | None = None
     stream: Annotated[bool, Says("'stream' must be a boolean")] | None = None
-    background: bool | None = None
+    # Background responses are not served: only false (or absent).
+    background: Annotated[Literal[False], Says(
+        "'background' responses are not served here; stream instead")] | None = None
     prompt_cache_key: str | None = None
     user: str | None = None
 

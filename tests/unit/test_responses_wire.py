@@ -123,7 +123,7 @@ def test_reasoning_effort_and_text_format():
     ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
      "image_url"),
     ({"input": "hi", "tools": [{"type": "web_search"}],
-      "tool_choice": {"type": "web_search"}}, "web_search tool"),
+      "tool_choice": {"type": "web_search"}}, "'web_search' tool"),
     ({"input": "hi", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
      "not a function in 'tools'"),
     ({"input": "hi", "tool_choice": "required"}, "needs a function tool"),
