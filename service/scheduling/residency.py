@@ -155,7 +155,9 @@ class Residency:
         """Rebuild resident ``st`` for ``context_len``, carrying its slots' KV (tokens and
         partitions) into the new context whether or not KV parking is on, so a rebuild
         loses no cached prefix. Caller holds st.load_lock and every slot."""
-        carried = await asyncio.to_thread(self.effects.park, st, st.engine)
+        engine = st.engine
+        carried = (await asyncio.to_thread(self.effects.park, st, engine)
+                   if engine is not None else None)
         await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD,
                           park=False)
         outcome = await self._promote(st, context_len)
