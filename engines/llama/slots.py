@@ -203,7 +203,8 @@ class SlotQueue:
             else:
                 slot = pick_slot([s for s in free if s.key is None] or free, job.prompt,
                                  job.partition)
-                if self._stopping_holds_more(job, slot.prefix_for(job.prompt, job.partition)):
+                if job.group is None and self._stopping_holds_more(
+                        job, slot.prefix_for(job.prompt, job.partition)):
                     continue
             self.waiting.remove(job)
             free.remove(slot)
