@@ -66,8 +66,10 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         self.calls: collections.deque = collections.deque()
         self.cond = threading.Condition(threading.RLock())
         self.closing = False
-        # llama_decode calls that returned: read from any thread to see progress.
+        # llama_decode calls that returned, and the positions they evaluated (prompt and
+        # generated tokens, drafts included; not media prefills): read from any thread.
         self.steps = 0
+        self.evaluated = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._init_speculative(observer)
         self.drafts = drafts
@@ -186,6 +188,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
                 self.forget(slot)
                 self._finish(slot, error=f"llama_decode returned {rc}")
             return
+        self.evaluated += self.batch.n_tokens
         self._observe()
         for slot, n_taken, logits_at, draft in entries:
             job = slot.job

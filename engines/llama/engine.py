@@ -266,6 +266,13 @@ class LlamaChatEngine(SessionsMixin):
             return True
 
     @property
+    def evaluated_positions(self) -> int:
+        """Positions llama_decode evaluated since this context was built (prompt tokens
+        not reused, and generated ones): what prefix reuse saves shows here."""
+        loop = self._loop
+        return loop.evaluated if loop is not None else 0
+
+    @property
     def holds_weights(self) -> bool:
         """A model is loaded (with or without a context)."""
         return self._model is not None

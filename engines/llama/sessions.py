@@ -30,10 +30,12 @@ class SessionsMixin:
 
     def restore(self, parked: ParkedKV) -> tuple[int, float]:
         """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
-        restored, ms). Only a state parked from the same weights (fingerprint) and the same
-        KV layout is used; anything else gives (0, 0.0), so the conversations prefill as
+        restored, ms). Only a state parked from the same weights (fingerprint) with the same
+        KV types is used (a context rebuilt larger takes its slots: the rebuild keeps every
+        cached prefix); anything else gives (0, 0.0), so the conversations prefill as
         before. ``parked`` is emptied either way (single use). Blocks."""
-        if (self._loop is None or not parked.entries or parked.layout != self.layout
+        if (self._loop is None or not parked.entries
+                or not self.layout.takes_parked(parked.layout)
                 or parked.fingerprint != self.fingerprint):
             parked.drop()
             return 0, 0.0

@@ -186,7 +186,10 @@ class SlotQueue:
     def _assign_locked(self) -> None:
         """Give waiting jobs, in order, a free slot: a session's own slot (the job waits
         while it is busy and later jobs may pass it), else the free slot ``pick_slot``
-        prefers among the unbound ones, a bound one only when no unbound one is free."""
+        prefers among the unbound ones, a bound one only when no unbound one is free. A job
+        also waits (later jobs may pass it) while a slot whose job is being cancelled holds
+        more of its prompt than the slot it would get: that slot frees within one step, so
+        a client's retry continues its own cancelled prefill instead of starting over."""
         free = [s for s in self.slots if s.job is None]
         for job in list(self.waiting):
             if not free:
@@ -200,7 +203,16 @@ class SlotQueue:
             else:
                 slot = pick_slot([s for s in free if s.key is None] or free, job.prompt,
                                  job.partition)
+                if job.group is None and self._stopping_holds_more(
+                        job, slot.prefix_for(job.prompt, job.partition)):
+                    continue
             self.waiting.remove(job)
             free.remove(slot)
             slot.job = job
             job.t_assigned = time.perf_counter()
+
+    def _stopping_holds_more(self, job: Job, than: int) -> bool:
+        """A slot whose job was told to stop holds more than ``than`` tokens of ``job``'s
+        prompt (the evaluated part of a cancelled prefill)."""
+        return any(s.job is not None and s.job.stop.is_set() and s.key is None
+                   and s.prefix_for(job.prompt, job.partition) > than for s in self.slots)

@@ -68,6 +68,13 @@ class KVLayout:
                 and other.get("flash_attn") == self.flash_attn
                 and n_tokens < self.n_ctx_per_slot)
 
+    def takes_parked(self, other: KVLayout) -> bool:
+        """Slots parked under ``other`` load into this context as they are: the same KV
+        types and attention kernel; the context may be larger or smaller (a rebuild), each
+        slot being checked against this slot size on restore."""
+        return (other.type_k == self.type_k and other.type_v == self.type_v
+                and other.flash_attn == self.flash_attn and other.kv_unified == self.kv_unified)
+
 
 @dataclass
 class ParkedSlot:
@@ -145,10 +152,13 @@ def park_slots(ll, ctx, loop, parked: ParkedKV) -> None:
 
 def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
     """Write each parked slot back into the same sequence, of the partition it was parked
-    with; returns the tokens restored. A slot llama.cpp refuses is left empty (its
-    conversation prefills again)."""
+    with; returns the tokens restored. A slot this context lacks, one that no longer fits
+    a slot (a smaller rebuild) and one llama.cpp refuses are left empty (their
+    conversations prefill again)."""
     restored = 0
     for entry in parked.entries:
+        if entry.seq_id >= len(loop.slots) or len(entry.tokens) >= loop.n_ctx_seq:
+            continue
         slot = loop.slots[entry.seq_id]
         if slot.job is not None:
             continue

@@ -148,9 +148,24 @@ class Residency:
                 return None
             if st.tier is Tier.GPU:   # a larger context: wait for running requests, rebuild
                 async with self._drained(st):
-                    await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD)
-                    return await self._promote(st, context_len)
+                    return await self._rebuild(st, context_len)
             return await self._promote(st, context_len)
+
+    async def _rebuild(self, st: ModelState, context_len: int | None) -> LoadOutcome:
+        """Rebuild resident ``st`` for ``context_len``, carrying its slots' KV (tokens and
+        partitions) into the new context whether or not KV parking is on, so a rebuild
+        loses no cached prefix. Caller holds st.load_lock and every slot."""
+        engine = st.engine
+        carried = (await asyncio.to_thread(self.effects.park, st, engine)
+                   if engine is not None else None)
+        await self.unload(st, to=Tier.RAM if st.cfg.keep_warm_in_ram else Tier.SSD,
+                          park=False)
+        outcome = await self._promote(st, context_len)
+        if carried is not None and st.engine is not None:
+            tokens, ms = await asyncio.to_thread(self.effects.restore, st, st.engine, carried)
+            if outcome.phases is not None:
+                outcome.phases.kv_restored_tokens, outcome.phases.kv_restore_ms = tokens, ms
+        return outcome
 
     @asynccontextmanager
     async def _drained(self, st: ModelState) -> AsyncIterator[None]:
@@ -324,16 +339,18 @@ class Residency:
                 and tier2_keeps_engine(self.hardware.topology)
                 and self.tier2_booked(room_for) + st.weight_bytes <= self.budgets.tier2_bytes)
 
-    async def unload(self, st: ModelState, to: Tier, room_for: str | None = None) -> Tier:
+    async def unload(self, st: ModelState, to: Tier, room_for: str | None = None,
+                     park: bool = True) -> Tier:
         """Demote ``st`` from tier 1 (or 2) to ``to``; returns where it really went (tier 2
         falls back to 3 when the tier-2 budget is full, or when pinning the files would take
         the measured footprint past hardware.max_process_memory_bytes). A chat model on a
         host computing from host memory keeps its engine in tier 2 (``Effects.suspend``:
         weights loaded, context freed); otherwise tier 2 pins its files. ``room_for``: the
         model this demotion makes room for (its tier-2 bytes are not counted against tier 2's
-        budget: its placement books them in tier 1). Caller holds st.load_lock."""
+        budget: its placement books them in tier 1). ``park``: False when the caller keeps
+        the engine's KV itself (a rebuild). Caller holds st.load_lock."""
         if st.engine is not None:
-            if self.kv_park.enabled and st.enabled:
+            if park and self.kv_park.enabled and st.enabled:
                 self.kv_park.put(st.id, await asyncio.to_thread(self.effects.park, st, st.engine))
             if to is Tier.RAM and self._keeps_engine(st, room_for):
                 kept = await asyncio.to_thread(self.effects.suspend, st, st.engine)

@@ -5,7 +5,8 @@ telemetry, keys and request log as /v1/chat/completions.
 
 The translation, block by block:
 
-- ``system`` (a string or text blocks) becomes the first system message;
+- ``system`` (a string or text blocks) becomes the first system message, without Claude
+  Code's billing header (``billing_header_dropped``);
 - ``text`` and ``image`` blocks (base64 or url sources) become OpenAI content parts, so an image
   takes the existing vision path;
 - an assistant's ``tool_use`` blocks become ``tool_calls`` (the id kept), a user's
@@ -194,6 +195,27 @@ class CountTokensBody(Wire):
 
 # ------------------------------------------------------------------ translation
 
+#: How Claude Code's billing header starts: a first system block such as
+#: ``x-anthropic-billing-header: cc_version=2.1.197.417; cc_entrypoint=sdk-cli;`` whose
+#: values change with every prompt a few tokens in, so nothing after it would ever be reused
+#: from the prefix cache. It means nothing to a local model.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def billing_header_dropped(system: str | list[TextBlock] | None
+                           ) -> str | list[TextBlock] | None:
+    """``system`` without Claude Code's billing header: the text blocks that are one, or the
+    first line of a string that starts with one. Anything else is returned as it is."""
+    if isinstance(system, str):
+        if not system.lstrip().startswith(BILLING_HEADER):
+            return system
+        _, _, rest = system.lstrip().partition("\n")
+        return rest
+    if system is None:
+        return None
+    return [b for b in system if not b.text.lstrip().startswith(BILLING_HEADER)]
+
+
 def _text_of(blocks) -> str:
     if blocks is None:
         return ""
@@ -298,7 +320,7 @@ def _thinking_fields(thinking: ThinkingParam | None) -> dict:
 def chat_messages(wire: MessagesBody | CountTokensBody) -> list[dict]:
     """The conversation as chat messages (system first)."""
     out: list[dict] = []
-    system = _text_of(wire.system)
+    system = _text_of(billing_header_dropped(wire.system))
     if system:
         out.append({"role": "system", "content": system})
     calls: set[str] = set()

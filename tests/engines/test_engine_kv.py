@@ -87,18 +87,24 @@ def test_parked_conversation_continues_after_a_swap(engine, baseline):
 
 
 @real
-def test_restore_into_another_layout_is_refused_and_changes_no_answer(engine, baseline):
+def test_restore_into_another_layout_drops_what_does_not_fit_and_changes_no_answer(
+        engine, baseline):
+    """A context of another size takes parked slots of the same KV types that fit its
+    slots (a rebuild keeps them: tests/engines/test_prefix_kept.py); a slot longer than
+    the new slot size, or beyond the new slot count, is dropped and its conversation
+    prefills as cold."""
     first, _ = baseline
     engine.load(SPEC)
     ask(engine, TURN1)
     parked = engine.park()
     spare = dataclasses.replace(parked, entries=list(parked.entries))
-    engine.load(dataclasses.replace(SPEC, context_len=2048))   # same slots, less context
-    assert engine.restore(spare) == (0, 0.0)
+    engine.load(dataclasses.replace(SPEC, context_len=512))    # 256 a slot: too small
+    assert engine.restore(spare)[0] == 0
     assert spare.bytes == 0                                      # dropped
+    gone = [dataclasses.replace(e, seq_id=5) for e in parked.entries]
     fewer = dataclasses.replace(SPEC, slots=1, context_len=2048)  # same per-slot context
     engine.load(fewer)
-    assert engine.restore(parked) == (0, 0.0)
+    assert engine.restore(dataclasses.replace(parked, entries=gone))[0] == 0
     refused = ask(engine, turn2(first.text))
     assert refused.cached_tokens == 0
     engine.load(fewer)                              # the same layout, never parked

@@ -61,6 +61,40 @@ async def test_a_failed_context_rebuild_leaves_the_model_out_of_tier_1_and_its_s
     assert [op for op, _ in fx.log].count("load") == 2        # the first and the last
 
 
+class CarriesKV(FakeEffects):
+    """Parks a token standing for the engine's KV and records what is restored."""
+
+    def __init__(self):
+        super().__init__()
+        self.restored: list[object] = []
+
+    def park(self, st, engine):
+        self.log.append(("park", st.id))
+        return f"kv of {st.id}"
+
+    def restore(self, st, engine, parked) -> tuple[int, float]:
+        self.log.append(("restore", st.id))
+        self.restored.append(parked)
+        return 7, 1.0
+
+
+async def test_a_context_rebuild_carries_the_slots_kv_even_with_parking_off():
+    """Issue #36: a rebuild for a larger context dropped every slot's KV (the turn-2 miss).
+    It now parks the engine's KV before the unload and restores it into the rebuilt engine,
+    whatever hardware.kv_park says; the KV park store keeps nothing of it."""
+    fx = CarriesKV()
+    sched = make([layered_chat("a")], fx)
+    sched.kv_park.configure(False, None)
+    async with sched.lease("a"):
+        pass
+    async with sched.lease("a", context_len=16384) as lease:
+        assert sched.models["a"].placement.allocated_context_len == 16384
+        assert lease.phases is not None and lease.phases.kv_restored_tokens == 7
+    ops = [op for op, _ in fx.log if op in ("park", "unload", "load", "restore")]
+    assert ops == ["load", "park", "unload", "load", "restore"]
+    assert fx.restored == ["kv of a"] and sched.kv_park.snapshot()["models"] == []
+
+
 class LostEngine(IdleEngine):
     """A split engine (`SplitsLayers`): ``lost`` says why it is gone ("" while it serves)."""
     lost = ""
