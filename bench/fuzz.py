@@ -11,9 +11,11 @@ and exits with its status.
 
 Every check runs (`--checks all`): a schema-valid body is accepted (a random model id is a
 404, which the check allows), a schema-invalid one refused, a known path with another method
-is a 405 with an Allow header. `bench/schemathesis.toml` names the four operations whose
-400s depend on meaning the schema cannot state (a tool_choice naming a missing tool, a model
-block's TOML, a machine too small for any model of a need, a WebSocket handshake).
+is a 405 with an Allow header. `bench/schemathesis.toml` names the operations whose
+400s depend on meaning the schema cannot state (a tool_choice naming a missing tool, a tool
+result or call output answering no earlier call, a model block's TOML, a machine too small for
+any model of a need, a WebSocket handshake, a keep_alive duration string over a year); every
+other refusal of a schema-valid request is a 404 for a model that does not exist.
 """
 from __future__ import annotations
 
