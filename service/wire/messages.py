@@ -141,6 +141,11 @@ class ToolChoiceParam(Wire):
 
 
 class ThinkingParam(Wire):
+    """``enabled`` needs ``budget_tokens``."""
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"properties": {"type": {"enum": ["disabled", "adaptive", "between_tools"]}}},
+        {"required": ["budget_tokens"], "properties": {"type": {"const": "enabled"},
+                                                       "budget_tokens": {"type": "integer"}}}]})
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: Annotated[int, Field(ge=0, le=I31)] | None = None
 

@@ -18,10 +18,11 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, WithJsonSchema
 
 from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
 from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.wire.chat import Tool
 from hypnos.service.wire.model import Says, Wire, validate
 
 # Go's time.ParseDuration, which Ollama reads keep_alive with: a sign, then one or more
@@ -63,8 +64,14 @@ class OllamaMessage(Wire):
     tool_name: str | None = None
 
 
-Format = Annotated[str | dict[str, Any], Says(
-    "'format' must be \"json\" or a JSON schema object")]
+# "json", or a JSON schema of an object or array (the grammar checks the rest).
+FormatSchema = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "anyOf": [
+    {"required": ["type"], "properties": {"type": {"enum": ["object", "array"]}}},
+    {"required": ["properties"], "properties": {"type": {"enum": ["object", "array"]}}}]})]
+Format = Annotated[Literal["json", ""] | FormatSchema, Says(
+    "'format' is {got}: \"json\" or a JSON schema object")]
+Think = Annotated[bool | Literal["low", "medium", "high"], Says(
+    "'think' must be true, false, \"low\", \"medium\" or \"high\"")]
 # The document states the syntax and the numeric bound; a duration string over a year (say
 # "9000h") is the one refusal it cannot state (bench/schemathesis.toml lists it).
 DURATION = rf"^\s*[+-]?(?:{NUMBER}|(?:{NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+)\s*$"
@@ -82,13 +89,13 @@ class ChatBody(Wire):
     messages: Annotated[list[OllamaMessage], Field(min_length=1),
                         Says("'messages' must be an array of at least one message",
                              on=("missing", "list_type", "too_short"))]
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
     format: Format | None = None
     options: Annotated[Options, Says("'options' must be an object of model options "
                                      "(num_ctx, num_predict, temperature, ...)")] | None = None
     stream: bool | None = None
     keep_alive: KeepAlive | None = None
-    think: bool | str | None = None
+    think: Think | None = None
 
 
 class GenerateBody(Wire):
@@ -104,7 +111,7 @@ class GenerateBody(Wire):
     options: Options | None = None
     stream: bool | None = None
     keep_alive: KeepAlive | None = None
-    think: bool | str | None = None
+    think: Think | None = None
 
 
 class EmbedBody(Wire):
@@ -273,7 +280,7 @@ def chat_body(body: dict) -> tuple[ChatBody, dict]:
                   "messages": [_chat_message(m, i) for i, m in enumerate(wire.messages)],
                   **_sampling(wire.options), **_format(wire.format), **_think(wire.think)}
     if wire.tools:
-        chat["tools"] = wire.tools
+        chat["tools"] = [t.model_dump(exclude_none=True) for t in wire.tools]
     return wire, chat
 
 

@@ -47,6 +47,11 @@ class Refusal(Loose):
 
 
 class InputFile(Loose):
+    """Not read here (the converter refuses it, pointing at /v1/documents/convert): the
+    document states that no input_file part is accepted."""
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, json_schema_extra=lambda s: (
+        s.clear(), s.update({"not": {}, "description": "input_file parts are not read by this "
+                             "server; convert the file with /v1/documents/convert"})))
     type: Literal["input_file"]
 
 
@@ -118,6 +123,12 @@ class ToolParam(Loose):
 
 
 class ToolChoiceObject(Loose):
+    """A function by name (which `tools` must hold), or the allowed_tools form."""
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, json_schema_extra={
+        "anyOf": [{"properties": {"type": {"const": "allowed_tools"}}},
+                  {"required": ["name"], "properties": {"type": {"const": "function"},
+                                                        "name": {"type": "string",
+                                                                 "minLength": 1}}}]})
     type: Annotated[Literal["function", "allowed_tools"], Says(
         "'tool_choice' names a {got} tool, which this server does not run; only function "
         "tools are called", param="tool_choice")]
