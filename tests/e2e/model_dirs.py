@@ -42,6 +42,15 @@ def models_dir(folder: Path, *, qwen: bool = False, smol: bool = False,
     return folder
 
 
+def keyed_server(admin: str, **users: str) -> str:
+    """A config's [server] block with one admin key and a user key per label (the
+    two-tenant servers of the safety tests)."""
+    lines = ["[server]", f'api_keys = ["{admin}"]']
+    for label, key in users.items():
+        lines += ["[[server.keys]]", f'label = "{label}"', f'key = "{key}"']
+    return "\n".join(lines) + "\n"
+
+
 def serve(tmp: Path, config: str, **files: bool) -> ServerProcess:
     """`hypnos serve` on ``config`` (TOML without models_dir) over a models folder made by
     ``models_dir(tmp / "models", **files)``."""

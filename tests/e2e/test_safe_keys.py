@@ -16,19 +16,10 @@ import httpx
 import openai
 import pytest
 
-from model_dirs import ServerProcess, serve
+from model_dirs import ServerProcess, keyed_server, serve
 
 ADMIN, ALICE, BOB = "sk-admin-safe", "sk-alice-safe", "sk-bob-safe"
-CONFIG = f"""
-[server]
-api_keys = ["{ADMIN}"]
-[[server.keys]]
-label = "alice"
-key = "{ALICE}"
-[[server.keys]]
-label = "bob"
-key = "{BOB}"
-
+CONFIG = keyed_server(ADMIN, alice=ALICE, bob=BOB) + """
 [[models]]
 id = "smol"
 modality = "text_generation"

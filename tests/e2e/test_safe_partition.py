@@ -15,20 +15,11 @@ from __future__ import annotations
 import openai
 import pytest
 
-from model_dirs import serve
+from model_dirs import keyed_server, serve
 
 pytestmark = [pytest.mark.real]
 KEYS = {"admin": "sk-partition-admin", "alice": "sk-partition-alice", "bob": "sk-partition-bob"}
-CONFIG = f"""
-[server]
-api_keys = ["{KEYS['admin']}"]
-[[server.keys]]
-key = "{KEYS['alice']}"
-label = "alice"
-[[server.keys]]
-key = "{KEYS['bob']}"
-label = "bob"
-
+CONFIG = keyed_server(KEYS["admin"], alice=KEYS["alice"], bob=KEYS["bob"]) + """
 [[models]]
 id = "smol"
 modality = "text_generation"
