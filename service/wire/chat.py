@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
 from hypnos.engines.records import ChatRequest
 from hypnos.planner.context import request_context, tokens_from_chars
@@ -229,8 +229,13 @@ class ChatBody(Sampling):
             "{\"name\": ...}}")],
         Says("'tool_choice' must be auto, none, required or a function object, got {got}")] \
         | None = None
-    functions: Annotated[list[dict[str, Any]], Says("'functions' must be an array")] | None = None
-    function_call: str | dict[str, Any] | None = None
+    # The legacy form: each entry is checked as a tool's function once converted, so the
+    # document states that shape.
+    functions: Annotated[list[Annotated[dict[str, Any], WithJsonSchema(
+        FunctionSpec.model_json_schema())]], Says("'functions' must be an array")] | None = None
+    function_call: str | Annotated[dict[str, Any], WithJsonSchema({
+        "type": "object", "required": ["name"],
+        "properties": {"name": {"type": "string"}}})] | None = None
     logprobs: Annotated[bool, Says("'logprobs' must be a boolean")] | None = None
     top_logprobs: _int(0, I31) = None  # type: ignore[valid-type]
     num_ctx: _int(1, 1 << 22) = None  # type: ignore[valid-type]

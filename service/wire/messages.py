@@ -104,14 +104,14 @@ class UserParam(Wire):
     system message (its ``mid-conversation-system`` beta): kept in place as a system
     message, holding what a user turn may."""
     role: Literal["user", "system"]
-    content: Annotated[str | list[UserBlock], Says(
+    content: Annotated[str | Annotated[list[UserBlock], Field(min_length=1)], Says(
         "'{at}' must be a string or an array of the blocks a user turn holds (text, image, "
         "tool_result)", param="messages")]
 
 
 class AssistantParam(Wire):
     role: Literal["assistant"]
-    content: Annotated[str | list[AssistantBlock], Says(
+    content: Annotated[str | Annotated[list[AssistantBlock], Field(min_length=1)], Says(
         "'{at}' must be a string or an array of the blocks an assistant turn holds (text, "
         "tool_use, thinking, redacted_thinking)", param="messages")]
 

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, WithJsonSchema
 
 from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
 from hypnos.service.http.errors import InvalidRequest
-from hypnos.service.wire.chat import Tool
+from hypnos.service.wire.chat import MAX_STOPS, Tool
 from hypnos.service.wire.model import Says, Wire, validate
 
 # Go's time.ParseDuration, which Ollama reads keep_alive with: a sign, then one or more
@@ -46,7 +46,8 @@ class Options(Wire):
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
     min_p: Annotated[float, Field(ge=0, le=1)] | None = None
     seed: int | None = None
-    stop: list[str] | None = None
+    stop: Annotated[list[str], Field(max_length=MAX_STOPS), Says(
+        f"'stop' must be an array of at most {MAX_STOPS} strings")] | None = None
     repeat_penalty: Annotated[float, Field(ge=0, le=10)] | None = None
 
 
@@ -65,9 +66,13 @@ class OllamaMessage(Wire):
 
 
 # "json", or a JSON schema of an object or array (the grammar checks the rest).
-FormatSchema = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "anyOf": [
-    {"required": ["type"], "properties": {"type": {"enum": ["object", "array"]}}},
-    {"required": ["properties"], "properties": {"type": {"enum": ["object", "array"]}}}]})]
+# The grammar's own limits are the one rule here a schema cannot state (a 400 naming format).
+FormatSchema = Annotated[dict[str, Any], WithJsonSchema({
+    "type": "object",
+    "properties": {"type": {"enum": ["object", "array"]}, "properties": {"type": "object"},
+                   "items": {"type": "object"}, "required": {"type": "array",
+                                                             "items": {"type": "string"}}},
+    "anyOf": [{"required": ["type"]}, {"required": ["properties"]}]})]
 Format = Annotated[Literal["json", ""] | FormatSchema, Says(
     "'format' is {got}: \"json\" or a JSON schema object")]
 Think = Annotated[bool | Literal["low", "medium", "high"], Says(
