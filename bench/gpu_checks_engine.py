@@ -69,10 +69,15 @@ def with_app(text: str, body):
     return asyncio.run(go())
 
 
+# In-process calls come as a loopback caller: the browser layer refuses the test client's
+# default ``mockserver`` host.
+LOCAL = {"host": "127.0.0.1"}
+
+
 async def move(app, model: str, tier: str) -> tuple[dict, float]:
     """POST /v1/memory/tier; the placement and the call's milliseconds."""
     t0 = time.perf_counter()
-    _req, resp = await app.asgi_client.post("/v1/memory/tier",
+    _req, resp = await app.asgi_client.post("/v1/memory/tier", headers=LOCAL,
                                             json={"model": model, "target_tier": tier})
     if resp.status != 200:
         raise RuntimeError(f"move {model} to {tier}: {resp.status} {resp.text[:300]}")
@@ -80,7 +85,7 @@ async def move(app, model: str, tier: str) -> tuple[dict, float]:
 
 
 async def chat(app, model: str, messages: list[dict], tokens: int = 16) -> dict:
-    _req, resp = await app.asgi_client.post("/v1/chat/completions", json={
+    _req, resp = await app.asgi_client.post("/v1/chat/completions", headers=LOCAL, json={
         "model": model, "messages": messages, "max_tokens": tokens, "temperature": 0})
     if resp.status != 200:
         raise RuntimeError(f"chat {model}: {resp.status} {resp.text[:300]}")
@@ -167,7 +172,7 @@ def check_plumbing(ctx: Ctx) -> list[Row]:
     del llm
 
     async def body(app):
-        _r, health = await app.asgi_client.get("/health")
+        _r, health = await app.asgi_client.get("/health", headers=LOCAL)
         got = [judged("0 /health", f"{health.status} backend {health.json.get('backend')}",
                       "200", health.status == 200)]
         for tier in ("tier2_pinned_ram", "tier3_nvme_ssd"):
@@ -199,7 +204,7 @@ def check_offload(ctx: Ctx) -> list[Row]:
     layers = n_layers(ctx.models[0])
 
     async def body(app):
-        _r, health = await app.asgi_client.get("/health")
+        _r, health = await app.asgi_client.get("/health", headers=LOCAL)
         h = health.json
         got = [judged("1 /health backend, accelerator",
                       f"{h.get('backend')}, {h.get('accelerator')}", "cuda, True",

@@ -146,8 +146,9 @@ def _check(app) -> int:
     from sanic_testing.testing import SanicASGITestClient
 
     async def probe():
+        # In process, as a loopback caller: the browser layer answers loopback Host names.
         client = SanicASGITestClient(app)
-        _req, resp = await client.get("/v1/models")
+        _req, resp = await client.get("/v1/models", headers={"host": "127.0.0.1"})
         return resp
     resp = asyncio.run(probe())
     if resp.status != 200:

@@ -288,7 +288,7 @@ async def test_bad_fields_are_400_naming_them(fields, param):
 
 async def test_json_body_errors_and_size_limit():
     app = app_for(max_document_bytes=100)
-    for body, param in (({"file": "x"}, "model"), ({"model": "docling"}, "file"),
+    for body, param in (({"file": "eA=="}, "model"), ({"model": "docling"}, "file"),
                         ({"model": "docling", "file": "%%%"}, "file"),
                         ({"model": "docling", "file": 5}, "file")):
         assert_400((await app.asgi_client.post("/v1/documents/convert", json=body))[1], param)

@@ -76,14 +76,17 @@ async def test_filters_and_clearing():
     await call(app, "post", "/v1/chat/completions", json=chat_body(), headers=auth)
     await call(app, "post", "/v1/chat/completions", json={**chat_body(), "model": "nope"},
                headers=auth)
+    admin = {"authorization": "Bearer k"}
     await call(app, "post", "/v1/memory/tier", json={"model": "chat", "target_tier": "tier9"},
-               headers={"authorization": "Bearer k"})
+               headers=admin)
 
-    async def q(query):
-        return await call(app, "get", "/v1/logs" + query, headers=auth)
+    async def q(query):                 # the admin reads every key's records
+        return await call(app, "get", "/v1/logs" + query, headers=admin)
 
     everything = (await q("")).json["records"]
     assert [r["status"] for r in everything] == [400, 404, 200]          # newest first
+    own = (await call(app, "get", "/v1/logs", headers=auth)).json["records"]
+    assert [r["status"] for r in own] == [404, 200]     # a user key reads its own only
     assert [r["status"] for r in (await q("?status=ok")).json["records"]] == [200]
     assert [r["status"] for r in (await q("?status=4xx")).json["records"]] == [400, 404]
     assert (await q("?status=5xx")).json["records"] == []
@@ -99,7 +102,8 @@ async def test_filters_and_clearing():
     for bad in ("?status=teapot", "?limit=0", "?limit=x"):
         resp = await q(bad)
         assert resp.status == 400 and resp.json["error"]["type"] == "invalid_request_error"
-    assert (await call(app, "delete", "/v1/logs", headers=auth)).json == {"cleared": True}
+    assert (await call(app, "delete", "/v1/logs", headers=auth)).status == 403   # admin only
+    assert (await call(app, "delete", "/v1/logs", headers=admin)).json == {"cleared": True}
     assert (await q("")).json["stored"] == 0
 
 
