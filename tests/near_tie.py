@@ -18,3 +18,26 @@ def assert_same_or_a_near_tie(a, b) -> None:
     # Alike as far as both go: one may only have ended first (its end token carries no
     # logprob to compare).
     assert a.text.startswith(b.text) or b.text.startswith(a.text)
+
+
+#: Two logprobs of one token from the same distribution differ by rounding only: under this.
+SAME_DISTRIBUTION = 0.05
+
+
+def assert_same_draws_or_a_moved_draw(a, b) -> None:
+    """Two seeded samples of one request: token for token alike, or parting first where both
+    drew from the same distribution (each answer's top logprobs there agree within
+    `SAME_DISTRIBUTION`): a batch shape's rounding moved a draw that landed at a boundary
+    between two tokens, which no machine rules out. Parting where the distributions differ
+    (a draft kept that the target would not have drawn, a sampler fed out of order) fails."""
+    for i, (x, y) in enumerate(zip(a.logprobs, b.logprobs, strict=False)):
+        if x.token != y.token:
+            ours = {t: lp for t, _, lp in x.top}
+            theirs = {t: lp for t, _, lp in y.top}
+            shared = ours.keys() & theirs.keys()
+            assert shared, f"parted at token {i} with no likely token in common"
+            worst = max(abs(ours[t] - theirs[t]) for t in shared)
+            assert worst < SAME_DISTRIBUTION, f"parted at token {i}: distributions differ " \
+                                              f"by {worst}"
+            return
+    assert a.text.startswith(b.text) or b.text.startswith(a.text)

@@ -9,7 +9,7 @@ telemetry says so; and the answers equal the same engine's with speculation off 
 same threads), greedy and seeded-sampled alike, because verification keeps only the target's
 own picks, drawn with the job's own sampler (greedy parts only at a near-tie, which another
 batch shape may tip; the noise weights' greedy answer is one token repeated, the seeded
-sampled one varies, so its equality is the stronger check). A GGUF without
+sampled one varies, so its comparison is the stronger check). A GGUF without
 nextn layers configured with "mtp" is refused with an error naming them: at load
 (``MtpUnavailable``, a 503) and at config time (the pool's problem for the model).
 """
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from near_tie import assert_same_or_a_near_tie
+from near_tie import assert_same_draws_or_a_moved_draw, assert_same_or_a_near_tie
 from tiny_qwen35 import write_tiny_qwen35
 from hypnos.engines.errors import MtpUnavailable
 from hypnos.engines.llama.engine import LlamaChatEngine
@@ -61,11 +61,11 @@ def both(eng, messages):
 
 def assert_the_targets(pair, want) -> None:
     """``pair`` (greedy, sampled) is what speculation off gave (``want``): greedy token for
-    token but at a near-tie the batch shape may move; the seeded sample exactly (one draw per
-    kept token from the same distributions: a shape's rounding moves a draw only when it
-    lands within that rounding of a boundary)."""
+    token but at a near-tie the batch shape may move; the seeded sample draw for draw, but
+    where a shape's rounding moved a draw that landed at a boundary (the noise weights'
+    flat distributions put draws near boundaries often enough to see it on some CPUs)."""
     assert_same_or_a_near_tie(want[0], pair[0])
-    assert pair[1].text == want[1].text
+    assert_same_draws_or_a_moved_draw(want[1], pair[1])
 
 
 @pytest.fixture(scope="module")
