@@ -233,7 +233,7 @@ class ChatBody(Sampling):
     # document states that shape.
     functions: Annotated[list[Annotated[dict[str, Any], WithJsonSchema(
         FunctionSpec.model_json_schema())]], Says("'functions' must be an array")] | None = None
-    function_call: str | Annotated[dict[str, Any], WithJsonSchema({
+    function_call: Literal["auto", "none", "required"] | Annotated[dict[str, Any], WithJsonSchema({
         "type": "object", "required": ["name"],
         "properties": {"name": {"type": "string"}}})] | None = None
     logprobs: Annotated[bool, Says("'logprobs' must be a boolean")] | None = None

@@ -261,9 +261,7 @@ def _image_parts(images: list[str] | None) -> list[dict]:
 
 
 def _chat_message(m: OllamaMessage, i: int) -> dict:
-    if m.role not in ("system", "user", "assistant", "tool"):
-        raise InvalidRequest(f"'messages[{i}].role' is {m.role!r}: system, user, assistant "
-                             "or tool", param="messages")
+    """Message ``i`` as a chat message (its role was checked by the wire model)."""
     content: Any = m.content or ""
     if m.images:
         content = [{"type": "text", "text": m.content or ""}, *_image_parts(m.images)]
