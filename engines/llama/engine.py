@@ -57,6 +57,9 @@ class LlamaChatEngine(SessionsMixin):
     ``spec.threads`` defaults to every CPU this process may use; ``spec.gpu_layers`` is
     passed on (ignored by a CPU build); ``cpu_expert_layers`` is not supported by these
     bindings (tensor buffer overrides are unexposed) and is ignored.
+    ``spec.options["swa_full"]`` (default True, llama.cpp's): a sliding-window model's window
+    cache holds the whole context; False makes it window-sized, and its slots then keep
+    context checkpoints as a hybrid model's do (``checkpoints``).
     """
 
     kind = "ggml_llama"

@@ -224,3 +224,26 @@ def test_gemma3_reuses_a_prefix_longer_than_its_window_after_parting():
         check_reuse(engine, spec, request(prompt=second), parting - 1)
     finally:
         engine.unload()
+
+
+def test_a_rebuilt_context_keeps_a_hybrid_slots_checkpoints(qwen35):
+    """A context rebuilt larger (park, load, restore) carries the slot's checkpoints with
+    its KV: turn 2 after the rebuild still restores one instead of reading everything."""
+    import dataclasses
+    spec = spec_for(qwen35)
+    engine = LlamaChatEngine()
+    engine.load(spec)
+    try:
+        first, _ = ask(engine, request(PICNIC))
+        turn2 = PICNIC + [{"role": "assistant", "content": first.text or "Sourdough."},
+                          {"role": "user", "content": "And which cake for a birthday?"}]
+        least = best_checkpoint(held_slot(engine), engine.render_prompt(turn2))
+        parked = engine.park()
+        engine.load(dataclasses.replace(spec, context_len=2 * spec.context_len))
+        engine.restore(parked)
+        assert [c.n_tokens for c in held_slot(engine).checkpoints]
+        kept, evaluated = ask(engine, request(turn2))
+        assert kept.cached_tokens >= least > 0
+        assert evaluated <= kept.prompt_tokens - kept.cached_tokens + kept.completion_tokens
+    finally:
+        engine.unload()
