@@ -153,9 +153,9 @@ def park_slots(ll, ctx, loop, parked: ParkedKV) -> None:
 
 def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
     """Write each parked slot back into the same sequence, of the partition it was parked
-    with, with its context checkpoints; returns the tokens restored. A slot this context lacks, one that no longer fits
-    a slot (a smaller rebuild) and one llama.cpp refuses are left empty (their
-    conversations prefill again)."""
+    with, with its context checkpoints; returns the tokens restored. A slot this context
+    lacks, one that no longer fits a slot (a smaller rebuild) and one llama.cpp refuses are
+    left empty (their conversations prefill again)."""
     restored = 0
     for entry in parked.entries:
         if entry.seq_id >= len(loop.slots) or len(entry.tokens) >= loop.n_ctx_seq:
