@@ -72,6 +72,17 @@ class GgufMeta:
     #: of ``num_layers``, which a plain decode skips; > 0 is what ``speculative = "mtp"``
     #: needs (``has_mtp_heads``).
     nextn_layers: int = 0
+    #: Blocks with recurrent state (``ssm_*`` tensors: Mamba, Gated DeltaNet), and the
+    #: bytes of one sequence's state in each (`recurrent_state_bytes`).
+    recurrent_layers: int = 0
+    recurrent_layer_state_bytes: int = 0
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """One context checkpoint of one slot (``engines.llama.checkpoints``): the recurrent
+        layers' state; 0 for a model without recurrent layers (a sliding-window model's
+        window cache is full-sized here, so it takes none)."""
+        return self.recurrent_layers * self.recurrent_layer_state_bytes
 
     @property
     def has_mtp_heads(self) -> bool:
@@ -144,6 +155,7 @@ class GgufMeta:
             max_context_len=self.context_length,
             gpu_capable=True,
             draft=draft,
+            checkpoint_bytes=self.checkpoint_bytes,
         )
 
 
@@ -307,7 +319,32 @@ def _build_meta(path: Path, size: int, kv: dict, tensors: list[tuple[str, int]])
         non_layer_bytes=non_layer, layer_bytes=tuple(layer_bytes), expert_bytes=experts,
         expert_layer_bytes=tuple(expert_layer), kv_heads_per_layer=kv_per_layer,
         nextn_layers=num("nextn_predict_layers"),
+        recurrent_layers=_recurrent_layers(tensors),
+        recurrent_layer_state_bytes=recurrent_state_bytes(
+            num("ssm.conv_kernel"), num("ssm.inner_size"), num("ssm.state_size"),
+            num("ssm.group_count")),
     )
+
+
+def recurrent_state_bytes(conv_kernel: int, inner: int, state: int, groups: int) -> int:
+    """One sequence's state in one recurrent block, as llama.cpp keeps it (f32): the
+    convolution's last ``conv_kernel - 1`` inputs over its ``inner + 2 x groups x state``
+    channels (x, B and C; a Gated DeltaNet's v, k and q) and the ``state x inner`` SSM state
+    (a DeltaNet's key-by-value matrix per head)."""
+    if inner <= 0 or state <= 0:
+        return 0
+    conv = max(conv_kernel - 1, 0) * (inner + 2 * groups * state)
+    return 4 * (conv + state * inner)
+
+
+def _recurrent_layers(tensors: list[tuple[str, int]]) -> int:
+    """Blocks carrying ``ssm_*`` tensors (their state is recurrent)."""
+    blocks = set()
+    for name, _ in tensors:
+        match = _LAYER_RE.match(name)
+        if match is not None and ".ssm_" in name:
+            blocks.add(match.group(1))
+    return len(blocks)
 
 
 def _tensor_sums(tensors: list[tuple[str, int]], layers: int):

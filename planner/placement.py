@@ -6,7 +6,9 @@ Conventions (see also the spec's LayerPlacementPlan):
 
 - Everything fixed is booked in tier 1: non-layer weights (embeddings, output head), the
   projector, the compute workspace and the whole KV cache (llama.cpp keeps the KV of CPU
-  layers in host memory, so booking all of it in VRAM errs on the safe side).
+  layers in host memory, so booking all of it in VRAM errs on the safe side), with the
+  slots' context checkpoints (`ModelShape.checkpoints_booked`; host copies, booked with the
+  KV on the same safe side).
 - Layers left off the GPU are ``pinned_ram_layers``; ``ssd_layers`` is always 0: llama.cpp
   mmaps the weights file, so a layer is either in VRAM or in host memory while running.
 - ``cpu_expert_layers`` counts layers on the GPU whose Mixture-of-Experts expert tensors run
@@ -85,7 +87,7 @@ def place(req: PlacementRequest) -> Placement | NoFit:
     smallest tier-1 free memory with which the model would have been placed.
     """
     ctx = allocated_context(req)
-    kv = req.shape.kv_bytes_per_token * ctx
+    kv = req.shape.kv_bytes_per_token * ctx + req.shape.checkpoints_booked(req.slots)
     if not req.shape.gpu_capable and req.discrete_gpu:
         return with_draft(_place_on_host(req, ctx, kv), req.shape, ctx, in_tier1=False)
     if req.shape.num_layers <= 0 or not req.shape.gpu_capable:

@@ -12,6 +12,9 @@ from hypnos.planner.context import FALLBACK_CONTEXT
 
 GIB = 1024**3
 MIB = 1024**2
+#: Context checkpoints one llama.cpp slot keeps at most (``engines.llama.checkpoints``): what
+#: ``ModelShape.checkpoint_bytes`` is booked for, per slot.
+CHECKPOINTS_PER_SLOT = 8
 
 
 class Tier(StrEnum):
@@ -125,6 +128,9 @@ class ModelShape:
     ``kv_bytes_per_token`` covers every layer (K and V, f16). A model with num_layers == 0
     (whisper, ONNX, docling, ...) is placed whole: weights_bytes + workspace_bytes.
     ``draft``: the speculative drafter placed with it (its weights and its own KV), if any.
+    ``checkpoint_bytes``: one context checkpoint of one slot (llama.cpp's partial sequence
+    state: recurrent layers' state, sliding-window cells; 0 for a model that takes none),
+    booked with the KV for ``CHECKPOINTS_PER_SLOT`` per slot (`checkpoints_booked`).
     """
 
     weights_bytes: int
@@ -138,10 +144,15 @@ class ModelShape:
     max_context_len: int = 0
     gpu_capable: bool = True
     draft: DraftShape | None = None
+    checkpoint_bytes: int = 0
 
     @property
     def expert_bytes(self) -> int:
         return self.expert_bytes_per_layer * self.num_layers
+
+    def checkpoints_booked(self, slots: int) -> int:
+        """The bytes ``slots`` slots' context checkpoints take at most."""
+        return max(1, slots) * CHECKPOINTS_PER_SLOT * self.checkpoint_bytes
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hypnos.engines.llama.checkpoints import Trimming
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import SpeculativeSteps
@@ -41,12 +42,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, SpeculativeSteps):
+class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
     ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
     ``drafts`` (a ``DraftModel`` or ``MtpDrafter``: ``rollback(seq_id, keep)``, or None) keeps
     rows of its own per slot; they are emptied when the slot passes to another partition.
+    ``swa_full``: the context's sliding-window cache is full-sized (llama.cpp's default);
+    else a sliding-window model takes context checkpoints (``checkpoints``), as a recurrent
+    or hybrid one always does.
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
@@ -54,7 +58,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
     """
 
     def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None,
-                 drafts=None):
+                 drafts=None, swa_full: bool = True):
         self.ll = ll
         self.ctx = ctx
         self.vocab = vocab
@@ -72,6 +76,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         self.evaluated = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._init_speculative(observer)
+        self._init_checkpoints(swa_full)
         self.drafts = drafts
         self._piece_buf = ctypes.create_string_buffer(256)
         # Per token, once: its bytes (both renderings) and whether it ends an answer.
@@ -194,6 +199,8 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
             job = slot.job
             slot.tokens.extend(job.pending[:n_taken])
             del job.pending[:n_taken]
+            if job.checkpoint_at:
+                self._checkpoint_due(slot)
             job.concurrent = max(job.concurrent, len(entries))
             if draft:
                 self._verify(slot, logits_at, draft, step_s)
@@ -208,18 +215,17 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
 
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix (none of another partition's: the
-        slot's KV is then cleared) and set up the job's sampler. The slot's KV is the job's
-        partition's from here on."""
+        slot's KV is then cleared; on a recurrent or sliding-window model, the latest
+        checkpoint within it: ``_trim``), plan the prefill's checkpoints and set up the
+        job's sampler. The slot's KV is the job's partition's from here on."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
         self.claim(slot, job.partition)
         if job.prefill is not None:
             self._start_prefilled(slot)
             return
-        if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
-            self.forget(slot)                    # partial removal refused (recurrent)
-            keep = 0
-        del slot.tokens[keep:]
+        keep = self._trim(slot, keep)
+        self._plan_checkpoints(slot, job)
         job.cached = keep
         job.pending = list(job.prompt[keep:])
         job.started = True
@@ -336,17 +342,28 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         return buf.raw[:n]
 
     def claim(self, slot: Slot, partition: str) -> None:
-        """The slot's KV holds ``partition``'s tokens from now on. When it held another's, a
-        model drafter's own rows of the slot go too (they would serve a prefix of the old
-        text)."""
-        if slot.partition != partition and self.drafts is not None:
-            self.drafts.rollback(slot.seq_id, 0)
+        """The slot's KV holds ``partition``'s tokens from now on. When it held another's, its
+        checkpoints and a model drafter's own rows of the slot go too (they would serve a
+        prefix of the old text)."""
+        if slot.partition != partition:
+            slot.checkpoints.clear()
+            if self.drafts is not None:
+                self.drafts.rollback(slot.seq_id, 0)
         slot.partition = partition
 
     def forget(self, slot: Slot) -> None:
-        """Drop the slot's whole KV sequence (after a failure its content is unknown)."""
+        """Drop the slot's whole KV sequence and its checkpoints (after a failure its
+        content is unknown)."""
         self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.tokens.clear()
+        slot.checkpoints.clear()
+
+    def kv_replaced(self, slot: Slot) -> None:
+        """The slot's KV was written from outside (a parked slot restored, a session
+        imported, a cached prefix loaded): its checkpoints describe the old text and go (a
+        caller that has the new text's sets ``slot.checkpoints`` after this call)."""
+        slot.checkpoints.clear()
+        super().kv_replaced(slot)
 
     def _finish(self, slot: Slot, reason: str | None = None, error: str | None = None) -> None:
         """Free the slot at once (the next waiting job gets it) and tell the caller."""

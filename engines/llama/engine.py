@@ -57,6 +57,9 @@ class LlamaChatEngine(SessionsMixin):
     ``spec.threads`` defaults to every CPU this process may use; ``spec.gpu_layers`` is
     passed on (ignored by a CPU build); ``cpu_expert_layers`` is not supported by these
     bindings (tensor buffer overrides are unexposed) and is ignored.
+    ``spec.options["swa_full"]`` (default True, llama.cpp's): a sliding-window model's window
+    cache holds the whole context; False makes it window-sized, and its slots then keep
+    context checkpoints as a hybrid model's do (``checkpoints``).
     """
 
     kind = "ggml_llama"
@@ -96,6 +99,7 @@ class LlamaChatEngine(SessionsMixin):
         self.split_layers: dict[str, int] = {}
         self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
         self._draft = None                     # its draft model (``DraftModel``), if any
+        self._swa_full = True                  # the context's window cache is full-sized
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,7 +157,8 @@ class LlamaChatEngine(SessionsMixin):
                     ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
                     spec.threads or len(os.sched_getaffinity(0)), ctx=self._ctx)
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch,
-                                        observer=self._spec.observer, drafts=self._draft)
+                                        observer=self._spec.observer, drafts=self._draft,
+                                        swa_full=self._swa_full)
             except BaseException:
                 self._free_locked()
                 raise
@@ -212,6 +217,10 @@ class LlamaChatEngine(SessionsMixin):
         params.kv_unified = False              # each slot owns context_len / slots cells
         params.no_perf = True
         params.n_rs_seq = rs_snapshots(spec)   # a hybrid target rolls drafts back
+        # A full-sized sliding-window cache (llama.cpp's default) never loses a window; off
+        # (``options["swa_full"] = False``) it is smaller and prefix reuse needs checkpoints.
+        params.swa_full = bool(spec.options.get("swa_full", True))
+        self._swa_full = params.swa_full
         ctx = ll.llama_init_from_model(self._model, params)
         if not ctx:
             raise EngineError(f"{spec.model_id}: llama.cpp could not build a context of "

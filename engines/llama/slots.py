@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.errors import SessionCapacity
+from hypnos.engines.llama.checkpoints import Checkpoint
 from hypnos.engines.llama.sampling import Sampling, ThinkBudget
 from hypnos.engines.llama.speculative import Drafter, SpecStats
 from hypnos.engines.records import ChoiceGroup
@@ -61,6 +62,12 @@ class Job:
     spec: SpecStats | None = None
     #: Whose cached prefixes it may reuse (``ChatRequest.partition``).
     partition: str = ""
+    #: Token counts where a prefix the caller wants kept ends (the system prompt and tools,
+    #: a ``cache_control`` mark): checkpointed while prefilling on a model that needs
+    #: checkpoints (``checkpoints``). Empty: the defaults only (the tail, every N tokens).
+    boundaries: list[int] = field(default_factory=list)
+    #: Token counts still to checkpoint in this prefill, ascending (set by ``_start``).
+    checkpoint_at: list[int] = field(default_factory=list)
 
 
 #: How long the members of a choice group already submitted wait for the missing ones
@@ -72,6 +79,9 @@ GROUP_WAIT_S = 0.5
 class Slot:
     seq_id: int
     tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
+    #: Partial states after some prefixes of ``tokens`` (ascending ``n_tokens``, at most
+    #: ``CHECKPOINTS_PER_SLOT``), on a model whose KV cannot simply be cut back.
+    checkpoints: list[Checkpoint] = field(default_factory=list)
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot

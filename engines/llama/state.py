@@ -82,6 +82,7 @@ class ParkedSlot:
     tokens: list[int]
     state: bytearray
     partition: str = ""         # whose tokens they are (``Slot.partition``), restored with them
+    checkpoints: list = field(default_factory=list)   # the slot's ``Checkpoint``s, likewise
 
 
 @dataclass
@@ -147,14 +148,14 @@ def park_slots(ll, ctx, loop, parked: ParkedKV) -> None:
         if slot.tokens:
             state = read_seq(ll, ctx, slot.seq_id)
             parked.entries.append(ParkedSlot(slot.seq_id, list(slot.tokens), state,
-                                             slot.partition))
+                                             slot.partition, list(slot.checkpoints)))
 
 
 def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
     """Write each parked slot back into the same sequence, of the partition it was parked
-    with; returns the tokens restored. A slot this context lacks, one that no longer fits
-    a slot (a smaller rebuild) and one llama.cpp refuses are left empty (their
-    conversations prefill again)."""
+    with, with its context checkpoints; returns the tokens restored. A slot this context
+    lacks, one that no longer fits a slot (a smaller rebuild) and one llama.cpp refuses are
+    left empty (their conversations prefill again)."""
     restored = 0
     for entry in parked.entries:
         if entry.seq_id >= len(loop.slots) or len(entry.tokens) >= loop.n_ctx_seq:
@@ -166,6 +167,7 @@ def restore_slots(ll, ctx, loop, parked: ParkedKV) -> int:
             slot.tokens[:] = entry.tokens
             slot.partition = entry.partition
             loop.kv_replaced(slot)
+            slot.checkpoints[:] = entry.checkpoints
             restored += len(entry.tokens)
         else:
             loop.forget(slot)

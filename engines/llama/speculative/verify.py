@@ -60,7 +60,8 @@ def batch_request(drafter, k: int) -> tuple[BatchDrafter, int, int] | None:
 
 class SpeculativeSteps:
     """Mixed into ``DecodeLoop``, which provides ``ll``, ``ctx``, ``mem``, ``batch``,
-    ``n_batch``, ``n_ctx_seq``, ``forget``, ``_on_token``, ``_sample`` and ``_logprob``, and
+    ``n_batch``, ``n_ctx_seq``, ``forget``, ``_on_token``, ``_sample``, ``_logprob`` and
+    ``_prefill_room`` (a prefill's batch ends where a checkpoint is due), and
     calls ``_settle_held`` first thing in ``_finish``. Decode thread only."""
 
     _held: Held | None = None
@@ -99,7 +100,7 @@ class SpeculativeSteps:
         entries = []
         for slot in order:
             pending = slot.job.pending
-            take = min(len(pending), budget - n)
+            take = min(len(pending), budget - n, self._prefill_room(slot))
             if take <= 0:
                 continue
             draft = drafts.get(slot.seq_id, []) if take == 1 else []
