@@ -1,9 +1,9 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items,
 POST /v1/responses/input_tokens:
 OpenAI's Responses API (Codex CLI, the Agents SDK, ``client.responses``) on every chat model of
-the pool. The body is translated into a chat request (`wire.responses`), runs under the chat
-path's one lease, and is rendered back as output items, or streamed as the Responses event
-sequence (`wire.responses_out`). Errors take OpenAI's envelope.
+the pool. The body is translated into a chat request (`wire.responses`), runs as the one chat
+turn (`inference.turn`), and is rendered back as output items, or streamed as the Responses
+event sequence (`wire.responses_out`). Errors take OpenAI's envelope.
 
 A stored response (``store`` true, the default) keeps its turn in the app's `ResponseStore`
 (SQLite: it survives a restart); ``previous_response_id`` continues it (404 when unknown),
@@ -23,22 +23,23 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
+from hypnos.engines.records import ChatRequest
 from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
+from hypnos.service.http.sink import http_turn
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.stored_responses import (MAX_DEPTH, SESSION_PREFIX, MissingTurn,
                                                        StoredResponse, session_plan)
-from hypnos.service.inference.text import (record, run_choices, stream_choices,
-                                           text_telemetry)
+from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
                                            parse_body)
 from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
-from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
-                                               output_items, response_object, usage)
+from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
+                                               response_object, usage)
 from hypnos.service.wire.sessions import owned_session, session_key
 from hypnos.service.state import state_of
 
@@ -147,51 +148,18 @@ class Turn:
 async def create(request: Request):
     turn = Turn(request, json_body(request))
     params = turn.params
-    async with chat_lease(request, params) as call:
+
+    async def bound(call: LeasedCall) -> ChatRequest:
+        """The request, under the conversation's session when it has one to keep."""
         params.request.session_key = turn.session or (
             await _bind_conversation(request, call, turn.conversation)
             if turn.stored or turn.prev is not None else None)
-        if params.stream:
-            return await _stream(request, turn, call)
-        (result,) = await run_choices(call, [params.request])
-        record(request, call, [result])
-        items = output_items(result, turn.parallel)
-        out = turn.render("completed", items, result)
-        out["hypnos_telemetry"] = text_telemetry(call, [result])
-        turn.keep(request, out, items)
-        return json_response(out, headers=call.wait_headers())
+        return params.request
 
-
-async def _stream(request: Request, turn: Turn, call):
-    response = await request.respond(content_type="text/event-stream",
-                                     headers={"cache-control": "no-cache",
-                                              **call.wait_headers()})
-    events = EventStream(response.send, turn.parallel)
-    start = turn.render("in_progress", [])
-    await events.lifecycle("response.created", start)
-    await events.lifecycle("response.in_progress", start)
-
-    async def send_delta(_index: int, d) -> None:
-        await events.feed(d)
-
-    try:
-        (result,) = await stream_choices(call, [turn.params.request], send_delta,
-                                         lambda: response.send(": keep-alive\n\n"))
-    except errors.HypnosError as exc:
-        failed = turn.render("failed", events.items)
-        failed["error"] = {"code": exc.type, "message": exc.message}
-        await events.lifecycle("response.failed", failed)
-        await response.eof()
-        return None
-    record(request, call, [result])
-    items = await events.finish()
-    final = turn.render("completed", items, result)
-    final["hypnos_telemetry"] = text_telemetry(call, [result])
-    turn.keep(request, final, items)
-    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    await events.lifecycle(kind, final)
-    await response.eof()
-    return None
+    codec = ResponsesCodec(turn.render, turn.parallel,
+                           lambda response, items: turn.keep(request, response, items))
+    return await http_turn(request, chat_lease(request, params), bound, codec,
+                           stream=params.stream)
 
 
 @bp.post("/v1/responses/input_tokens")
