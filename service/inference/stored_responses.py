@@ -218,6 +218,12 @@ class ResponseStore:
                 (response_id, self._alive_after())).fetchone()
         return _row(row) if row is not None else None
 
+    def visible(self, response_id: str, owns: Callable[[str], bool]) -> StoredResponse | None:
+        """The stored response if ``owns(its owner)`` (the request's key may see it); None
+        otherwise, exactly as for an id never stored."""
+        item = self.get(response_id)
+        return item if item is not None and owns(item.owner) else None
+
     def delete(self, response_id: str) -> bool:
         """Drop one stored response (its descendants stay, but can no longer be continued)."""
         with self._lock:

@@ -1,8 +1,8 @@
 """Ollama's API (Open WebUI, Continue, editor plugins, LangChain's ChatOllama) on the pool:
-/api/chat and /api/generate (NDJSON streaming by default), /api/embed and /api/embeddings,
-/api/tags, /api/show, /api/ps and /api/version.
-Each inference route takes the same lease as its /v1 twin (`wire.ollama` translates); errors
-on /api/* take Ollama's envelope, ``{"error": "..."}``.
+/api/chat and /api/generate (NDJSON streaming by default), /api/embed and /api/embeddings
+(the pool's: `ollama_models`, `ollama_pool`). Each inference route takes the same lease as its
+/v1 twin (`wire.ollama` translates, `wire.ollama_out` renders, `inference.turn` runs the
+turn); errors on /api/* take Ollama's envelope, ``{"error": "..."}``.
 
 ``keep_alive`` drives the tiers once the answer is out (`KeepAlive`, in the background: the
 answer never waits for it): ``0`` demotes the model to tier 2 as soon as no other request
@@ -30,17 +30,15 @@ from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.inference.text import check_text_model
 from hypnos.service.inference.turn import RequestFor
 from hypnos.service.observe.record import record_of
-from hypnos.service.scheduling.accel import model_device
 from hypnos.service.state import state_of
-from hypnos.service.wire.chat import Sampling, parse_chat, parse_sampling
+from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import (ChatBody, EmbedBody, EmbeddingsBody, GenerateBody,
-                                        ModelBody, chat_body, format_grammar,
-                                        generate_chat_body, keep_alive_secs, parse_generate)
+                                        chat_body, generate_chat_body, keep_alive_secs,
+                                        parse_generate, raw_request)
 from hypnos.service.wire.ollama_out import NDJSON, OllamaCodec, now
 
 bp = Blueprint("ollama")
-VERSION = "0.12.0"          # the Ollama API version whose shapes these routes follow
 
 
 def _keep_alive(request: Request, model: str, secs: float | None) -> Callable[[], None]:
@@ -79,7 +77,7 @@ async def generate(request: Request):
         await _load_or_unload(request, wire.model, keep)
         return json_response({"model": wire.model, "created_at": now(), "response": "",
                               "done": True, "done_reason": "unload" if keep == 0 else "load"})
-    raw = _raw_request(wire, st.config.limits)
+    raw = raw_request(wire, st.config.limits)
     lease: AbstractAsyncContextManager[LeasedCall]
     chosen: RequestFor = raw
     if wire.raw:
@@ -106,15 +104,6 @@ async def _load_or_unload(request: Request, model: str, keep: float | None) -> N
     timers.after_request(model, keep)
     if keep == 0:
         await timers.settled(model)
-
-
-def _raw_request(wire: GenerateBody, limits) -> ChatRequest:
-    """``/api/generate``'s prompt as it is (no template, no ``system``), ``format`` as its
-    grammar."""
-    sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
-                                   if k in Sampling.model_fields})
-    return ChatRequest(messages=[], prompt=wire.prompt, grammar=format_grammar(wire.format),
-                       **parse_sampling(sampling, limits))
 
 
 # ------------------------------------------------------------------ embeddings
@@ -151,73 +140,3 @@ async def _vectors(request: Request, wire: EmbedBody | EmbeddingsBody
         result = await call.run(call.embedder.embed, texts)
     record_of(request).embedding(result)
     return result.vectors, result.prompt_tokens
-
-
-# ------------------------------------------------------------------ the pool
-
-def _details(st) -> dict:
-    arch = st.cfg.arch
-    family = getattr(arch, "architecture", None) or st.cfg.engine
-    return {"parent_model": "", "format": "gguf" if st.cfg.engine == "ggml_llama" else
-            st.cfg.engine, "family": family, "families": [family],
-            "parameter_size": "", "quantization_level": st.cfg.quant or ""}
-
-
-def _listed(st) -> dict:
-    return {"name": st.id, "model": st.id, "size": st.weight_bytes, "digest": "",
-            "modified_at": now(), "details": _details(st)}
-
-
-def _served(sched) -> list:
-    """The pool's chat and embedding models (what Ollama's clients can use)."""
-    return [st for st in sched.models.values() if st.enabled and set(
-        st.cfg.all_modalities) & {"text_generation", "vision", "embeddings"}]
-
-
-@bp.get("/api/tags")
-@endpoint("Ollama tags: the pool's chat and embedding models", ok=json_object("models"))
-async def tags(request: Request):
-    return json_response({"models": [_listed(st) for st in _served(state_of(request).scheduler)]})
-
-
-@bp.get("/api/ps")
-@endpoint("Ollama ps: the models in tier 1, with the VRAM booked for them (0 on the CPU)",
-          ok=json_object("models"))
-async def ps(request: Request):
-    sched = state_of(request).scheduler
-    timers = state_of(request).keep_alive
-    out = []
-    for st in _served(sched):
-        if st.tier is not Tier.GPU:
-            continue
-        placement = sched.placement_of(st)
-        on_gpu = model_device(st, placement) not in ("cpu", None)
-        out.append({**_listed(st), "expires_at": timers.expires_at(st.id),
-                    "size_vram": placement.booked_tier1_bytes if on_gpu else 0,
-                    "context_length": sched.context_window(st)})
-    return json_response({"models": out})
-
-
-@bp.post("/api/show")
-@endpoint("Ollama show: a model's details and capabilities", body=ModelBody,
-          ok=json_object("details", "capabilities"), errors=(404,))
-async def show(request: Request):
-    wire = validate(ModelBody, json_body(request))
-    st = state_of(request).scheduler.get(wire.id)
-    mods = set(st.cfg.all_modalities)
-    caps = (["completion"] if mods & {"text_generation", "vision"} else []) + (
-        ["embedding"] if "embeddings" in mods else []) + (
-        ["vision"] if "vision" in mods else []) + (
-        ["tools"] if "text_generation" in mods and st.cfg.tool_format != "none" else [])
-    return json_response({"modelfile": "", "parameters": "", "template": "",
-                          "details": _details(st), "capabilities": caps,
-                          "model_info": {"general.architecture": _details(st)["family"],
-                                         "context_length": state_of(request).scheduler
-                                         .context_window(st)}})
-
-
-@bp.get("/api/version")
-@endpoint("The Ollama API version these routes follow", ok=json_object("version"))
-async def version(request: Request):
-    return json_response({"version": VERSION})
-

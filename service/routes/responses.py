@@ -1,9 +1,9 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items,
-POST /v1/responses/input_tokens:
-OpenAI's Responses API (Codex CLI, the Agents SDK, ``client.responses``) on every chat model of
-the pool. The body is translated into a chat request (`wire.responses`), runs as the one chat
-turn (`inference.turn`), and is rendered back as output items, or streamed as the Responses
-event sequence (`wire.responses_out`). Errors take OpenAI's envelope.
+"""POST /v1/responses and POST /v1/responses/input_tokens (the stored responses' routes are
+`responses_stored`'s): OpenAI's Responses API (Codex CLI, the Agents SDK,
+``client.responses``) on every chat model of the pool. The body is translated into a chat
+request (`wire.responses`), runs as the one chat turn (`inference.turn`), and is rendered
+back as output items, or streamed as the Responses event sequence (`wire.responses_out`).
+Errors take OpenAI's envelope.
 
 A stored response (``store`` true, the default) keeps its turn in the app's `ResponseStore`
 (SQLite: it survives a restart); ``previous_response_id`` continues it (404 when unknown),
@@ -37,7 +37,7 @@ from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
                                            parse_body)
 from hypnos.service.wire.responses_in import chat_body, to_chat_body
-from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
+from hypnos.service.wire.responses_items import input_item_objects
 from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
                                                response_object, usage)
 from hypnos.service.wire.sessions import owned_session, session_key
@@ -48,20 +48,13 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
                        object={"const": "response"}, output={"type": "array"})
 
 
-def _owned(request: Request, response_id: str) -> StoredResponse | None:
-    """The stored response if this request's key may see it (its owner's, or the admin);
-    None otherwise, exactly as for an id never stored."""
-    item = state_of(request).responses.get(response_id)
-    return item if item is not None and record_of(request).owns(item.owner) else None
-
-
 def _previous(request: Request, response_id: str | None) -> tuple[StoredResponse | None,
                                                                    list[dict]]:
     """The response ``previous_response_id`` names and the conversation through it (chat
     messages); 404 when it is not this key's to see, or an earlier turn is gone."""
     if response_id is None:
         return None, []
-    item = _owned(request, response_id)
+    item = state_of(request).responses.visible(response_id, record_of(request).owns)
     if item is None:
         raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
                                    "(never stored, deleted, or dropped from the store)",
@@ -176,41 +169,3 @@ async def input_tokens(request: Request):
     count, headers = await prompt_tokens(request, params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
                          headers=headers)
-
-
-def _stored(request: Request, response_id: str) -> StoredResponse:
-    """The response, or a 404 that reads the same whether the id is unknown or another
-    key's."""
-    item = _owned(request, response_id)
-    if item is None:
-        raise errors.NotFoundError(f"No stored response with id {response_id!r}",
-                                   param="response_id", code="response_not_found")
-    return item
-
-
-@bp.get("/v1/responses/<response_id>")
-@endpoint("A stored response", ok=RESPONSE, errors=(401, 404))
-async def get_response(request: Request, response_id: str):
-    return json_response(_stored(request, response_id).response)
-
-
-@bp.delete("/v1/responses/<response_id>")
-@endpoint("Delete a stored response (a conversation continued from it can no longer be)",
-          ok=json_object("id", "object", "deleted"), errors=(401, 404))
-async def delete_response(request: Request, response_id: str):
-    _stored(request, response_id)
-    state_of(request).responses.delete(response_id)
-    return json_response({"id": response_id, "object": "response", "deleted": True})
-
-
-@bp.get("/v1/responses/<response_id>/input_items")
-@endpoint("A stored response's own input items, a page at a time (newest first unless "
-          "order is asc)", ok=json_object("object", "data", "first_id", "last_id", "has_more",
-                                          object={"const": "list"}, data={"type": "array"}),
-          errors=(401, 404), query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                                    "order": {"type": "string", "enum": ["asc", "desc"]},
-                                    "after": {"type": "string"}})
-async def input_items(request: Request, response_id: str):
-    limit, order, after = page_query(request.args)
-    item = _stored(request, response_id)
-    return json_response(item_page(item.input_items, limit, order, after))
