@@ -17,20 +17,17 @@ An answer the store refuses (over the byte bound) is still delivered, saying ``s
 with the reason in ``hypnos_warnings``."""
 from __future__ import annotations
 
-import asyncio
-
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
 from hypnos.engines.records import ChatRequest
-from hypnos.service.http import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.http.sink import http_turn
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
-from hypnos.service.inference.stored_responses import (MAX_DEPTH, SESSION_PREFIX, MissingTurn,
-                                                       StoredResponse, session_plan)
+from hypnos.service.inference.stored_responses import (StoredResponse, bind_conversation,
+                                                       previous_turn)
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.chat import parse_chat
@@ -40,7 +37,7 @@ from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects
 from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
                                                response_object, usage)
-from hypnos.service.wire.sessions import owned_session, session_key
+from hypnos.service.wire.sessions import session_key
 from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
@@ -48,52 +45,20 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
                        object={"const": "response"}, output={"type": "array"})
 
 
-def _previous(request: Request, response_id: str | None) -> tuple[StoredResponse | None,
-                                                                   list[dict]]:
-    """The response ``previous_response_id`` names and the conversation through it (chat
-    messages); 404 when it is not this key's to see, or an earlier turn is gone."""
-    if response_id is None:
-        return None, []
-    item = state_of(request).responses.visible(response_id, record_of(request).owns)
-    if item is None:
-        raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
-                                   "(never stored, deleted, or dropped from the store)",
-                                   param="previous_response_id",
-                                   code="previous_response_not_found")
-    if item.depth + 1 >= MAX_DEPTH:
-        raise errors.InvalidRequest(f"The conversation of {response_id!r} is {MAX_DEPTH} turns "
-                                    "long, the most a chain may hold; start a new one",
-                                    param="previous_response_id")
-    try:
-        return item, state_of(request).responses.conversation(item)
-    except MissingTurn as gone:
-        raise errors.NotFoundError(
-            f"Previous response {response_id!r} continues {gone.missing!r}, which is no "
-            "longer stored (deleted, expired, or dropped past the store's bounds), so its "
-            "conversation cannot be rebuilt; start a new one", param="previous_response_id",
-            code="previous_response_not_found") from None
-
-
-def _conversation_key(request: Request, conversation: str) -> str:
-    """The engine session key of a stored conversation, in the requesting key's namespace."""
-    return owned_session(record_of(request).owner, SESSION_PREFIX + conversation)
-
-
-async def _bind_conversation(request: Request, call, conversation: str) -> str | None:
-    """The stored conversation's session key on this engine, or None (`session_plan`)."""
+async def _bind_conversation(request: Request, call: LeasedCall, conversation: str
+                             ) -> str | None:
+    """The stored conversation's session key on the leased engine, or None (no sessions, or
+    `session_plan` binds nothing)."""
     cfg = call.model.cfg
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
         return None
-    engine, key = call.engine, _conversation_key(request, conversation)
-    recency = {owned_session(owner, SESSION_PREFIX + conv): rank
-               for (owner, conv), rank in state_of(request).responses.recency().items()}
+    return await bind_conversation(state_of(request).responses, call.sessions,
+                                   record_of(request).owner, conversation)
 
-    def plan() -> bool:
-        bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
-        for old in release:
-            engine.release_session(old)
-        return bind
-    return key if await asyncio.to_thread(plan) else None
+
+def _previous(request: Request, response_id: str | None
+              ) -> tuple[StoredResponse | None, list[dict]]:
+    return previous_turn(state_of(request).responses, record_of(request).owns, response_id)
 
 
 class Turn:
