@@ -9,7 +9,6 @@ from contextlib import AbstractAsyncContextManager
 
 from sanic import HTTPResponse, Request
 from sanic.response import json as json_response
-from sanic.response.types import ResponseStream
 
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.turn import FrameSink, RequestFor, TurnDeps, chat_turn
@@ -21,7 +20,7 @@ from hypnos.service.wire.codec import ChatCodec
 class ResponseSink(FrameSink):
     def __init__(self, request: Request):
         self.request = request
-        self.stream: HTTPResponse | ResponseStream | None = None
+        self.stream: HTTPResponse | None = None     # an open stream
         self.response: HTTPResponse | None = None   # the whole answer, for the handler
 
     async def open(self, media_type: str, headers: dict[str, str]) -> None:

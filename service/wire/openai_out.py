@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from typing import Any
 
 from hypnos.engines.records import ChatDelta, ChatResult, ToolCall
 from hypnos.service.http import errors
@@ -128,7 +129,7 @@ class ChatCompletionCodec:
             "usage": usage(end.results, end.window), **self._top_level(end.results),
             **seeds_fields(end.seeds), "hypnos_telemetry": end.telemetry}
 
-    def _chunk(self, index: int, delta: dict, finish: str | None = None, **extra) -> str:
+    def _chunk(self, index: int, delta: dict, finish: str | None = None, **extra: Any) -> str:
         return data_frame({**self.base, "choices": [
             {"index": index, "delta": delta, "finish_reason": finish, **extra}]})
 
@@ -140,8 +141,8 @@ class ChatCompletionCodec:
                 for i in range(max(len(seeds), 1))]
 
     def delta(self, index: int, d: ChatDelta) -> list[str]:
-        extra = ({"logprobs": {"content": [lp.to_wire() for lp in d.logprobs]}}
-                 if d.logprobs else {})
+        extra: dict[str, Any] = ({"logprobs": {"content": [lp.to_wire() for lp in d.logprobs]}}
+                                 if d.logprobs else {})
         if d.reasoning:
             return [self._chunk(index, {"reasoning_content": d.reasoning}, **extra)]
         if d.content:
