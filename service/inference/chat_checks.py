@@ -1,20 +1,26 @@
 """The chat lease every dialect takes (/v1/chat/completions, /v1/messages, /v1/responses,
-/api/chat): the model serves what the request needs (a tool format when tools are active,
+/api/chat, /api/generate), and the raw prompt's (/v1/completions, /api/generate raw): the
+model serves what the request needs (a tool format when tools are active,
 checked on its config before anything loads), the media parts fit the limits and are read,
 and the prompt is counted on the loaded tokenizer inside the lease."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from hypnos.engines.chat_format import MEDIA_PARTS
+from hypnos.engines.protocols import ChatEngine
+from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service.http import errors
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import chat_counter, check_text_model, text_lease
 from hypnos.service.media.fetch import part_bytes
+from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.wire.chat import ChatParams
 from hypnos.service.state import state_of
+
+Counter = Callable[[ChatEngine], int | None]
 
 
 def check_chat(request, params: ChatParams):
@@ -48,16 +54,55 @@ async def media_bytes(params: ChatParams, limits) -> list[bytes]:
     return out
 
 
+def has_template(engine: ChatEngine) -> bool:
+    """The loaded model renders chat turns: a llama engine says whether its GGUF (or its
+    config) carries a chat template; every other chat engine always renders them."""
+    return bool(getattr(engine, "has_template", True))
+
+
+def _templated(count: Counter | None) -> Counter | None:
+    """``count``, skipped on a model without a template (its prompt is then sent raw, and
+    the engine refuses one past the context itself)."""
+    if count is None:
+        return None
+    counting = count
+
+    def counted(engine: ChatEngine) -> int | None:
+        return counting(engine) if has_template(engine) else None
+    return counted
+
+
 @asynccontextmanager
-async def chat_lease(request, params: ChatParams) -> AsyncIterator[LeasedCall]:
+async def chat_lease(request, params: ChatParams, *,
+                     raw_without_template: bool = False) -> AsyncIterator[LeasedCall]:
     """The checked, leased chat call for ``params`` (``check_chat`` before the lease, the
-    media read, the prompt counted inside the lease)."""
+    media read, the prompt counted inside the lease). ``raw_without_template``: a model
+    without a chat template will get the prompt raw (/api/generate), so it is not counted
+    as a chat."""
     st = check_chat(request, params)
     if params.media:
         params.request.media = await media_bytes(params, state_of(request).config.limits)
     window = state_of(request).scheduler.context_window(st)
+    count = chat_counter(window, params)
     async with text_lease(request, params.model, params.estimated_ctx(),
-                          chat_counter(window, params)) as call:
+                          _templated(count) if raw_without_template else count) as call:
+        yield call
+
+
+def raw_estimate(prompt: str, max_tokens: int, window: int) -> int:
+    """The per-slot context a raw prompt (no template) needs, about 4 characters a token,
+    never above the model's window (a longer prompt is the engine's 422)."""
+    return min(request_context(tokens_from_chars(len(prompt)), max_tokens), window)
+
+
+@asynccontextmanager
+async def raw_lease(request, sched: Scheduler, model_id: str, prompt: str,
+                    max_tokens: int) -> AsyncIterator[LeasedCall]:
+    """The checked, leased call for a raw prompt (/v1/completions, /api/generate raw): a
+    text model, sized by `raw_estimate`."""
+    st = check_text_model(sched, model_id)
+    estimate = raw_estimate(prompt, max_tokens, sched.context_window(st))
+    async with text_lease(request, model_id, estimate) as call:
         yield call
 
 

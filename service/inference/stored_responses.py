@@ -21,6 +21,7 @@ first use and `close` shuts it (the app's stop); a later call opens it again.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -30,6 +31,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hypnos.engines.protocols import KVChatEngine
+from hypnos.service.http import errors
+from hypnos.service.wire.sessions import owned_session
 
 log = logging.getLogger("hypnos.responses")
 
@@ -218,6 +223,12 @@ class ResponseStore:
                 (response_id, self._alive_after())).fetchone()
         return _row(row) if row is not None else None
 
+    def visible(self, response_id: str, owns: Callable[[str], bool]) -> StoredResponse | None:
+        """The stored response if ``owns(its owner)`` (the request's key may see it); None
+        otherwise, exactly as for an id never stored."""
+        item = self.get(response_id)
+        return item if item is not None and owns(item.owner) else None
+
     def delete(self, response_id: str) -> bool:
         """Drop one stored response (its descendants stay, but can no longer be continued)."""
         with self._lock:
@@ -335,3 +346,47 @@ def is_conversation_key(key: str) -> bool:
     """Whether an engine session key is a stored conversation's: ``responses:<id>``, under
     an owner's namespace or not (`wire.sessions.owned_session`)."""
     return key.startswith(SESSION_PREFIX) or key.partition(":")[2].startswith(SESSION_PREFIX)
+
+
+def previous_turn(store: ResponseStore, owns: Callable[[str], bool], response_id: str | None
+                  ) -> tuple[StoredResponse | None, list[dict]]:
+    """The response ``previous_response_id`` names and the conversation through it (chat
+    messages); 404 when it is not this key's to see (``owns`` its owner), or an earlier turn
+    is gone."""
+    if response_id is None:
+        return None, []
+    item = store.visible(response_id, owns)
+    if item is None:
+        raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
+                                   "(never stored, deleted, or dropped from the store)",
+                                   param="previous_response_id",
+                                   code="previous_response_not_found")
+    if item.depth + 1 >= MAX_DEPTH:
+        raise errors.InvalidRequest(f"The conversation of {response_id!r} is {MAX_DEPTH} turns "
+                                    "long, the most a chain may hold; start a new one",
+                                    param="previous_response_id")
+    try:
+        return item, store.conversation(item)
+    except MissingTurn as gone:
+        raise errors.NotFoundError(
+            f"Previous response {response_id!r} continues {gone.missing!r}, which is no "
+            "longer stored (deleted, expired, or dropped past the store's bounds), so its "
+            "conversation cannot be rebuilt; start a new one", param="previous_response_id",
+            code="previous_response_not_found") from None
+
+
+async def bind_conversation(store: ResponseStore, engine: KVChatEngine, owner: str,
+                            conversation: str) -> str | None:
+    """The stored conversation's session key on ``engine`` (a chat engine with sessions), in
+    ``owner``'s namespace, or None when `session_plan` binds nothing; the plan's releases
+    run in a worker thread."""
+    key = owned_session(owner, SESSION_PREFIX + conversation)
+    recency = {owned_session(who, SESSION_PREFIX + conv): rank
+               for (who, conv), rank in store.recency().items()}
+
+    def plan() -> bool:
+        bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
+        for old in release:
+            engine.release_session(old)
+        return bind
+    return key if await asyncio.to_thread(plan) else None

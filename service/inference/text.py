@@ -30,11 +30,11 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimin
 from hypnos.service.http import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
-from hypnos.service.observe.record import current_record, record_of
+from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import engine_timings
 from hypnos.service.scheduling.scheduler import Fit
 from hypnos.service.wire.chat import ChatParams
-from hypnos.service.state import state_of
+from hypnos.service.wire.openai_out import usage  # noqa: F401  (its old home)
 
 KEEPALIVE_SECS = 10.0
 
@@ -104,14 +104,6 @@ def choice_requests(req: ChatRequest, n: int) -> list[ChatRequest]:
     # Only the first choice keeps the session binding (one slot per session).
     return [dataclasses.replace(req, seed=base + i, session_key=req.session_key if i == 0
                                 else None, group=ChoiceGroup(key, n, i)) for i in range(n)]
-
-
-def choice_seeds(reqs: list[ChatRequest]) -> dict:
-    """The response's record of batched choices (n > 1): each choice's seed, and that the
-    choices were decoded together (reproducible as this same request, see choice_requests)."""
-    if len(reqs) == 1:
-        return {}
-    return {"choices_batched": True, "choice_seeds": [r.seed for r in reqs]}
 
 
 def partitioned(reqs: list[ChatRequest]) -> list[ChatRequest]:
@@ -195,27 +187,6 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
         raise
 
 
-def usage(results: list[ChatResult], window: int | None = None) -> dict:
-    """The prompt once, completion tokens summed over the choices, the KV use of the first
-    choice (the session's slot) against the model's context ``window`` (Pantheon's kv_cap:
-    the same number /v1/models advertises as context_window)."""
-    first = results[0]
-    completion = sum(r.completion_tokens for r in results)
-    out = {"prompt_tokens": first.prompt_tokens, "completion_tokens": completion,
-           "total_tokens": first.prompt_tokens + completion,
-           "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
-    if first.kv_cap:
-        out["kv_used"], out["kv_cap"] = first.kv_used, window or first.kv_cap
-    predicted = [r.speculative for r in results
-                 if r.speculative and r.speculative["method"] == "prediction"]
-    if predicted:       # OpenAI Predicted Outputs: every choice's drafted tokens
-        accepted = sum(p["accepted"] for p in predicted)
-        out["completion_tokens_details"] = {
-            "accepted_prediction_tokens": accepted,
-            "rejected_prediction_tokens": sum(p["drafted"] for p in predicted) - accepted}
-    return out
-
-
 def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     """hypnos_telemetry: the first choice's engine timings plus the lease's queue time (a
     copy: the result's own timings stay as the engine gave them)."""
@@ -225,16 +196,3 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     if results[0].speculative:
         out["speculative"] = dict(results[0].speculative)
     return out
-
-
-def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> None:
-    """Stats and metrics from the first choice; the request is charged (keys, request log)
-    for the prompt once and every choice's completion."""
-    first = results[0]
-    if first.timings.prefill_tokens_per_s:
-        call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
-    metrics = state_of(request).metrics
-    metrics.chat(call.model.id, first.timings)
-    for r in results:
-        metrics.speculative(call.model.id, r.speculative)
-    record_of(request).chat(first, sum(r.completion_tokens for r in results))

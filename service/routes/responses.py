@@ -1,9 +1,9 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items,
-POST /v1/responses/input_tokens:
-OpenAI's Responses API (Codex CLI, the Agents SDK, ``client.responses``) on every chat model of
-the pool. The body is translated into a chat request (`wire.responses`), runs under the chat
-path's one lease, and is rendered back as output items, or streamed as the Responses event
-sequence (`wire.responses_out`). Errors take OpenAI's envelope.
+"""POST /v1/responses and POST /v1/responses/input_tokens (the stored responses' routes are
+`responses_stored`'s): OpenAI's Responses API (Codex CLI, the Agents SDK,
+``client.responses``) on every chat model of the pool. The body is translated into a chat
+request (`wire.responses`), runs as the one chat turn (`inference.turn`), and is rendered
+back as output items, or streamed as the Responses event sequence (`wire.responses_out`).
+Errors take OpenAI's envelope.
 
 A stored response (``store`` true, the default) keeps its turn in the app's `ResponseStore`
 (SQLite: it survives a restart); ``previous_response_id`` continues it (404 when unknown),
@@ -17,29 +17,27 @@ An answer the store refuses (over the byte bound) is still delivered, saying ``s
 with the reason in ``hypnos_warnings``."""
 from __future__ import annotations
 
-import asyncio
-
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
-from hypnos.service.http import errors
+from hypnos.engines.records import ChatRequest
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
+from hypnos.service.http.sink import http_turn
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
-from hypnos.service.inference.stored_responses import (MAX_DEPTH, SESSION_PREFIX, MissingTurn,
-                                                       StoredResponse, session_plan)
-from hypnos.service.inference.text import (record, run_choices, stream_choices,
-                                           text_telemetry)
+from hypnos.service.inference.stored_responses import (StoredResponse, bind_conversation,
+                                                       previous_turn)
+from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
                                            parse_body)
 from hypnos.service.wire.responses_in import chat_body, to_chat_body
-from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
-from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
-                                               output_items, response_object, usage)
-from hypnos.service.wire.sessions import owned_session, session_key
+from hypnos.service.wire.responses_items import input_item_objects
+from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
+                                               response_object, usage)
+from hypnos.service.wire.sessions import session_key
 from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
@@ -47,59 +45,20 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
                        object={"const": "response"}, output={"type": "array"})
 
 
-def _owned(request: Request, response_id: str) -> StoredResponse | None:
-    """The stored response if this request's key may see it (its owner's, or the admin);
-    None otherwise, exactly as for an id never stored."""
-    item = state_of(request).responses.get(response_id)
-    return item if item is not None and record_of(request).owns(item.owner) else None
-
-
-def _previous(request: Request, response_id: str | None) -> tuple[StoredResponse | None,
-                                                                   list[dict]]:
-    """The response ``previous_response_id`` names and the conversation through it (chat
-    messages); 404 when it is not this key's to see, or an earlier turn is gone."""
-    if response_id is None:
-        return None, []
-    item = _owned(request, response_id)
-    if item is None:
-        raise errors.NotFoundError(f"Previous response with id {response_id!r} not found "
-                                   "(never stored, deleted, or dropped from the store)",
-                                   param="previous_response_id",
-                                   code="previous_response_not_found")
-    if item.depth + 1 >= MAX_DEPTH:
-        raise errors.InvalidRequest(f"The conversation of {response_id!r} is {MAX_DEPTH} turns "
-                                    "long, the most a chain may hold; start a new one",
-                                    param="previous_response_id")
-    try:
-        return item, state_of(request).responses.conversation(item)
-    except MissingTurn as gone:
-        raise errors.NotFoundError(
-            f"Previous response {response_id!r} continues {gone.missing!r}, which is no "
-            "longer stored (deleted, expired, or dropped past the store's bounds), so its "
-            "conversation cannot be rebuilt; start a new one", param="previous_response_id",
-            code="previous_response_not_found") from None
-
-
-def _conversation_key(request: Request, conversation: str) -> str:
-    """The engine session key of a stored conversation, in the requesting key's namespace."""
-    return owned_session(record_of(request).owner, SESSION_PREFIX + conversation)
-
-
-async def _bind_conversation(request: Request, call, conversation: str) -> str | None:
-    """The stored conversation's session key on this engine, or None (`session_plan`)."""
+async def _bind_conversation(request: Request, call: LeasedCall, conversation: str
+                             ) -> str | None:
+    """The stored conversation's session key on the leased engine, or None (no sessions, or
+    `session_plan` binds nothing)."""
     cfg = call.model.cfg
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
         return None
-    engine, key = call.engine, _conversation_key(request, conversation)
-    recency = {owned_session(owner, SESSION_PREFIX + conv): rank
-               for (owner, conv), rank in state_of(request).responses.recency().items()}
+    return await bind_conversation(state_of(request).responses, call.sessions,
+                                   record_of(request).owner, conversation)
 
-    def plan() -> bool:
-        bind, release = session_plan(engine.sessions(), engine.max_sessions, key, recency)
-        for old in release:
-            engine.release_session(old)
-        return bind
-    return key if await asyncio.to_thread(plan) else None
+
+def _previous(request: Request, response_id: str | None
+              ) -> tuple[StoredResponse | None, list[dict]]:
+    return previous_turn(state_of(request).responses, record_of(request).owns, response_id)
 
 
 class Turn:
@@ -147,51 +106,18 @@ class Turn:
 async def create(request: Request):
     turn = Turn(request, json_body(request))
     params = turn.params
-    async with chat_lease(request, params) as call:
+
+    async def bound(call: LeasedCall) -> ChatRequest:
+        """The request, under the conversation's session when it has one to keep."""
         params.request.session_key = turn.session or (
             await _bind_conversation(request, call, turn.conversation)
             if turn.stored or turn.prev is not None else None)
-        if params.stream:
-            return await _stream(request, turn, call)
-        (result,) = await run_choices(call, [params.request])
-        record(request, call, [result])
-        items = output_items(result, turn.parallel)
-        out = turn.render("completed", items, result)
-        out["hypnos_telemetry"] = text_telemetry(call, [result])
-        turn.keep(request, out, items)
-        return json_response(out, headers=call.wait_headers())
+        return params.request
 
-
-async def _stream(request: Request, turn: Turn, call):
-    response = await request.respond(content_type="text/event-stream",
-                                     headers={"cache-control": "no-cache",
-                                              **call.wait_headers()})
-    events = EventStream(response.send, turn.parallel)
-    start = turn.render("in_progress", [])
-    await events.lifecycle("response.created", start)
-    await events.lifecycle("response.in_progress", start)
-
-    async def send_delta(_index: int, d) -> None:
-        await events.feed(d)
-
-    try:
-        (result,) = await stream_choices(call, [turn.params.request], send_delta,
-                                         lambda: response.send(": keep-alive\n\n"))
-    except errors.HypnosError as exc:
-        failed = turn.render("failed", events.items)
-        failed["error"] = {"code": exc.type, "message": exc.message}
-        await events.lifecycle("response.failed", failed)
-        await response.eof()
-        return None
-    record(request, call, [result])
-    items = await events.finish()
-    final = turn.render("completed", items, result)
-    final["hypnos_telemetry"] = text_telemetry(call, [result])
-    turn.keep(request, final, items)
-    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    await events.lifecycle(kind, final)
-    await response.eof()
-    return None
+    codec = ResponsesCodec(turn.render, turn.parallel,
+                           lambda response, items: turn.keep(request, response, items))
+    return await http_turn(request, chat_lease(request, params), bound, codec,
+                           stream=params.stream)
 
 
 @bp.post("/v1/responses/input_tokens")
@@ -208,41 +134,3 @@ async def input_tokens(request: Request):
     count, headers = await prompt_tokens(request, params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
                          headers=headers)
-
-
-def _stored(request: Request, response_id: str) -> StoredResponse:
-    """The response, or a 404 that reads the same whether the id is unknown or another
-    key's."""
-    item = _owned(request, response_id)
-    if item is None:
-        raise errors.NotFoundError(f"No stored response with id {response_id!r}",
-                                   param="response_id", code="response_not_found")
-    return item
-
-
-@bp.get("/v1/responses/<response_id>")
-@endpoint("A stored response", ok=RESPONSE, errors=(401, 404))
-async def get_response(request: Request, response_id: str):
-    return json_response(_stored(request, response_id).response)
-
-
-@bp.delete("/v1/responses/<response_id>")
-@endpoint("Delete a stored response (a conversation continued from it can no longer be)",
-          ok=json_object("id", "object", "deleted"), errors=(401, 404))
-async def delete_response(request: Request, response_id: str):
-    _stored(request, response_id)
-    state_of(request).responses.delete(response_id)
-    return json_response({"id": response_id, "object": "response", "deleted": True})
-
-
-@bp.get("/v1/responses/<response_id>/input_items")
-@endpoint("A stored response's own input items, a page at a time (newest first unless "
-          "order is asc)", ok=json_object("object", "data", "first_id", "last_id", "has_more",
-                                          object={"const": "list"}, data={"type": "array"}),
-          errors=(401, 404), query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                                    "order": {"type": "string", "enum": ["asc", "desc"]},
-                                    "after": {"type": "string"}})
-async def input_items(request: Request, response_id: str):
-    limit, order, after = page_query(request.args)
-    item = _stored(request, response_id)
-    return json_response(item_page(item.input_items, limit, order, after))

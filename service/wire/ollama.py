@@ -21,8 +21,10 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, WithJsonSchema
 
 from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
+from hypnos.engines.records import ChatRequest
+from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.http.errors import InvalidRequest
-from hypnos.service.wire.chat import MAX_STOPS, Tool
+from hypnos.service.wire.chat import MAX_STOPS, Sampling, Tool, parse_sampling
 from hypnos.service.wire.model import Says, Wire, validate
 
 # Go's time.ParseDuration, which Ollama reads keep_alive with: a sign, then one or more
@@ -300,3 +302,12 @@ def generate_chat_body(wire: GenerateBody) -> dict:
 
 def parse_generate(body: dict) -> GenerateBody:
     return validate(GenerateBody, body)
+
+
+def raw_request(wire: GenerateBody, limits: LimitsConfig) -> ChatRequest:
+    """``/api/generate``'s prompt as it is (no template, no ``system``), ``format`` as its
+    grammar."""
+    sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
+                                   if k in Sampling.model_fields})
+    return ChatRequest(messages=[], prompt=wire.prompt, grammar=format_grammar(wire.format),
+                       **parse_sampling(sampling, limits))

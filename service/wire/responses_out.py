@@ -1,15 +1,18 @@
 """What /v1/responses answers: the Response object (`response_object`), its output items from a
-chat result (`output_items`), and the stream's event sequence (`EventStream`). The assistant's
+chat result (`output_items`), and the stream's event sequence (`ResponseEvents`), together
+the dialect's codec (`ResponsesCodec`). The assistant's
 turn goes back into the stored conversation as one chat message (`assistant_message`) built
 from the same items, so a call's ``call_id`` is the one the next turn answers."""
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from hypnos.engines.records import ChatDelta, ChatResult
+from hypnos.service.http.errors import HypnosError
+from hypnos.service.wire.codec import (SSE_COMMENT_KEEPALIVE, SSE_HEADERS, TurnEnd,
+                                       event_frame)
 
 
 def new_id(prefix: str) -> str:
@@ -103,105 +106,172 @@ def response_object(rid: str, wire, *, status: str, output: list[dict],
     return out
 
 
-def sse(name: str, payload: dict) -> str:
-    return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+class ResponseEvents:
+    """The Responses event sequence, every event with its ``sequence_number``, as frames
+    (pure: each method returns the frames it adds). An item opens when the kind of delta
+    changes (reasoning, message text, one per tool call) and is done before the next one
+    opens; ``items`` are the finished output items."""
 
-
-class EventStream:
-    """The Responses event sequence over SSE, every event with its ``sequence_number``. An
-    item opens when the kind of delta changes (reasoning, message text, one per tool call)
-    and is done before the next one opens; ``items`` are the finished output items."""
-
-    def __init__(self, send: Callable[[str], Awaitable[None]], parallel: bool):
-        self.send = send
+    def __init__(self, parallel: bool):
         self.parallel = parallel
         self.seq = 0
         self.items: list[dict] = []
         self.current: dict | None = None        # the open item
         self.calls = 0
 
-    async def emit(self, kind: str, **payload) -> None:
-        await self.send(sse(kind, {"type": kind, "sequence_number": self.seq, **payload}))
+    def emit(self, kind: str, **payload) -> str:
+        frame = event_frame(kind, {"type": kind, "sequence_number": self.seq, **payload})
         self.seq += 1
+        return frame
 
-    async def lifecycle(self, kind: str, response: dict) -> None:
-        await self.emit(kind, response=response)
+    def lifecycle(self, kind: str, response: dict) -> list[str]:
+        return [self.emit(kind, response=response)]
 
     @property
     def index(self) -> int:
         return len(self.items)
 
-    async def _open(self, item: dict) -> None:
-        await self.close()
+    def _open(self, item: dict) -> list[str]:
+        out = self.close()
         self.current = item
-        await self.emit("response.output_item.added", output_index=self.index, item=item)
+        return [*out, self.emit("response.output_item.added", output_index=self.index,
+                                item=item)]
 
-    async def _open_message(self) -> dict:
+    def _open_message(self) -> list[str]:
         item = _message_item("", status="in_progress")
-        await self._open(item)
+        out = self._open(item)
         item["_text"] = ""
-        await self.emit("response.content_part.added", item_id=item["id"],
-                        output_index=self.index, content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []})
-        return item
+        return [*out, self.emit("response.content_part.added", item_id=item["id"],
+                                output_index=self.index, content_index=0,
+                                part={"type": "output_text", "text": "", "annotations": []})]
 
-    async def close(self) -> None:
+    def close(self) -> list[str]:
         """Finish the open item: its .done events, then output_item.done."""
         item, self.current = self.current, None
         if item is None:
-            return
+            return []
         at = {"item_id": item["id"], "output_index": self.index}
+        text = item.pop("_text")
         if item["type"] == "message":
-            text = item.pop("_text")
             done = _message_item(text, item_id=item["id"])
-            await self.emit("response.output_text.done", **at, content_index=0, text=text,
-                            logprobs=[])
-            await self.emit("response.content_part.done", **at, content_index=0,
-                            part=done["content"][0])
+            out = [self.emit("response.output_text.done", **at, content_index=0, text=text,
+                             logprobs=[]),
+                   self.emit("response.content_part.done", **at, content_index=0,
+                             part=done["content"][0])]
         else:
-            text = item.pop("_text")
             done = _reasoning_item(text, item_id=item["id"])
-            await self.emit("response.reasoning_text.done", **at, content_index=0, text=text)
-        await self.emit("response.output_item.done", output_index=self.index, item=done)
+            out = [self.emit("response.reasoning_text.done", **at, content_index=0,
+                             text=text)]
+        out.append(self.emit("response.output_item.done", output_index=self.index, item=done))
         self.items.append(done)
+        return out
 
-    async def feed(self, d: ChatDelta) -> None:
+    def feed(self, d: ChatDelta) -> list[str]:
         cur = self.current
+        out: list[str] = []
         if d.reasoning:
             if cur is None or cur["type"] != "reasoning":
                 cur = {"type": "reasoning", "id": new_id("rs"), "summary": []}
-                await self._open(cur)
+                out += self._open(cur)
                 cur["_text"] = ""
             cur["_text"] += d.reasoning
-            await self.emit("response.reasoning_text.delta", item_id=cur["id"],
-                            output_index=self.index, content_index=0, delta=d.reasoning)
+            out.append(self.emit("response.reasoning_text.delta", item_id=cur["id"],
+                                 output_index=self.index, content_index=0, delta=d.reasoning))
         elif d.content:
             if cur is None or cur["type"] != "message":
-                cur = await self._open_message()
+                out += self._open_message()
+                cur = self.current
+                assert cur is not None
             cur["_text"] += d.content
-            await self.emit("response.output_text.delta", item_id=cur["id"],
-                            output_index=self.index, content_index=0, delta=d.content,
-                            logprobs=[])
+            out.append(self.emit("response.output_text.delta", item_id=cur["id"],
+                                 output_index=self.index, content_index=0, delta=d.content,
+                                 logprobs=[]))
         elif d.tool_call is not None and (self.parallel or not self.calls):
-            await self._call(d.tool_call.name, d.tool_call.arguments)
+            out += self._call(d.tool_call.name, d.tool_call.arguments)
+        return out
 
-    async def _call(self, name: str, arguments: str) -> None:
+    def _call(self, name: str, arguments: str) -> list[str]:
         """A whole call: added, its arguments in one delta, done."""
         self.calls += 1
-        await self.close()
+        out = self.close()
         item = _call_item(name, arguments, status="in_progress")
-        await self.emit("response.output_item.added", output_index=self.index, item=item)
+        out.append(self.emit("response.output_item.added", output_index=self.index,
+                             item=item))
         at = {"item_id": item["id"], "output_index": self.index}
-        await self.emit("response.function_call_arguments.delta", **at, delta=arguments)
-        await self.emit("response.function_call_arguments.done", **at, name=name,
-                        arguments=arguments)
         done = {**item, "arguments": arguments, "status": "completed"}
-        await self.emit("response.output_item.done", output_index=self.index, item=done)
+        out += [self.emit("response.function_call_arguments.delta", **at, delta=arguments),
+                self.emit("response.function_call_arguments.done", **at, name=name,
+                          arguments=arguments),
+                self.emit("response.output_item.done", output_index=self.index, item=done)]
         self.items.append(done)
+        return out
+
+    def finish(self) -> list[str]:
+        """Close the open item; an empty message when nothing was said."""
+        out = self._open_message() if not self.items and self.current is None else []
+        return [*out, *self.close()]
+
+
+class EventStream:
+    """`ResponseEvents` sent as they come: ``send`` awaits each frame."""
+
+    def __init__(self, send: Callable[[str], Awaitable[None]], parallel: bool):
+        self.send = send
+        self.events = ResponseEvents(parallel)
+
+    async def _out(self, frames: list[str]) -> None:
+        for frame in frames:
+            await self.send(frame)
+
+    async def feed(self, d: ChatDelta) -> None:
+        await self._out(self.events.feed(d))
 
     async def finish(self) -> list[dict]:
         """Close the open item; an empty message when nothing was said. The output items."""
-        if not self.items and self.current is None:
-            await self._open_message()
-        await self.close()
-        return self.items
+        await self._out(self.events.finish())
+        return self.events.items
+
+
+class ResponsesCodec:
+    """/v1/responses as a codec: the Response object, or created / in_progress, the items'
+    events, then completed (incomplete when cut by max_output_tokens), or failed when the
+    turn is refused after the stream started. ``render(status, output, result)`` builds the
+    Response object (the route's: it knows the request); ``keep(response, items)`` stores
+    the finished turn before it is sent and may mark it unstored."""
+    media_type = "text/event-stream"
+    stream_headers = SSE_HEADERS
+    keepalive: str | None = SSE_COMMENT_KEEPALIVE
+
+    def __init__(self, render: Callable[..., dict], parallel: bool,
+                 keep: Callable[[dict, list[dict]], None]):
+        self.render, self.parallel, self.keep = render, parallel, keep
+        self.events = ResponseEvents(parallel)
+
+    def _final(self, end: TurnEnd, items: list[dict]) -> dict:
+        out = self.render("completed", items, end.first)
+        out["hypnos_telemetry"] = end.telemetry
+        self.keep(out, items)
+        return out
+
+    def whole(self, end: TurnEnd) -> dict:
+        return self._final(end, output_items(end.first, self.parallel))
+
+    def head(self, seeds: tuple[int, ...]) -> list[str]:
+        start = self.render("in_progress", [])
+        return [*self.events.lifecycle("response.created", start),
+                *self.events.lifecycle("response.in_progress", start)]
+
+    def delta(self, index: int, d: ChatDelta) -> list[str]:
+        return self.events.feed(d)
+
+    def tail(self, end: TurnEnd) -> list[str]:
+        out = self.events.finish()
+        final = self._final(end, self.events.items)
+        kind = "response.incomplete" if final["status"] == "incomplete" else \
+            "response.completed"
+        return [*out, *self.events.lifecycle(kind, final)]
+
+    def refused(self, error: HypnosError) -> list[str]:
+        failed = self.render("failed", self.events.items)
+        failed["error"] = {"code": error.type, "message": error.message}
+        return self.events.lifecycle("response.failed", failed)
