@@ -100,10 +100,15 @@ def llama_server_binary() -> Path:
 
 class LlamaServer(ManagedProcess):
     """llama.cpp's llama-server on a free port, same GGUF, threads and context; ``extra``
-    are further arguments (``--jinja``)."""
+    are further arguments (``--jinja``). On a CPU with AMX it runs ``--no-repack``, as
+    Hypnos's engine keeps weights out of the extra buffer types there (``engines/llama/cpu``:
+    this llama.cpp's AMX matmul crashes)."""
 
     def __init__(self, binary: Path, weights: Path, threads: int, log_path: Path,
                  context: int = CONTEXT, slots: int = SLOTS, extra: tuple[str, ...] = ()):
+        from hypnos.engines.llama.cpu import extra_buffers_ok
+        if not extra_buffers_ok():
+            extra = ("--no-repack", *extra)
         super().__init__(
             lambda port: [str(binary), "-m", str(weights), "-c", str(context), "--parallel",
                           str(slots), "-t", str(threads), "-tb", str(threads), "-ngl", "0",
