@@ -32,6 +32,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hypnos.engines.llama.prompt_cache import ModelCache
+from hypnos.engines.llama.prompt_reuse import CachedPrefixes
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import SpeculativeSteps
@@ -41,12 +43,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, SpeculativeSteps):
+class DecodeLoop(SlotQueue, SpeculativeSteps, CachedPrefixes):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
     ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
     ``drafts`` (a ``DraftModel`` or ``MtpDrafter``: ``rollback(seq_id, keep)``, or None) keeps
     rows of its own per slot; they are emptied when the slot passes to another partition.
+    ``cache`` (a ``ModelCache``, or None) keeps the prefixes slots lose and gives them back
+    (``prompt_reuse``).
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
@@ -54,7 +58,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
     """
 
     def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None,
-                 drafts=None):
+                 drafts=None, cache: ModelCache | None = None):
         self.ll = ll
         self.ctx = ctx
         self.vocab = vocab
@@ -73,6 +77,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
         self._init_speculative(observer)
         self.drafts = drafts
+        self.cache = cache
         self._piece_buf = ctypes.create_string_buffer(256)
         # Per token, once: its bytes (both renderings) and whether it ends an answer.
         self._pieces: dict[tuple[int, bool], bytes] = {}
@@ -212,15 +217,15 @@ class DecodeLoop(SlotQueue, SpeculativeSteps):
         partition's from here on."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
+        self._stash(slot, 0 if job.prefill is not None else keep)    # the prompt cache
         self.claim(slot, job.partition)
         if job.prefill is not None:
             self._start_prefilled(slot)
             return
-        if not self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, keep, -1):
-            self.forget(slot)                    # partial removal refused (recurrent)
-            keep = 0
-        del slot.tokens[keep:]
+        keep, source = self._restore_cached(slot, job, keep)
+        keep = self._trim_to(slot, keep)
         job.cached = keep
+        job.cached_from = {"slot": 0, "ram": 0, "disk": 0, source: keep}
         job.pending = list(job.prompt[keep:])
         job.started = True
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)

@@ -33,6 +33,8 @@ from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.llama.decode_loop import DecodeLoop
+from hypnos.engines.llama.prompt_cache import ModelCache, PromptCache
+from hypnos.engines.llama.prompt_cache_file import cache_identity
 from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
@@ -96,6 +98,7 @@ class LlamaChatEngine(SessionsMixin):
         self.split_layers: dict[str, int] = {}
         self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
         self._draft = None                     # its draft model (``DraftModel``), if any
+        self._cache: ModelCache | None = None  # the prompt cache (``spec.options``), if any
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,13 +156,28 @@ class LlamaChatEngine(SessionsMixin):
                     ll, self._model, self._vocab, spec, self.n_ctx_per_slot, n_batch,
                     spec.threads or len(os.sched_getaffinity(0)), ctx=self._ctx)
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch,
-                                        observer=self._spec.observer, drafts=self._draft)
+                                        observer=self._spec.observer, drafts=self._draft,
+                                        cache=self._attach_cache(spec))
             except BaseException:
                 self._free_locked()
                 raise
         return LoadReport(load_mode="warm" if warm else "mmap", weights_ms=(t1 - t0) * 1e3,
                           context_ms=(t2 - t1) * 1e3, projector_ms=(t4 - t3) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
+
+    def _attach_cache(self, spec: LoadSpec) -> ModelCache | None:
+        """The prompt cache (``spec.options["prompt_cache"]``, a ``PromptCache``) bound to
+        these weights, KV types and llama.cpp state format; None without one."""
+        cache = spec.options.get("prompt_cache")
+        if not isinstance(cache, PromptCache):
+            self._cache = None
+            return None
+        import llama_cpp
+        empty = self._ll.llama_state_seq_get_size(self._ctx, 0)    # no sequence used yet
+        state_format = f"llama-cpp-python {llama_cpp.__version__}; empty seq {empty}"
+        self._cache = cache.attach(spec.model_id, cache_identity(
+            self.fingerprint, self.layout.as_dict(), state_format))
+        return self._cache
 
     @staticmethod
     def _weights_key(spec: LoadSpec) -> tuple:
@@ -369,7 +387,8 @@ class LlamaChatEngine(SessionsMixin):
                           response_format_status=built.format_status,
                           stop_sequence=reader.stopper.matched,
                           tool_call_truncated=job.closed_call,
-                          speculative=job.spec.to_wire() if job.spec else None)
+                          speculative=job.spec.to_wire() if job.spec else None,
+                          cached_from=job.cached_from or None)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

@@ -35,6 +35,9 @@ class Job:
     t_first: float | None = None
     t_done: float | None = None
     cached: int = 0                             # prompt tokens reused from the slot's KV
+    #: Of ``cached``, the tokens the slot held, and those restored from the prompt cache's
+    #: RAM and disk tiers: {"slot": n, "ram": n, "disk": n}.
+    cached_from: dict[str, int] = field(default_factory=dict)
     generated: int = 0                          # tokens delivered (EOG not counted)
     sampled: int = 0                            # tokens sampled (EOG counted)
     concurrent: int = 0                         # most slots sharing one decode step
