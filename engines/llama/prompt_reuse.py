@@ -30,15 +30,18 @@ class CachedPrefixes:
     def _stash(self, slot: Slot, keep: int) -> None:
         """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
         about to start keeps only ``keep`` of its tokens, the slot holds at least the cache's
-        minimum, and no entry holds them already. Blocks ~1 ms per MB (one state copy)."""
+        minimum, and no entry holds them already; tagged with the slot's session (bound, or
+        the one last unbound from it), so releasing or deleting that conversation drops it.
+        Blocks ~1 ms per MB (one state copy)."""
         cache, tokens = self.cache, slot.tokens
+        tag, slot.released_key = slot.released_key, None     # the slot serves another job
         if cache is None or len(tokens) < cache.min_tokens or \
                 len(tokens) - keep < MIN_LOST_TOKENS or tokens[0] == -1 or \
                 cache.holds(slot.partition, tokens):
             return
         state = read_seq(self.ll, self.ctx, slot.seq_id)
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in getattr(slot, "checkpoints", ())]
-        cache.put(slot.partition, list(tokens), state, checkpoints, slot.key)
+        cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
 
     def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
         """Write the longest cached prefix of ``job``'s partition into the slot when it beats

@@ -1,8 +1,8 @@
 """Sessions of ``LlamaChatEngine`` and its KV parking: export / import of a session blob,
 binding keys to slots, ``park`` / ``restore`` of every slot across an unload. Every per-slot
 KV state move runs on the decode thread through ``state`` (``_call``). A mixin over the
-engine's ``_loop``, ``_ll``, ``_ctx``, ``layout``, ``fingerprint``, ``model_id``, ``slots``,
-``n_ctx_per_slot`` and ``_cache``."""
+engine's ``_loop``, ``_ll``, ``_ctx``, ``layout``, ``fingerprint``, ``model_id``, ``slots``
+and ``n_ctx_per_slot``."""
 from __future__ import annotations
 
 import time
@@ -77,10 +77,7 @@ class SessionsMixin:
 
     def release_session(self, key: str) -> bool:
         """Unbind ``key`` from its slot (the KV stays for prefix reuse until another
-        conversation needs the slot), and drop the prompt cache's entries of that session.
-        Idempotent; False when it was not bound."""
-        if self._cache is not None:
-            self._cache.drop_session(key)
+        conversation needs the slot). Idempotent; False when it was not bound."""
         loop = self._loop
         return loop.release(key) if loop is not None else False
 

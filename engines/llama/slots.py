@@ -78,6 +78,8 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot
+    #: The session last unbound from it while its KV stays (the prompt cache's tag).
+    released_key: str | None = None
     #: The partition whose tokens the KV holds: only a job of the same one reuses them.
     partition: str = ""
 
@@ -182,7 +184,7 @@ class SlotQueue:
         with self.cond:
             for slot in self.slots:
                 if slot.key == key:
-                    slot.key = None
+                    slot.key, slot.released_key = None, key
                     return True
             return False
 

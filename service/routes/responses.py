@@ -230,8 +230,11 @@ async def get_response(request: Request, response_id: str):
 @endpoint("Delete a stored response (a conversation continued from it can no longer be)",
           ok=json_object("id", "object", "deleted"), errors=(401, 404))
 async def delete_response(request: Request, response_id: str):
-    _stored(request, response_id)
+    item = _stored(request, response_id)
     state_of(request).responses.delete(response_id)
+    cache = state_of(request).scheduler.prompt_cache
+    if cache is not None:       # the conversation's cached prefixes go with it
+        cache.drop_session(owned_session(item.owner, SESSION_PREFIX + item.conversation))
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
 
