@@ -201,12 +201,11 @@ class PromptCache:
         """The entry of ``partition`` sharing the longest prefix with ``prompt`` (a RAM copy
         first on a tie), and that prefix's length; None when none shares a token."""
         with self.lock:
-            found = None
+            found, rank = None, (0, False)
             for e in self._candidates_locked(identity, partition):
                 n = common_prefix(e.tokens, prompt)
-                if n and (found is None or (n, e.state is not None) > (found[1],
-                                                                         found[0].state is not None)):
-                    found = (e, n)
+                if (n, e.state is not None) > rank:
+                    found, rank = (e, n), (n, e.state is not None)
             return found
 
     def load(self, entry: Entry) -> tuple[bytearray, list[tuple[int, bytes]], str] | None:
