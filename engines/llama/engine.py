@@ -361,6 +361,8 @@ class LlamaChatEngine(SessionsMixin):
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
+        if self._cache is not None and prompt and len(prompt) >= self._cache.min_tokens:
+            self._cache.fetch(req.partition, prompt)     # a disk entry read here, not there
         try:
             try:
                 loop.submit(job)

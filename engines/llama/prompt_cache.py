@@ -22,69 +22,21 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypnos.engines.llama import prompt_cache_file as files
+from hypnos.engines.llama.prompt_cache_entries import (Counts, Entry, common_prefix,
+                                                       eviction_order, model_row)
 from hypnos.engines.llama.prompt_cache_file import CorruptEntry, FileHeader
 
 log = logging.getLogger(__name__)
 
-MIB = 1 << 20
 #: A slot's prefix is cached from this many tokens; a restore must beat the slot's own
 #: prefix by ``RESTORE_MARGIN`` tokens.
 MIN_TOKENS = 256
 RESTORE_MARGIN = 32
-
-
-@dataclass(eq=False)
-class Entry:
-    identity: str
-    model: str                       # the model id it was made under (reports, mismatch)
-    partition: str
-    tokens: list[int]
-    size: int                        # bytes of its state and checkpoints
-    session: str | None = None
-    state: bytearray | None = None   # the RAM tier's copy (None: on disk only)
-    checkpoints: list[tuple[int, bytes]] = field(default_factory=list)
-    path: Path | None = None         # the disk tier's copy, once written
-    created: float = 0.0
-    last_used: float = 0.0
-    hits: int = 0
-    spill: bool = False              # drop the RAM copy once written
-
-
-def score(entry: Entry, now: float) -> float:
-    """What keeping ``entry`` is worth: more for each hit, less with the time since it was
-    last used (halved after five minutes) and with its size (halved at 64 MiB)."""
-    age = max(0.0, now - entry.last_used)
-    return (1 + entry.hits) / (1 + age / 300) / (1 + entry.size / (64 * MIB))
-
-
-def eviction_order(entries: Iterable[Entry], now: float) -> list[Entry]:
-    """The entries, the first to go first (lowest `score`). Pure."""
-    return sorted(entries, key=lambda e: score(e, now))
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-@dataclass
-class Counts:
-    lookups: int = 0
-    hits_ram: int = 0
-    hits_disk: int = 0
-    misses: int = 0
-    tokens_ram: int = 0
-    tokens_disk: int = 0
-    stored: int = 0
-    dropped_corrupt: int = 0
 
 
 class PromptCache:
@@ -204,7 +156,7 @@ class PromptCache:
             found, rank = None, (0, False)
             for e in self._candidates_locked(identity, partition):
                 n = common_prefix(e.tokens, prompt)
-                if (n, e.state is not None) > rank:
+                if n and (n, e.state is not None) > rank:
                     found, rank = (e, n), (n, e.state is not None)
             return found
 
@@ -218,9 +170,44 @@ class PromptCache:
             entry.hits += 1
             counts = self.counts.setdefault(entry.model, Counts())
             if entry.state is not None:
-                counts.hits_ram += 1
-                return entry.state, entry.checkpoints, "ram"
-            path = entry.path
+                tier = "disk" if entry.fetched else "ram"
+                entry.fetched = False
+                if tier == "disk":
+                    counts.hits_disk += 1
+                else:
+                    counts.hits_ram += 1
+                return entry.state, entry.checkpoints, tier
+        read = self._read(entry)
+        if read is None:
+            return None
+        with self.lock:
+            counts.hits_disk += 1
+        return read[0], read[1], "disk"
+
+    def fetch(self, identity: str, partition: str, prompt: list[int]) -> None:
+        """Read the best entry for ``prompt`` into RAM when it is on disk only, so the
+        decode thread does not wait on the file (call from the request's thread before
+        queueing it). Blocks on one file read; nothing when the best entry is in RAM."""
+        found = self.best(identity, partition, prompt)
+        if found is None or found[1] < self.min_tokens:
+            return
+        entry = found[0]
+        with self.lock:
+            if entry.state is not None or entry.path is None:
+                return
+        read = self._read(entry)
+        if read is None:
+            return
+        with self.lock:
+            if entry in self.entries and entry.state is None:
+                entry.state, entry.checkpoints, entry.fetched = read[0], read[1], True
+                self._trim_locked()
+
+    def _read(self, entry: Entry) -> tuple[bytearray, list[tuple[int, bytes]]] | None:
+        """The entry's file, checked; None (the entry deleted) when it does not check out."""
+        path = entry.path
+        if path is None:
+            return None
         try:
             header, state, checkpoints = files.read_entry(path)
             if (header.identity, header.partition, header.tokens) != \
@@ -229,12 +216,10 @@ class PromptCache:
         except (CorruptEntry, OSError) as exc:
             log.warning("prompt cache: dropping %s (%s)", path.name, exc)
             with self.lock:
-                counts.dropped_corrupt += 1
+                self.counts.setdefault(entry.model, Counts()).dropped_corrupt += 1
                 self._remove_locked(entry)
             return None
-        with self.lock:
-            counts.hits_disk += 1
-        return state, checkpoints, "disk"
+        return state, checkpoints
 
     def count(self, model: str, tier: str, tokens: int) -> None:
         """One lookup of ``model``'s engine: restored from ``tier`` ("ram", "disk"), or a
@@ -390,9 +375,9 @@ class PromptCache:
         with self.lock:
             models: dict[str, dict] = {}
             for model, c in self.counts.items():
-                models[model] = _model_row(c)
+                models[model] = model_row(c)
             for e in self.entries:
-                row = models.setdefault(e.model, _model_row(Counts()))
+                row = models.setdefault(e.model, model_row(Counts()))
                 if e.state is not None:
                     row["ram"]["entries"] += 1
                     row["ram"]["bytes"] += e.size
@@ -415,13 +400,6 @@ class PromptCache:
                                  "idle_secs": round(now - e.last_used, 1)}
                                 for e in self.entries]
             return out
-
-
-def _model_row(c: Counts) -> dict:
-    return {"lookups": c.lookups, "misses": c.misses, "stored": c.stored,
-            "dropped_corrupt": c.dropped_corrupt,
-            "ram": {"entries": 0, "bytes": 0, "hits": c.hits_ram, "tokens": c.tokens_ram},
-            "disk": {"entries": 0, "bytes": 0, "hits": c.hits_disk, "tokens": c.tokens_disk}}
 
 
 @dataclass(frozen=True)
@@ -448,6 +426,9 @@ class ModelCache:
 
     def load(self, entry: Entry):
         return self.cache.load(entry)
+
+    def fetch(self, partition: str, prompt: list[int]) -> None:
+        self.cache.fetch(self.identity, partition, prompt)
 
     def count(self, tier: str, tokens: int = 0) -> None:
         self.cache.count(self.model, tier, tokens)

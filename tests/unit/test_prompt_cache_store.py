@@ -8,7 +8,8 @@ import stat
 import pytest
 
 from hypnos.engines.llama import prompt_cache_file as files
-from hypnos.engines.llama.prompt_cache import Entry, PromptCache, eviction_order, score
+from hypnos.engines.llama.prompt_cache import PromptCache
+from hypnos.engines.llama.prompt_cache_entries import Entry, eviction_order, score
 from hypnos.planner.budgets import prompt_cache_caps
 
 KIB = 1024
@@ -175,3 +176,28 @@ def test_a_longer_copy_replaces_the_shorter_and_sessions_drop(tmp_path):
 ])
 def test_default_caps(ram, disk, machine, want):
     assert prompt_cache_caps(ram, disk, machine) == want
+
+
+@pytest.mark.parametrize("a,b", [([], []), ([1, 2, 3], [1, 2, 3]), ([1, 2, 3], [1, 2]),
+                                 ([1, 2, 3, 4, 5], [1, 2, 9, 4, 5]), ([7], [8]),
+                                 (list(range(1000)), list(range(999)) + [5])])
+def test_common_prefix(a, b):
+    from hypnos.engines.llama.prompt_cache_entries import common_prefix
+    pairs = enumerate(zip(a, b, strict=False))
+    want = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+    assert common_prefix(a, b) == common_prefix(b, a) == want
+
+
+def test_fetch_reads_a_disk_entry_into_ram_and_the_hit_counts_as_disk(tmp_path):
+    cache = PromptCache(ram_bytes=1 << 20, disk_bytes=1 << 20, folder=tmp_path / "pc")
+    cache.attach("m", "id")
+    entry = cache.put("m", "id", "p", tokens(0), state(KIB), [], None)
+    cache.flush()
+    entry.state = None
+    cache.fetch("id", "p", tokens(0, 400))
+    assert entry.state == state(KIB)
+    got = cache.load(entry)
+    assert got is not None and got[2] == "disk"
+    assert cache.load(entry)[2] == "ram"
+    row = cache.snapshot()["models"][0]
+    assert row["disk"]["hits"] == 1 and row["ram"]["hits"] == 1
