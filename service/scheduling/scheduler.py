@@ -355,4 +355,8 @@ class Scheduler:
         task.add_done_callback(self._background.discard)
 
     async def shutdown(self) -> None:
+        """Free every engine, then let the prompt cache finish its writes (up to 10 s) and
+        stop its writer."""
         await self.residency.release_all()
+        if self.prompt_cache is not None:
+            await asyncio.to_thread(self.prompt_cache.close)

@@ -6,7 +6,11 @@ positions, and the answer after a restore against a cold run's."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -111,23 +115,50 @@ def test_another_key_never_gets_the_entry(warm):
     assert evaluated >= theirs.prompt_tokens - theirs.cached_tokens
 
 
-@pytest.mark.real
-def test_a_new_engine_over_the_same_folder_restores_from_disk(warm):
-    """A restart: a new cache rebuilt from the folder, a new engine and context."""
-    engine, cache, folder, first, turn2 = warm
+def warm_folder(folder: str) -> None:
+    """In a child process: turn 1 of the bakery conversation and two others through both
+    slots, with the cache's files in ``folder``; prints turn 1's answer as JSON."""
+    cache = PromptCache(ram_bytes=256 << 20, disk_bytes=1 << 30, folder=Path(folder))
+    engine = new_engine(cache)
+    first, _ = ask(engine, turn1())
+    fill_slots(engine)
     engine.unload()
     cache.close()
+    print(json.dumps({"text": first.text, "prompt_tokens": first.prompt_tokens,
+                      "completion_tokens": first.completion_tokens}))
+
+
+@pytest.mark.real
+def test_a_restart_in_a_new_process_restores_from_disk(tmp_path):
+    """The entries a first process made come back in this one: the index is rebuilt from
+    the folder, and the state loads into a new context."""
+    require_smollm2()
+    folder = tmp_path / "prompt-cache"
+    here = Path(__file__).parent
+    code = (f"import sys; sys.path[:0] = [{str(here.parent)!r}, {str(here)!r}]; "
+            f"import test_prompt_cache as t; t.warm_folder({str(folder)!r})")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300, check=True)
+    first = json.loads(child.stdout.strip().splitlines()[-1])
     assert list(folder.glob("*.hpc"))
-    again = PromptCache(ram_bytes=256 << 20, disk_bytes=1 << 30, folder=folder)
-    fresh = new_engine(again)
+    cache = PromptCache(ram_bytes=256 << 20, disk_bytes=1 << 30, folder=folder)
+    engine = new_engine(cache)
     try:
-        kept, evaluated = ask(fresh, turn2)
-        shared = first.prompt_tokens + first.completion_tokens - 1
+        turn2 = turn1() + [{"role": "assistant", "content": first["text"]},
+                           {"role": "user", "content": "And which cake for a birthday?"}]
+        kept, evaluated = ask(engine, turn2)
+        shared = first["prompt_tokens"] + first["completion_tokens"] - 1
         assert kept.cached_from["disk"] == kept.cached_tokens >= 0.95 * shared
         assert_not_evaluated(kept, evaluated)
     finally:
-        fresh.unload()
-        again.close()
+        engine.unload()
+        cache.close()
+    cold_engine = new_engine(None)
+    try:
+        cold, _ = ask(cold_engine, turn2, partition="cold")
+    finally:
+        cold_engine.unload()
+    assert_same_or_a_near_tie(cold, kept)
 
 
 @pytest.mark.real
