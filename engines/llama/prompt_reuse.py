@@ -26,6 +26,7 @@ class CachedPrefixes:
     """See the module."""
 
     cache: ModelCache | None
+    slots: list[Slot]
 
     def _stash(self, slot: Slot, keep: int) -> None:
         """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
@@ -42,6 +43,14 @@ class CachedPrefixes:
         state = read_seq(self.ll, self.ctx, slot.seq_id)
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in getattr(slot, "checkpoints", ())]
         cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
+
+    def stash_all(self) -> None:
+        """Put every idle slot's prefix in the cache (before the context goes: an unload, a
+        demotion, a shutdown), so it survives them. Call on the decode thread
+        (``DecodeLoop.call``)."""
+        for slot in self.slots:
+            if slot.job is None:
+                self._stash(slot, 0)
 
     def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
         """Write the longest cached prefix of ``job``'s partition into the slot when it beats

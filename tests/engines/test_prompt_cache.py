@@ -187,3 +187,25 @@ def test_a_released_sessions_entries_carry_its_key_and_go_with_it(tmp_path):
     finally:
         engine.unload()
         cache.close()
+
+
+@pytest.mark.real
+def test_an_unloaded_models_slots_come_back_from_the_cache(tmp_path):
+    """An unload (a demotion, a shutdown) puts the idle slots' prefixes in the cache: the
+    next load serves the conversation's turn 2 from it, with KV parking left out."""
+    require_smollm2()
+    cache = PromptCache(ram_bytes=256 << 20, disk_bytes=1 << 30, folder=tmp_path / "pc")
+    engine = new_engine(cache)
+    first, _ = ask(engine, turn1())
+    engine.unload()
+    assert len(cache.entries) == 1
+    engine = new_engine(cache)
+    try:
+        turn2 = turn1() + [{"role": "assistant", "content": first.text},
+                           {"role": "user", "content": "And which cake for a birthday?"}]
+        kept, evaluated = ask(engine, turn2)
+        assert kept.cached_from["ram"] == kept.cached_tokens >= first.prompt_tokens
+        assert_not_evaluated(kept, evaluated)
+    finally:
+        engine.unload()
+        cache.close()
