@@ -60,6 +60,9 @@ class PromptCache:
         self._pending = 0
         self._writer: threading.Thread | None = None
         self._closed = False
+        #: The RAM tier's bytes allowed now besides ``ram_bytes`` (the scheduler's tier-2
+        #: budget less the models' bookings); called from any thread, under the lock.
+        self.room: Callable[[], int] | None = None
 
     # ------------------------------------------------------------------ sizes
 
@@ -125,7 +128,7 @@ class PromptCache:
         """Keep a prefix (it is written to the folder in the background). Entries it extends
         are dropped. None when the RAM tier cannot hold it."""
         size = len(state) + sum(len(b) for _, b in checkpoints)
-        if size == 0 or size > self.ram_cap or self._closed:
+        if size == 0 or size > min(self.ram_cap, self._room()) or self._closed:
             return None
         now = self.clock()
         with self.lock:
@@ -271,7 +274,9 @@ class PromptCache:
                 self._remove_locked(e)
             elif e.state is not None and now - e.last_used > self.ram_age:
                 self._spill_locked(e, wait_for_disk)
-        cap = self.ram_cap if ram_target is None else min(self.ram_cap, ram_target)
+        cap = min(self.ram_cap, self._room())
+        if ram_target is not None:
+            cap = min(cap, ram_target)
         for e in eviction_order([e for e in self.entries if e.state is not None and not e.spill],
                                 now):
             if sum(x.size for x in self.entries if x.state is not None and not x.spill) <= cap:
@@ -287,6 +292,16 @@ class PromptCache:
             e.path = None
             if e.state is None:
                 self.entries.remove(e)
+
+    def _room(self) -> int:
+        """What ``room`` allows now (the tier-2 budget the models leave); the cap without
+        one or when it cannot tell."""
+        if self.room is None:
+            return self.ram_cap
+        try:
+            return max(0, self.room())
+        except RuntimeError:            # the pool changed while it was read: next time
+            return self.ram_cap
 
     def _spill_locked(self, e: Entry, wait_for_disk: bool) -> None:
         """The RAM copy goes: at once when the file holds it (or there is no folder: the

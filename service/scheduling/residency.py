@@ -70,6 +70,8 @@ class Residency:
         self.models, self.released, self.rss = models, released, rss
         self.rpc = rpc if rpc is not None else RpcWorkers(())
         self.prompt_cache = prompt_cache
+        if prompt_cache is not None:    # its RAM tier grows only into what tier 2 has left
+            prompt_cache.room = lambda: self.budgets.tier2_bytes - self._tier2_models()
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self.place_lock = asyncio.Lock()
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).

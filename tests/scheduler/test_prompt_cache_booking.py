@@ -37,3 +37,23 @@ async def test_a_demotion_to_tier_2_evicts_cache_entries_first():
     assert sched.tier2_booked() == 30 * MIB + cache.ram_used <= 50 * MIB
     # The most valuable entries stayed: the newest.
     assert cache.best("id", "p", list(range(3000, 3300))) is not None
+
+
+async def test_the_cache_grows_only_into_what_tier_2_has_left():
+    cache = PromptCache(ram_bytes=40 * MIB)
+    models = [ModelConfig(id=mid, modality="text_generation", engine="ggml_llama",
+                          weights_path=f"{mid}.gguf") for mid in "ab"]
+    sched = Scheduler(Config(models=models), CPU, FakeEffects(), prompt_cache=cache)
+    for m in models:
+        sched.add(ModelState(cfg=m, paths={}, shape=ModelShape(weights_bytes=30 * MIB,
+                                                               workspace_bytes=40 * MIB)))
+    async with sched.lease("a"):
+        pass
+    async with sched.lease("b"):
+        pass
+    assert isinstance(sched.models["a"].pinned, KeptEngine)     # 30 of tier 2's 50 MiB
+    for i in range(4):
+        cache.put("a", "id", "p", list(range(1000 * i, 1000 * i + 300)),
+                  bytearray(8 * MIB), [], None)
+    assert cache.ram_used <= 20 * MIB
+    assert sched.tier2_booked() <= 50 * MIB
