@@ -173,7 +173,9 @@ class LlamaChatEngine(SessionsMixin):
             self._cache = None
             return None
         import llama_cpp
-        empty = self._ll.llama_state_seq_get_size(self._ctx, 0)    # no sequence used yet
+        # An empty sequence's state size (nothing is used yet) grows with the KV streams, one
+        # per slot, and llama.cpp loads a state only into as many streams as it came from.
+        empty = self._ll.llama_state_seq_get_size(self._ctx, 0)
         state_format = f"llama-cpp-python {llama_cpp.__version__}; empty seq {empty}"
         self._cache = cache.attach(spec.model_id, cache_identity(
             self.fingerprint, self.layout.as_dict(), state_format))

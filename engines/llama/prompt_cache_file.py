@@ -52,7 +52,8 @@ def cache_identity(fingerprint: str, layout: dict, state_format: str) -> str:
     """One string for what a cached state needs to load as is: the weights
     (``weights_fingerprint``), the KV types and kernel (not the context size: a state loads
     into any slot it fits), and the llama.cpp state format (its version and the size of an
-    empty sequence's state)."""
+    empty sequence's state, which also tells the KV stream count a state must match: one per
+    slot)."""
     kv = {k: layout.get(k) for k in ("type_k", "type_v", "flash_attn", "kv_unified")}
     blob = json.dumps([fingerprint, kv, state_format], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:32]
