@@ -214,7 +214,8 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, CachedPrefixes):
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix (none of another partition's: the
         slot's KV is then cleared) and set up the job's sampler. The slot's KV is the job's
-        partition's from here on."""
+        partition's from here on. With a prompt cache, what the slot loses goes there first,
+        and a longer cached prefix of the job's partition replaces the slot's KV."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
         self._stash(slot, 0 if job.prefill is not None else keep)    # the prompt cache
