@@ -49,6 +49,12 @@ EXTRA_HELP = {
     "hardware.kv_park_max_bytes": "Host memory the parked KV states may hold; the least "
                                   "recently parked go first. Unset: 4 GiB, at most an "
                                   "eighth of the (simulated) RAM.",
+    "hardware.prompt_cache_ram_bytes": "Host RAM the prompt cache may hold, booked in tier "
+                                       "2. Unset: 2 GiB, at most a sixteenth of the "
+                                       "(simulated) RAM.",
+    "hardware.prompt_cache_disk_bytes": "Disk the prompt cache's files may take under "
+                                        "<server.state_dir>/prompt-cache (0: RAM only). "
+                                        "Unset: 4 GiB.",
     "hardware.simulate": "Plan for another machine's memory while the engines run here.",
     "hardware.simulate.vram_bytes": "Simulated GPU memory.",
     "hardware.simulate.ram_bytes": "Simulated host memory.",

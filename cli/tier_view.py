@@ -162,6 +162,24 @@ def tier_picture(status: dict, now_ms: float | None = None) -> Group:
         parts.append(Text(f"KV parking {state}: {gib(kv.get('used_bytes', 0))} of "
                           f"{gib(kv.get('max_bytes'))}" + (f"; parked {parked}" if parked
                                                           else "")))
+    cache = status.get("prompt_cache")
+    if cache:
+        parts.append(_prompt_cache(cache))
     parts.append(Text("Recent evictions:"))
     parts += _evictions(status, now_ms if now_ms is not None else time.time() * 1000)
     return Group(*parts)
+
+
+def _prompt_cache(cache: dict) -> Text:
+    """One line for the prompt cache, then one per model: entries, bytes, hits, misses."""
+    if not cache.get("enabled"):
+        return Text("Prompt cache off")
+    lines = [f"Prompt cache: {cache.get('entries', 0)} entries, RAM "
+             f"{gib(cache.get('ram_bytes', 0))} of {gib(cache.get('ram_max_bytes'))}, disk "
+             f"{gib(cache.get('disk_bytes', 0))} of {gib(cache.get('disk_max_bytes'))}"]
+    for m in cache.get("models", []):
+        ram, disk = m.get("ram", {}), m.get("disk", {})
+        lines.append(f"  {m.get('model')}: RAM {ram.get('entries', 0)} entries "
+                     f"({ram.get('hits', 0)} hits), disk {disk.get('entries', 0)} entries "
+                     f"({disk.get('hits', 0)} hits), {m.get('misses', 0)} misses")
+    return Text("\n".join(lines))

@@ -166,6 +166,9 @@ class ChatResult:
     tool_call_truncated: bool = False
     #: Speculative decoding, when it ran: {method, drafted, accepted, n_max}.
     speculative: dict | None = None
+    #: Where ``cached_tokens`` came from, for an engine with a prompt cache: {"slot": n,
+    #: "ram": n, "disk": n} (the slot's own KV, the cache's RAM and disk tiers).
+    cached_from: dict[str, int] | None = None
 
 
 OnToken = Callable[[ChatDelta], None]

@@ -5,6 +5,7 @@ No I/O and no imports outside the standard library and this package.
 from hypnos.planner.admission import Admitted, DeadlineMiss, QueueFull, admit, implicit_deadline
 from hypnos.planner.budgets import (KeptEngineBooking, derive_budgets, hardware_for,
                                     kept_engine_booking, kv_park_cap, metal_working_set,
+                                    prompt_cache_caps,
                                     tier2_keeps_engine)
 from hypnos.planner.devices import ACCELERATED_ENGINES, can_accelerate, placement_device
 from hypnos.planner.eviction import eviction_order, plan_eviction
@@ -35,6 +36,7 @@ __all__ = [
     "estimate_workspace_bytes", "eviction_order", "hardware_for", "kv_bytes_per_token",
     "metal_working_set", "non_layer_fraction", "place", "plan_eviction", "shape_from_arch",
     "KeptEngineBooking", "kept_engine_booking", "kv_park_cap", "tier2_keeps_engine",
+    "prompt_cache_caps",
     "RemoteShare", "WorkerBudget", "place_split", "worker_order",
     "DraftShape", "added_bytes", "net_booked", "plan_shared_eviction", "shared_draft_bytes",
 ]

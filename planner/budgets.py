@@ -15,6 +15,10 @@ VRAM_RESERVE_BYTES = 512 * MIB
 OS_RESERVE_BYTES = 4 * GIB
 # KV parking's cap when the config sets none: this, at most an eighth of the RAM.
 KV_PARK_DEFAULT_BYTES = 4 * GIB
+# The prompt cache's RAM tier when the config sets none: this, at most a sixteenth of the
+# RAM; its disk tier: this.
+PROMPT_CACHE_RAM_BYTES = 2 * GIB
+PROMPT_CACHE_DISK_BYTES = 4 * GIB
 # Metal's recommendedMaxWorkingSetSize is 2/3 of the RAM up to this size and 3/4 above.
 METAL_SMALL_RAM_BYTES = 36 * GIB
 
@@ -99,3 +103,14 @@ def kv_park_cap(configured: int | None, ram_bytes: int) -> int:
     if configured is not None:
         return max(0, configured)
     return max(0, min(KV_PARK_DEFAULT_BYTES, ram_bytes // 8))
+
+
+def prompt_cache_caps(ram: int | None, disk: int | None, ram_bytes: int) -> tuple[int, int]:
+    """(RAM, disk) bytes the prompt cache may hold: ``ram`` (hardware.prompt_cache_ram_bytes)
+    when set, else 2 GiB (``PROMPT_CACHE_RAM_BYTES``) but at most a sixteenth of the RAM;
+    ``disk`` (hardware.prompt_cache_disk_bytes) when set, else 4 GiB. The RAM part is booked
+    in tier 2."""
+    ram_cap = max(0, ram) if ram is not None else max(0, min(PROMPT_CACHE_RAM_BYTES,
+                                                             ram_bytes // 16))
+    disk_cap = max(0, disk) if disk is not None else PROMPT_CACHE_DISK_BYTES
+    return ram_cap, disk_cap

@@ -22,6 +22,7 @@ from hypnos.planner.types import Hardware
 from hypnos.service.scheduling import accel
 from hypnos.service.scheduling import hardware as hw_probe
 from hypnos.service.config.load import state_dir
+from hypnos.service.scheduling.prompt_cache import build_prompt_cache
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
@@ -66,10 +67,13 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     hardware = hardware or hw_probe.probe(config.hardware.simulate)
     builds = builds if builds is not None else accel.engine_builds(hardware)
     metrics = Metrics()
+    prompt_cache = build_prompt_cache(config, hardware, state_dir(config))
     effects = effects or MachineEffects(metrics=metrics,
-                                        rpc_stall_secs=config.hardware.rpc_stall_secs)
+                                        rpc_stall_secs=config.hardware.rpc_stall_secs,
+                                        prompt_cache=prompt_cache)
     sched = Scheduler(config, hardware, effects,
-                      accelerated=accel.accelerated_engines(hardware, builds))
+                      accelerated=accel.accelerated_engines(hardware, builds),
+                      prompt_cache=prompt_cache)
     quotas = QuotaBook(state_path(config.source) if config.source is not None else None)
     app_state = AppState(
         config=config, catalog=catalog, scheduler=sched, builds=builds,
@@ -114,5 +118,8 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
         # The stored responses' database; it opens again on next use (the ASGI test client
         # "stops" after every request).
         state(app).responses.close()
+        cache = state(app).scheduler.prompt_cache
+        if cache is not None:       # the entries under way reach the disk tier
+            await asyncio.to_thread(cache.flush, 5.0)
 
     return app

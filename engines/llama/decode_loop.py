@@ -33,6 +33,8 @@ from collections.abc import Callable
 import numpy as np
 
 from hypnos.engines.llama.checkpoints import Trimming
+from hypnos.engines.llama.prompt_cache import ModelCache
+from hypnos.engines.llama.prompt_reuse import CachedPrefixes
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import SpeculativeSteps
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
+class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
     ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
@@ -50,7 +52,8 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
     rows of its own per slot; they are emptied when the slot passes to another partition.
     ``swa_full``: the context's sliding-window cache is full-sized (llama.cpp's default);
     else a sliding-window model takes context checkpoints (``checkpoints``), as a recurrent
-    or hybrid one always does.
+    or hybrid one always does. ``cache`` (a ``ModelCache``, or None) keeps the prefixes
+    slots lose and gives them back (``prompt_reuse``).
 
     ``submit`` and ``withdraw`` are called from any thread and never block on decoding;
     ``close`` stops the thread (blocks until it exits) and fails jobs still in flight.
@@ -58,7 +61,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
     """
 
     def __init__(self, ll, ctx, vocab, n_slots: int, n_batch: int, observer=None,
-                 drafts=None, swa_full: bool = True):
+                 drafts=None, swa_full: bool = True, cache: ModelCache | None = None):
         self.ll = ll
         self.ctx = ctx
         self.vocab = vocab
@@ -78,6 +81,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
         self._init_speculative(observer)
         self._init_checkpoints(swa_full)
         self.drafts = drafts
+        self.cache = cache
         self._piece_buf = ctypes.create_string_buffer(256)
         # Per token, once: its bytes (both renderings) and whether it ends an answer.
         self._pieces: dict[tuple[int, bool], bytes] = {}
@@ -217,16 +221,21 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming):
         """Trim the slot's KV to the reusable prefix (none of another partition's: the
         slot's KV is then cleared; on a recurrent or sliding-window model, the latest
         checkpoint within it: ``_trim``), plan the prefill's checkpoints and set up the
-        job's sampler. The slot's KV is the job's partition's from here on."""
+        job's sampler. The slot's KV is the job's partition's from here on. With a prompt
+        cache, what the slot loses goes there first, and a longer cached prefix of the job's
+        partition replaces the slot's KV (``prompt_reuse``)."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
+        self._stash(slot, 0 if job.prefill is not None else keep)    # the prompt cache
         self.claim(slot, job.partition)
         if job.prefill is not None:
             self._start_prefilled(slot)
             return
+        keep, source = self._restore_cached(slot, job, keep)
         keep = self._trim(slot, keep)
         self._plan_checkpoints(slot, job)
         job.cached = keep
+        job.cached_from = {"slot": 0, "ram": 0, "disk": 0, source: keep}
         job.pending = list(job.prompt[keep:])
         job.started = True
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)

@@ -33,6 +33,8 @@ from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.llama.decode_loop import DecodeLoop
+from hypnos.engines.llama.prompt_cache import ModelCache, PromptCache
+from hypnos.engines.llama.prompt_cache_file import cache_identity
 from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
@@ -100,6 +102,7 @@ class LlamaChatEngine(SessionsMixin):
         self._spec: Speculation | None = None  # speculative decoding (``spec.options``)
         self._draft = None                     # its draft model (``DraftModel``), if any
         self._swa_full = True                  # the context's window cache is full-sized
+        self._cache: ModelCache | None = None  # the prompt cache (``spec.options``), if any
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -158,13 +161,30 @@ class LlamaChatEngine(SessionsMixin):
                     spec.threads or len(os.sched_getaffinity(0)), ctx=self._ctx)
                 self._loop = DecodeLoop(ll, self._ctx, self._vocab, spec.slots, n_batch,
                                         observer=self._spec.observer, drafts=self._draft,
-                                        swa_full=self._swa_full)
+                                        swa_full=self._swa_full,
+                                        cache=self._attach_cache(spec))
             except BaseException:
                 self._free_locked()
                 raise
         return LoadReport(load_mode="warm" if warm else "mmap", weights_ms=(t1 - t0) * 1e3,
                           context_ms=(t2 - t1) * 1e3, projector_ms=(t4 - t3) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
+
+    def _attach_cache(self, spec: LoadSpec) -> ModelCache | None:
+        """The prompt cache (``spec.options["prompt_cache"]``, a ``PromptCache``) bound to
+        these weights, KV types and llama.cpp state format; None without one."""
+        cache = spec.options.get("prompt_cache")
+        if not isinstance(cache, PromptCache):
+            self._cache = None
+            return None
+        import llama_cpp
+        # An empty sequence's state size (nothing is used yet) grows with the KV streams, one
+        # per slot, and llama.cpp loads a state only into as many streams as it came from.
+        empty = self._ll.llama_state_seq_get_size(self._ctx, 0)
+        state_format = f"llama-cpp-python {llama_cpp.__version__}; empty seq {empty}"
+        self._cache = cache.attach(spec.model_id, cache_identity(
+            self.fingerprint, self.layout.as_dict(), state_format))
+        return self._cache
 
     @staticmethod
     def _weights_key(spec: LoadSpec) -> tuple:
@@ -286,8 +306,19 @@ class LlamaChatEngine(SessionsMixin):
         """A model is loaded (with or without a context)."""
         return self._model is not None
 
+    def _stash_slots(self, loop: DecodeLoop) -> None:
+        """The slots' prefixes into the prompt cache before their context goes (blocks ~1 ms
+        per MB); nothing without a cache or when the loop is already closed."""
+        if loop.cache is None or loop.closing:
+            return
+        try:
+            loop.call(loop.stash_all)
+        except Exception:               # a context in trouble: its KV is not worth keeping
+            log.exception("could not keep the slots' prefixes in the prompt cache")
+
     def _free_locked(self, keep_model: bool = False) -> None:
         if self._loop is not None:
+            self._stash_slots(self._loop)
             self._loop.close()
             self._loop = None
         if self._projector is not None:
@@ -352,6 +383,8 @@ class LlamaChatEngine(SessionsMixin):
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
+        if self._cache is not None and prompt and len(prompt) >= self._cache.min_tokens:
+            self._cache.fetch(req.partition, prompt)     # a disk entry read here, not there
         try:
             try:
                 loop.submit(job)
@@ -378,7 +411,8 @@ class LlamaChatEngine(SessionsMixin):
                           response_format_status=built.format_status,
                           stop_sequence=reader.stopper.matched,
                           tool_call_truncated=job.closed_call,
-                          speculative=job.spec.to_wire() if job.spec else None)
+                          speculative=job.spec.to_wire() if job.spec else None,
+                          cached_from=job.cached_from or None)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

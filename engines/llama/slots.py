@@ -36,6 +36,9 @@ class Job:
     t_first: float | None = None
     t_done: float | None = None
     cached: int = 0                             # prompt tokens reused from the slot's KV
+    #: Of ``cached``, the tokens the slot held, and those restored from the prompt cache's
+    #: RAM and disk tiers: {"slot": n, "ram": n, "disk": n}.
+    cached_from: dict[str, int] = field(default_factory=dict)
     generated: int = 0                          # tokens delivered (EOG not counted)
     sampled: int = 0                            # tokens sampled (EOG counted)
     concurrent: int = 0                         # most slots sharing one decode step
@@ -85,6 +88,8 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot
+    #: The session last unbound from it while its KV stays (the prompt cache's tag).
+    released_key: str | None = None
     #: The partition whose tokens the KV holds: only a job of the same one reuses them.
     partition: str = ""
 
@@ -189,7 +194,7 @@ class SlotQueue:
         with self.cond:
             for slot in self.slots:
                 if slot.key == key:
-                    slot.key = None
+                    slot.key, slot.released_key = None, key
                     return True
             return False
 

@@ -164,6 +164,17 @@ class HardwareConfig:
     # the next turn of a conversation then prefills only its new tokens).
     kv_park: bool = True
     kv_park_max_bytes: int | None = None
+    # Keep the prefixes chat slots lose to other conversations (their KV state) in host RAM
+    # and in <server.state_dir>/prompt-cache, so a request with the same prefix (the same
+    # API key, model file and tokens) prefills only the rest, after a model swap or a
+    # restart too.
+    prompt_cache: bool = True
+    # Host RAM the prompt cache may hold, booked in tier 2. Unset: min(2 GiB, 1/16 of RAM).
+    prompt_cache_ram_bytes: int | None = None
+    # Disk the prompt cache's files may take (0: RAM only). Unset: 4 GiB.
+    prompt_cache_disk_bytes: int | None = None
+    # Entries unused this long are deleted (RAM and disk).
+    prompt_cache_max_age_secs: int = 7 * 86400
     # Refuse loads (507 process_memory_cap) that would take the process above this, checked
     # against its measured resident memory; a move to tier 2 that would goes to tier 3.
     max_process_memory_bytes: int | None = None

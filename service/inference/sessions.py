@@ -59,7 +59,10 @@ async def restore(sched, st, key: str, blob: bytes) -> int:
 
 
 async def release(sched, st, key: str) -> None:
-    """Free the session's slot binding if the model is loaded (nothing to do otherwise)."""
+    """Free the session's slot binding if the model is loaded, and drop the prompt cache's
+    entries of the session (loaded or not)."""
+    if sched.prompt_cache is not None:
+        sched.prompt_cache.drop_session(key)
     if st.engine is None:
         return
     with errors.refusals_as_http():

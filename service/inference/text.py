@@ -195,4 +195,6 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     out = call.telemetry(engine_timings(timings))
     if results[0].speculative:
         out["speculative"] = dict(results[0].speculative)
+    if results[0].cached_from:      # the slot's, the prompt cache's RAM and disk tiers'
+        out["cached_from"] = dict(results[0].cached_from)
     return out

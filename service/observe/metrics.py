@@ -106,6 +106,18 @@ class Metrics:
                                   "Prompt plus completion tokens charged per key", ["key"])
         self.key_tokens_today = gauge("hypnos_api_key_tokens_today",
                                       "Tokens charged per key on the current UTC day", ["key"])
+        self.cache_entries = gauge("hypnos_prompt_cache_entries",
+                                   "Prompt cache entries per model and tier", ["model", "tier"])
+        self.cache_bytes = gauge("hypnos_prompt_cache_bytes",
+                                 "Prompt cache bytes per model and tier", ["model", "tier"])
+        self.cache_hits = gauge("hypnos_prompt_cache_hits", "Prompts restored from the prompt "
+                                "cache since start, per model and tier", ["model", "tier"])
+        self.cache_tokens = gauge("hypnos_prompt_cache_tokens", "Prompt tokens restored from "
+                                  "the prompt cache since start, per model and tier",
+                                  ["model", "tier"])
+        self.cache_misses = gauge("hypnos_prompt_cache_misses", "Prompts neither their slot "
+                                  "nor the prompt cache held a prefix of, since start",
+                                  ["model"])
         self.uptime = gauge("hypnos_uptime_seconds", "Seconds since start")
         self.start_time = gauge("hypnos_process_start_time_seconds", "Start (unix time)")
         self.start_time.set(self.started)
@@ -180,6 +192,7 @@ class Metrics:
             gauge.labels("budget").set(budget)
             gauge.labels("booked").set(booked)
             gauge.labels("free").set(budget - booked)
+        self._prompt_cache(scheduler.prompt_cache)
         if gpu_sample is not None:
             self.gpu_memory.labels("total").set(gpu_sample.total)
             self.gpu_memory.labels("free").set(gpu_sample.free)
@@ -187,3 +200,21 @@ class Metrics:
                 if name in gpu_sample.stats:
                     g.set(gpu_sample.stats[name])
         return generate_latest(self.registry)
+
+    def _prompt_cache(self, cache) -> None:
+        """The prompt cache's entries, bytes, hits and misses per model and tier."""
+        families = (self.cache_entries, self.cache_bytes, self.cache_hits, self.cache_tokens,
+                    self.cache_misses)
+        for g in families:
+            g.clear()
+        if cache is None:
+            return
+        for row in cache.snapshot()["models"]:
+            model = row["model"]
+            self.cache_misses.labels(model).set(row["misses"])
+            for tier in ("ram", "disk"):
+                t = row[tier]
+                self.cache_entries.labels(model, tier).set(t["entries"])
+                self.cache_bytes.labels(model, tier).set(t["bytes"])
+                self.cache_hits.labels(model, tier).set(t["hits"])
+                self.cache_tokens.labels(model, tier).set(t["tokens"])

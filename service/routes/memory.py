@@ -17,6 +17,7 @@ from hypnos.service.scheduling.hardware import available_memory, nvml_sample, ph
 from hypnos.service.http.layers import read_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, refuse
+from hypnos.service.scheduling import prompt_cache
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
 from hypnos.service.http.openapi import endpoint, needs_ready
@@ -146,6 +147,8 @@ async def status(request: Request):
         "latency": {"routes": state(app).latency.snapshot(),
                     "workflows": state(app).workflows.snapshot()},
         "kv_park": sched.kv_park.snapshot(),
+        "prompt_cache": prompt_cache.snapshot(sched.prompt_cache,
+                                              record_of(request).sees_all),
         "stored_responses": _stored_responses(request),
     }
     if gpu is not None:

@@ -9,10 +9,11 @@ from sanic.response import json as json_response
 
 from hypnos.service.http import errors
 from hypnos.service.http.openapi import endpoint, json_object
-from hypnos.service.inference.stored_responses import StoredResponse
+from hypnos.service.inference.stored_responses import SESSION_PREFIX, StoredResponse
 from hypnos.service.observe.record import record_of
 from hypnos.service.state import state_of
 from hypnos.service.wire.responses_items import item_page, page_query
+from hypnos.service.wire.sessions import owned_session
 
 bp = Blueprint("responses_stored")
 RESPONSE = json_object("id", "object", "status", "output", "model",
@@ -39,8 +40,11 @@ async def get_response(request: Request, response_id: str):
 @endpoint("Delete a stored response (a conversation continued from it can no longer be)",
           ok=json_object("id", "object", "deleted"), errors=(401, 404))
 async def delete_response(request: Request, response_id: str):
-    _stored(request, response_id)
+    item = _stored(request, response_id)
     state_of(request).responses.delete(response_id)
+    cache = state_of(request).scheduler.prompt_cache
+    if cache is not None:       # the conversation's cached prefixes go with it
+        cache.drop_session(owned_session(item.owner, SESSION_PREFIX + item.conversation))
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
 

@@ -79,10 +79,12 @@ class MachineEffects:
     unload, a suspend or an unpin frees is given back to the system at once
     (`allocator.trim`), not left in malloc's arenas."""
 
-    def __init__(self, metrics=None, threads: int | None = None, rpc_stall_secs: float = 120):
+    def __init__(self, metrics=None, threads: int | None = None, rpc_stall_secs: float = 120,
+                 prompt_cache=None):
         self.metrics = metrics
         self.threads = threads
         self.rpc_stall_secs = rpc_stall_secs      # hardware.rpc_stall_secs
+        self.prompt_cache = prompt_cache          # given to each chat engine built here
 
     def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:
         engine: Engine
@@ -99,6 +101,8 @@ class MachineEffects:
         if placement.remote:
             options["rpc_split"] = [(s.endpoint, s.layers) for s in placement.remote]
             options["rpc_stall_secs"] = self.rpc_stall_secs
+        elif self.prompt_cache is not None:
+            options["prompt_cache"] = self.prompt_cache
         spec = LoadSpec(
             model_id=st.id, weights_path=st.paths.get("weights_path"), files=dict(st.paths),
             context_len=placement.allocated_context_len or FALLBACK_CONTEXT, slots=st.cfg.slots,

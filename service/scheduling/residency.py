@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from hypnos.engines.protocols import ReportsDevice
 from hypnos.engines.errors import EngineError, EngineUnavailable, WorkerLost
+from hypnos.engines.llama.prompt_cache import PromptCache
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
@@ -56,26 +57,49 @@ class Residency:
     def __init__(self, *, config: Config, hardware: Hardware, budgets: Budgets,
                  accelerated: frozenset[str], effects: Effects, kv_park: KvParkStore,
                  models: dict[str, ModelState], released: Wakeup,
-                 rss: Callable[[], int], rpc: RpcWorkers | None = None):
+                 rss: Callable[[], int], rpc: RpcWorkers | None = None,
+                 prompt_cache: PromptCache | None = None):
         """``models`` is the scheduler's pool (shared, not copied); ``released`` the wake-up
         notified when a lease, hold or load ends; ``rss`` reads the process's resident
         memory (for the unbooked memory taken off tier 1 and the
         hardware.max_process_memory_bytes check); ``rpc``: the RPC workers a chat model too
-        large for this machine may be split onto."""
+        large for this machine may be split onto; ``prompt_cache``: the prompt cache, whose
+        RAM tier is booked in tier 2 and gives way to a model's weights."""
         self.config, self.hardware, self.budgets = config, hardware, budgets
         self.accelerated, self.effects, self.kv_park = accelerated, effects, kv_park
         self.models, self.released, self.rss = models, released, rss
         self.rpc = rpc if rpc is not None else RpcWorkers(())
+        self.prompt_cache = prompt_cache
+        if prompt_cache is not None:    # its RAM tier grows only into what tier 2 has left
+            prompt_cache.room = lambda: self.budgets.tier2_bytes - self._tier2_models()
         self.recent_evictions: deque[dict] = deque(maxlen=32)
         self.place_lock = asyncio.Lock()
         # Busy models whose new requests wait for another model's swap (_plan_or_wait).
         self.swap_gates: dict[str, asyncio.Event] = {}
 
     def tier2_booked(self, leaving: str | None = None) -> int:
-        """Bytes booked in tier 2; ``leaving``: a model being promoted, whose tier-2 bytes its
-        tier-1 placement already books (they are freed, or move, once it is loaded)."""
+        """Bytes booked in tier 2, the prompt cache's RAM tier included; ``leaving``: a model
+        being promoted, whose tier-2 bytes its tier-1 placement already books (they are
+        freed, or move, once it is loaded)."""
+        return self._tier2_models(leaving) + self._cache_ram()
+
+    def _tier2_models(self, leaving: str | None = None) -> int:
         return sum(m.pinned.bytes for m in self.models.values()
                    if m.pinned is not None and m.id != leaving)
+
+    def _cache_ram(self) -> int:
+        return self.prompt_cache.ram_used if self.prompt_cache is not None else 0
+
+    def _tier2_fits(self, need: int, room_for: str | None) -> bool:
+        """Whether ``need`` more bytes fit the tier-2 budget, making room first by shrinking
+        the prompt cache's RAM tier (its entries spill to disk or go): a model's weights
+        come before cached prompts."""
+        free = self.budgets.tier2_bytes - self._tier2_models(room_for) - need
+        if free < 0:
+            return False
+        if self.prompt_cache is not None and self._cache_ram() > free:
+            self.prompt_cache.shrink_ram(free)
+        return True
 
     def process_memory(self) -> ProcessMemory:
         """The process's footprint (``rss``, measured now) and the bookings that live in it
@@ -337,7 +361,7 @@ class Residency:
         tier-2 budget for its weights."""
         return (st.cfg.modality == "text_generation" and st.pinned is None
                 and tier2_keeps_engine(self.hardware.topology)
-                and self.tier2_booked(room_for) + st.weight_bytes <= self.budgets.tier2_bytes)
+                and self._tier2_fits(st.weight_bytes, room_for))
 
     async def unload(self, st: ModelState, to: Tier, room_for: str | None = None,
                      park: bool = True) -> Tier:
@@ -358,9 +382,9 @@ class Residency:
                     st.engine, st.pinned = None, kept
             await self._free_engine(st)
         if to is Tier.RAM and st.pinned is None:
-            if self.tier2_booked(room_for) + st.weight_bytes > self.budgets.tier2_bytes or \
-                    over_process_cap(self.rss(), st.weight_bytes,
-                                     self.config.hardware.max_process_memory_bytes):
+            if over_process_cap(self.rss(), st.weight_bytes,
+                                self.config.hardware.max_process_memory_bytes) or \
+                    not self._tier2_fits(st.weight_bytes, room_for):
                 to = Tier.SSD
             else:
                 st.pinned = await asyncio.to_thread(self.effects.pin, st)

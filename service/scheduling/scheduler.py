@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from hypnos.engines.llama.prompt_cache import PromptCache
 from hypnos.engines.protocols import Engine
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
@@ -44,6 +45,7 @@ from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
+from hypnos.service.scheduling.prompt_cache import build_prompt_cache
 from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
                                                 OverDeadline, Refused, UnknownModel)
 from hypnos.service.scheduling.residency import Residency
@@ -60,17 +62,22 @@ Fit = Callable[[Engine], Awaitable[int | None]]
 class Scheduler:
     def __init__(self, config: Config, hardware: Hardware, effects: Effects,
                  accelerated: frozenset[str] | None = None, *,
-                 rss: Callable[[], int] = process_rss):
+                 rss: Callable[[], int] = process_rss,
+                 prompt_cache: PromptCache | None = None):
         """``accelerated``: the engine kinds whose installed builds can compute on
         ``hardware``'s accelerator (default: every kind that can, as on a machine installed
         for it: what a simulated machine is planned with). ``rss``: reads the process's
-        resident memory for the hardware.max_process_memory_bytes check (tests pass one)."""
+        resident memory for the hardware.max_process_memory_bytes check (tests pass one).
+        ``prompt_cache``: the chat engines' prompt cache (`build_prompt_cache`; None: one in
+        RAM only when hardware.prompt_cache is on), booked in tier 2."""
         self.config = config
         self.accelerated = ACCELERATED_ENGINES[hardware.accelerator] if accelerated is None \
             else accelerated
         self.kv_park = KvParkStore(config.hardware.kv_park, kv_park_cap(
             config.hardware.kv_park_max_bytes, hardware.ram_bytes))
         self.hardware = hardware
+        self.prompt_cache = prompt_cache if prompt_cache is not None else \
+            build_prompt_cache(config, hardware, None)
         self.budgets: Budgets = derive_budgets(hardware)
         self.effects = effects
         self.models: dict[str, ModelState] = {}
@@ -81,7 +88,8 @@ class Scheduler:
         self.residency = Residency(
             config=config, hardware=hardware, budgets=self.budgets,
             accelerated=self.accelerated, effects=effects, kv_park=self.kv_park,
-            models=self.models, released=self.released, rss=rss, rpc=self.rpc_workers)
+            models=self.models, released=self.released, rss=rss, rpc=self.rpc_workers,
+            prompt_cache=self.prompt_cache)
         self.pool = PoolChanges(models=self.models, get=self.get, residency=self.residency,
                                 kv_park=self.kv_park, released=self.released)
         self._background: set[asyncio.Task] = set()
@@ -347,4 +355,8 @@ class Scheduler:
         task.add_done_callback(self._background.discard)
 
     async def shutdown(self) -> None:
+        """Free every engine, then let the prompt cache finish its writes (up to 10 s) and
+        stop its writer."""
         await self.residency.release_all()
+        if self.prompt_cache is not None:
+            await asyncio.to_thread(self.prompt_cache.close)

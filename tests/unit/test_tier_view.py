@@ -134,3 +134,14 @@ def test_a_targets_draft_is_drawn_under_it_with_who_shares_it():
                shared_with=[])
     text = render(dict(STATUS, models=[target("qwen3.5", "tier1_gpu_vram", mtp)]))
     assert "└ MTP heads" in text and "in its file, kv 0.25 GiB" in text
+
+
+def test_the_prompt_cache_is_listed_per_model():
+    cache = {"enabled": True, "entries": 3, "ram_bytes": GIB // 4, "ram_max_bytes": 2 * GIB,
+             "disk_bytes": GIB, "disk_max_bytes": 4 * GIB,
+             "models": [{"model": "gemma", "misses": 2, "ram": {"entries": 1, "hits": 5},
+                         "disk": {"entries": 3, "hits": 1}}]}
+    text = render({**STATUS, "prompt_cache": cache})
+    assert "Prompt cache: 3 entries, RAM 0.25 GiB of 2.00 GiB, disk 1.00 GiB of 4.00 GiB" in text
+    assert "gemma: RAM 1 entries (5 hits), disk 3 entries (1 hits), 2 misses" in text
+    assert "Prompt cache off" in render({**STATUS, "prompt_cache": {"enabled": False}})

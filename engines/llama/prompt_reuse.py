@@ -1,0 +1,91 @@
+"""The decode loop's half of the prompt cache (`prompt_cache`): a slot's prefix is kept
+before another conversation overwrites it (``_stash``), and a job starts from the longest
+cached prefix of its partition when that beats what its slot holds (``_restore_cached``).
+
+A mixin over ``DecodeLoop`` (``ll``, ``ctx``, ``n_ctx_seq``, ``cache``, ``forget``,
+``kv_replaced``); both run on the decode thread, in ``_start``. A full state is written into
+the slot and then trimmed to the common prefix by ``DecodeLoop._trim``, the one place that
+knows how much a trim really keeps (on a hybrid model: its checkpoint).
+"""
+from __future__ import annotations
+
+import logging
+
+from hypnos.engines.llama.checkpoints import Checkpoint
+from hypnos.engines.llama.prompt_cache import RESTORE_MARGIN, ModelCache
+from hypnos.engines.llama.slots import Job, Slot
+from hypnos.engines.llama.state import read_seq, write_seq
+
+log = logging.getLogger(__name__)
+
+#: A slot's prefix is stashed only when the new job drops at least this many of its tokens
+#: (a conversation's next turn drops a few template tokens at most: its slot keeps it).
+MIN_LOST_TOKENS = 32
+
+
+class CachedPrefixes:
+    """See the module."""
+
+    cache: ModelCache | None
+    slots: list[Slot]
+
+    def _stash(self, slot: Slot, keep: int) -> None:
+        """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
+        about to start keeps only ``keep`` of its tokens, the slot holds at least the cache's
+        minimum, and no entry holds them already; tagged with the slot's session (bound, or
+        the one last unbound from it), so releasing or deleting that conversation drops it.
+        Blocks ~1 ms per MB (one state copy)."""
+        cache, tokens = self.cache, slot.tokens
+        tag, slot.released_key = slot.released_key, None     # the slot serves another job
+        if cache is None or len(tokens) < cache.min_tokens or \
+                len(tokens) - keep < MIN_LOST_TOKENS or tokens[0] == -1 or \
+                cache.holds(slot.partition, tokens):
+            return
+        state = read_seq(self.ll, self.ctx, slot.seq_id)
+        checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
+        cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
+
+    def stash_all(self) -> None:
+        """Put every idle slot's prefix in the cache (before the context goes: an unload, a
+        demotion, a shutdown), so it survives them. Call on the decode thread
+        (``DecodeLoop.call``)."""
+        for slot in self.slots:
+            if slot.job is None:
+                self._stash(slot, 0)
+
+    def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
+        """Write the longest cached prefix of ``job``'s partition into the slot when it beats
+        the slot's own ``own`` tokens by ``RESTORE_MARGIN``; the prompt tokens the slot then
+        serves (before the trim) and where they came from: "slot", "ram" or "disk". The
+        slot's partition is ``job``'s already (``claim``)."""
+        cache = self.cache
+        if cache is None or len(job.prompt) < cache.min_tokens:
+            return own, "slot"
+        found = cache.best(job.partition, job.prompt)
+        common = min(found[1], len(job.prompt) - 1) if found is not None else 0
+        if found is None or common < own + RESTORE_MARGIN or \
+                len(found[0].tokens) >= self.n_ctx_seq:
+            cache.count("miss" if own < RESTORE_MARGIN else "slot")
+            return own, "slot"
+        loaded = cache.load(found[0])
+        if loaded is None:
+            cache.count("miss" if own < RESTORE_MARGIN else "slot")
+            return own, "slot"
+        state, checkpoints, tier = loaded
+        if not write_seq(self.ll, self.ctx, slot.seq_id, state):
+            log.warning("llama.cpp refused a cached prompt state (%d tokens)",
+                        len(found[0].tokens))
+            self.forget(slot)
+            cache.count("miss")
+            return 0, "slot"
+        slot.tokens[:] = found[0].tokens
+        self.kv_replaced(slot)
+        self._restore_checkpoints(slot, checkpoints)
+        cache.count(tier, common)
+        return common, tier
+
+    def _restore_checkpoints(self, slot: Slot, checkpoints: list[tuple[int, bytes]]) -> None:
+        """Give the slot the checkpoints cached with its state (after ``kv_replaced``, which
+        clears the old text's); those past its tokens are left out."""
+        slot.checkpoints[:] = [Checkpoint(n, bytearray(state)) for n, state in checkpoints
+                               if n <= len(slot.tokens)]
