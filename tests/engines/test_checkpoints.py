@@ -247,3 +247,29 @@ def test_a_rebuilt_context_keeps_a_hybrid_slots_checkpoints(qwen35):
         assert evaluated <= kept.prompt_tokens - kept.cached_tokens + kept.completion_tokens
     finally:
         engine.unload()
+
+
+def test_a_hybrid_prefix_comes_back_from_the_prompt_cache_with_its_checkpoints(qwen35,
+                                                                                tmp_path):
+    """A hybrid conversation whose slots were taken by two others: its state and checkpoints
+    went to the prompt cache's RAM tier, and turn 2 restores them and is cut back to the
+    checkpoint before the parting (before the merge of the two: the restore was refused at
+    the cut and the slot forgotten, 0 cached)."""
+    from hypnos.engines.llama.prompt_cache import PromptCache
+    cache = PromptCache(ram_bytes=64 << 20, disk_bytes=0, folder=tmp_path / "prompt-cache")
+    spec = spec_for(qwen35, slots=2, prompt_cache=cache)
+    engine = LlamaChatEngine()
+    engine.load(spec)
+    try:
+        first, _ = ask(engine, request(PICNIC))
+        n = first.prompt_tokens
+        for topic in ("a bicycle shop", "a museum of clocks"):
+            ask(engine, request([{"role": "system", "content": f"You work at {topic}. " * 60},
+                                 {"role": "user", "content": "Hello?"}]))
+        turn2 = PICNIC + [{"role": "assistant", "content": first.text or "Sourdough."},
+                          {"role": "user", "content": "And which cake for a birthday?"}]
+        # The cold run reloads without the cache.
+        kept = check_reuse(engine, spec_for(qwen35, slots=2), request(turn2), n - TAIL[0] - 8)
+        assert kept.cached_from is not None and kept.cached_from["ram"] == kept.cached_tokens
+    finally:
+        engine.unload()
