@@ -169,6 +169,10 @@ class ChatResult:
     #: Where ``cached_tokens`` came from, for an engine with a prompt cache: {"slot": n,
     #: "ram": n, "disk": n} (the slot's own KV, the cache's RAM and disk tiers).
     cached_from: dict[str, int] | None = None
+    #: Where the prompt parted from the best prefix its key had cached (a slot or the
+    #: prompt cache): {best_cached_prefix, parted_at (None: nothing parted), before, prompt,
+    #: cached} (``engines/llama/parting``); None when the key had nothing cached.
+    parting: dict | None = None
 
 
 OnToken = Callable[[ChatDelta], None]

@@ -226,6 +226,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         partition replaces the slot's KV (``prompt_reuse``)."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
+        job.parting = self._parting(job)
         self._stash(slot, 0 if job.prefill is not None else keep)    # the prompt cache
         self.claim(slot, job.partition)
         if job.prefill is not None:
@@ -366,6 +367,9 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         self.ll.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.tokens.clear()
         slot.checkpoints.clear()
+
+    def _kept_below(self, slot: Slot) -> bool:
+        return CachedPrefixes._kept_below(self, slot)     # before SlotQueue's (no cache)
 
     def kv_replaced(self, slot: Slot) -> None:
         """The slot's KV was written from outside (a parked slot restored, a session

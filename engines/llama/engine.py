@@ -412,7 +412,7 @@ class LlamaChatEngine(SessionsMixin):
                           stop_sequence=reader.stopper.matched,
                           tool_call_truncated=job.closed_call,
                           speculative=job.spec.to_wire() if job.spec else None,
-                          cached_from=job.cached_from or None)
+                          cached_from=job.cached_from or None, parting=job.parting)
 
     def prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens the request's prompt takes, exactly as ``chat`` would send it (media

@@ -10,8 +10,10 @@ knows how much a trim really keeps (on a hybrid model: its checkpoint).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from hypnos.engines.llama.checkpoints import Checkpoint
+from hypnos.engines.llama.parting import parting
 from hypnos.engines.llama.prompt_cache import RESTORE_MARGIN, ModelCache
 from hypnos.engines.llama.slots import Job, Slot
 from hypnos.engines.llama.state import read_seq, write_seq
@@ -28,6 +30,7 @@ class CachedPrefixes:
 
     cache: ModelCache | None
     slots: list[Slot]
+    _piece: Callable[..., bytes]
 
     def _stash(self, slot: Slot, keep: int) -> None:
         """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
@@ -44,6 +47,28 @@ class CachedPrefixes:
         state = read_seq(self.ll, self.ctx, slot.seq_id)
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
         cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
+
+    def _parting(self, job: Job) -> dict | None:
+        """Where ``job``'s prompt parts from the best prefix its partition has cached, in a
+        slot or in the prompt cache (``parting``); call before the slot is trimmed."""
+        if job.prefill is not None:
+            return None
+        candidates = [s.tokens for s in self.slots if s.partition == job.partition]
+        if self.cache is not None:
+            found = self.cache.best(job.partition, job.prompt)
+            if found is not None:
+                candidates.append(found[0].tokens)
+        return parting(job.prompt, candidates, self._text_of)
+
+    def _text_of(self, tokens: list[int]) -> str:
+        """Tokens as text, special ones as written (a template's markers show)."""
+        return b"".join(self._piece(t, special=True) for t in tokens).decode("utf-8", "replace")
+
+    def _kept_below(self, slot: Slot) -> bool:
+        """The prompt cache holds the slot's tokens: giving the slot away loses nothing."""
+        cache = self.cache
+        return (cache is not None and len(slot.tokens) >= cache.min_tokens
+                and slot.tokens[0] != -1 and cache.holds(slot.partition, slot.tokens))
 
     def stash_all(self) -> None:
         """Put every idle slot's prefix in the cache (before the context goes: an unload, a

@@ -39,6 +39,8 @@ class Job:
     #: Of ``cached``, the tokens the slot held, and those restored from the prompt cache's
     #: RAM and disk tiers: {"slot": n, "ram": n, "disk": n}.
     cached_from: dict[str, int] = field(default_factory=dict)
+    #: Where the prompt parted from its partition's best cached prefix (``parting``).
+    parting: dict | None = None
     generated: int = 0                          # tokens delivered (EOG not counted)
     sampled: int = 0                            # tokens sampled (EOG counted)
     concurrent: int = 0                         # most slots sharing one decode step
@@ -107,22 +109,32 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def pick_slot(free: list[Slot], prompt: list[int], partition: str = "") -> Slot:
+def pick_slot(free: list[Slot], prompt: list[int], partition: str = "",
+              kept: Callable[[Slot], bool] | None = None) -> Slot:
     """The free slot whose KV serves ``prompt`` of ``partition`` best.
 
     A slot matches when the common prefix covers at least half of the prompt or half of
     what the slot holds; the longest matching prefix wins. Only a slot of the same
     partition can match: another partition's slot scores as holding nothing, so which slot
-    is taken never depends on another partition's text. With no match, the least recently
-    used slot is taken (an empty one first), so a short unrelated prompt does not overwrite
-    a long cached conversation because of a few shared template tokens.
+    is taken never depends on another partition's text. With no match, a slot that loses
+    nothing is taken first: an empty one, or one whose tokens the tiers below already hold
+    (``kept``: the prompt cache); then the least recently used, so a short unrelated
+    prompt does not overwrite a long cached conversation because of a few shared template
+    tokens.
     """
-    def score(slot: Slot) -> tuple[int, float]:
+    def score(slot: Slot) -> int:
         lcp = slot.prefix_for(prompt, partition)
         matches = lcp > 0 and (2 * lcp >= len(prompt) or 2 * lcp >= len(slot.tokens))
-        return (lcp if matches else 0, -slot.last_used)
+        return lcp if matches else 0
 
-    return max(free, key=score)
+    scores = [score(s) for s in free]
+    if max(scores) > 0:
+        return free[max(range(len(free)), key=lambda i: (scores[i], -free[i].last_used))]
+
+    def loses_nothing(slot: Slot) -> bool:
+        return not slot.tokens or (kept is not None and kept(slot))
+
+    return max(free, key=lambda s: (loses_nothing(s), -s.last_used))
 
 
 class SlotQueue:
@@ -133,6 +145,11 @@ class SlotQueue:
     waiting: collections.deque[Job]
     cond: threading.Condition
     closing: bool
+
+    def _kept_below(self, slot: Slot) -> bool:
+        """Whether the tiers below the slots (the prompt cache) hold the slot's tokens, so
+        giving it to another conversation loses nothing. A loop without a cache: never."""
+        return False
 
     def _gather_locked(self, key: str, force: bool = False) -> None:
         """Once every choice of group ``key`` is waiting (or ``force``), mark them ready and
@@ -185,7 +202,7 @@ class SlotQueue:
         free = [s for s in unbound if s.job is None]
         if free_only and not free:
             return None
-        slot = pick_slot(free or unbound, prompt or [], partition)
+        slot = pick_slot(free or unbound, prompt or [], partition, self._kept_below)
         slot.key = key
         return slot
 
@@ -217,7 +234,7 @@ class SlotQueue:
                 slot = job.target
             else:
                 slot = pick_slot([s for s in free if s.key is None] or free, job.prompt,
-                                 job.partition)
+                                 job.partition, self._kept_below)
                 if job.group is None and self._stopping_holds_more(
                         job, slot.prefix_for(job.prompt, job.partition)):
                     continue
