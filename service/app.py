@@ -25,7 +25,7 @@ from hypnos.service.config.load import state_dir
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
-from hypnos.service.http.errors import install_error_handlers
+from hypnos.service.errors import install_error_handlers
 from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
 from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path

@@ -10,7 +10,8 @@ from sanic import Request, Sanic
 from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
-from hypnos.service.http import browser, errors
+from hypnos.service.http import browser
+from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint_of
 from hypnos.service.lifecycle.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 
 
 def sse(payload: dict) -> str:

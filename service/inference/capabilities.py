@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hypnos.engines import registry
-from hypnos.service.http import errors
+from hypnos.service import errors
 
 
 @dataclass(frozen=True)

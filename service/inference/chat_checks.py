@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from hypnos.engines.chat_format import MEDIA_PARTS
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import chat_counter, check_text_model, text_lease
 from hypnos.service.media.fetch import part_bytes

@@ -26,7 +26,7 @@ from sanic import Request
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
                                       ImageGenerator, KVChatEngine, Speaker, Transcriber)
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.layers import deadline_ms
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.observe.record import current_record

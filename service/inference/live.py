@@ -23,7 +23,7 @@ from sanic.exceptions import WebsocketClosed
 from websockets.exceptions import ConnectionClosed
 
 from hypnos.engines.records import TranscribeRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require
 from hypnos.service.inference.transcription import transcribe

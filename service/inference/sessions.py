@@ -11,7 +11,7 @@ import asyncio
 from hypnos.engines import registry
 from hypnos.engines.errors import EngineError, SessionNotFound
 from hypnos.planner.types import Tier
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference.capabilities import CHAT
 from hypnos.service.inference.leased import leased_by
 from hypnos.service.observe.record import current_record

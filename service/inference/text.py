@@ -27,7 +27,7 @@ from sanic import Request
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import ChatEngine, Engine
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.observe.record import current_record, record_of

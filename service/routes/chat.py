@@ -10,7 +10,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.chat_checks import chat_lease

@@ -16,7 +16,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
 from hypnos.service.wire.model import Says, validate
 from hypnos.service.http.layers import json_body

@@ -20,7 +20,7 @@ from sanic.response import json as json_response
 from sanic.response import raw
 
 from hypnos.engines.records import ConvertedPage, OpenedDocument
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.documents import (
     FILE_OR_URL, OCR_WORDS, ConvertBody, ConvertParams, DocumentBody, check_document,
     parse_convert,

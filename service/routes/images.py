@@ -20,7 +20,7 @@ from sanic.request import RequestParameters
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ImageRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.schema import ImageConfig
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.observe.record import record_of

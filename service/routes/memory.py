@@ -10,7 +10,7 @@ from sanic.response import json as json_response
 from hypnos.engines.devices import llama_has_rpc
 from hypnos.engines.protocols import OffloadsLayers, SplitsLayers
 from hypnos.planner.types import Tier
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory

@@ -2,7 +2,7 @@
 the Anthropic SDKs) on every chat model of the pool. The body is translated into a chat
 request (`wire.messages`), runs under the chat path's one lease, and is rendered back as
 content blocks, or streamed as Anthropic's event sequence. Errors on these routes take
-Anthropic's envelope (`http.errors.error_response`)."""
+Anthropic's envelope (`errors.error_response`)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens

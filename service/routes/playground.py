@@ -12,7 +12,7 @@ from pathlib import Path
 from sanic import Blueprint, Request
 from sanic.response import file as file_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint
 from hypnos.service.state import state_of
 

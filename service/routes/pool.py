@@ -16,7 +16,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.planner.types import MoeOffload
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.schema import ModelConfig
 from hypnos.service.http.layers import read_body

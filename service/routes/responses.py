@@ -23,7 +23,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens

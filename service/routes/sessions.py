@@ -20,7 +20,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference import sessions
 from hypnos.service.wire.sessions import session_key, session_name
 from hypnos.service.http.layers import read_body

@@ -24,7 +24,7 @@ from sanic import Blueprint, Request
 from sanic.response import raw
 
 from hypnos.engines.records import SpeechRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
 from hypnos.service.http.layers import json_body

@@ -10,7 +10,7 @@ from sanic.response import json as json_response
 
 from hypnos.catalog.catalog import NEEDS
 from hypnos.catalog.state import catalog_wire
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.scheduling.accel import status_fields
 from hypnos.service.http.layers import read_body
 from hypnos.service.wire.model import Says, Wire

@@ -18,7 +18,7 @@ from sanic.response import json as json_response
 from sanic.response import text as text_response
 
 from hypnos.engines.records import TranscribeRequest, TranscribeResult
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.observe.record import record_of

@@ -7,7 +7,7 @@ try the RPC workers or to give up, and only a refusal that ends the request leav
 scheduling, raised as one `Refused` subclass carrying what the caller needs to say why: the
 model, the planner's refusal, the engine's error, a retry hint.
 
-The HTTP layer gives each its status, in one place (`service.http.errors.from_refusal`),
+The HTTP layer gives each its status, in one place (`service.errors.from_refusal`),
 applied where requests meet the scheduler: the inference layer for leases and holds, the
 app's error handler for the pool and memory routes that call the scheduler directly.
 """

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.layers import json_body
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.state import state_of

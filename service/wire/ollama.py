@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, WithJsonSchema
 
 from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.chat import MAX_STOPS, Tool
 from hypnos.service.wire.model import Says, Wire, validate
 

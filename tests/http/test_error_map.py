@@ -10,7 +10,7 @@ import pytest
 
 from hypnos.engines import errors as eng
 from hypnos.planner.loading import LoadRefusal, NoRoom, OverProcessCap, TooBig
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.openapi import DESCRIPTIONS, INFERENCE_ERRORS
 from hypnos.service.scheduling import refusals
 

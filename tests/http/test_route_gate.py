@@ -12,7 +12,7 @@ from sanic import Sanic
 
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.http.errors import STAGING_MESSAGE
+from hypnos.service.errors import STAGING_MESSAGE
 from hypnos.service.http.openapi import endpoint_of
 from hypnos.service.lifecycle.readiness import Readiness
 from hypnos.service.state import AppState, state

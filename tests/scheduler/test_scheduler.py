@@ -10,7 +10,7 @@ from fakes import FakeEffects, Gated
 from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,

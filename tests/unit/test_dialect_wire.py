@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.messages import to_chat_body
 from hypnos.service.wire.ollama import KEEP_LOADED, chat_body, keep_alive_secs
 
