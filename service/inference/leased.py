@@ -8,7 +8,7 @@
 (``capabilities.require``), then holds one scheduler lease for the block. ``call.run`` runs a
 blocking engine call in a worker thread with the cancel flag set when the client goes away,
 adds its time to ``inference_ms``, and turns an engine error into the HTTP error the one map
-(``errors.from_engine``) gives; what the scheduler refuses (``scheduling.refusals``) leaves
+(``errors.from_engine``) gives; what the scheduler refuses (``refusals``) leaves
 as the HTTP error ``errors.from_refusal`` gives. Nothing else in the service calls
 ``scheduler.lease``.
 """

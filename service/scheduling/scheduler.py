@@ -44,7 +44,7 @@ from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
-from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
+from hypnos.service.refusals import (Busy, DisabledModel, NotServable,
                                                 OverDeadline, Refused, UnknownModel)
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers

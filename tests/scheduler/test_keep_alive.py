@@ -14,7 +14,7 @@ from hypnos.planner.types import MIB, ModelShape, Priority, Tier
 from hypnos.service.config.schema import Config
 from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import LoadRefused, NotServable
+from hypnos.service.refusals import LoadRefused, NotServable
 from hypnos.service.scheduling.scheduler import Scheduler
 from test_scheduler import GPU, make, model
 

@@ -13,7 +13,7 @@ from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priori
 from hypnos.service import errors
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,
+from hypnos.service.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,
                                                 UnknownModel)
 from hypnos.service.scheduling.scheduler import Scheduler
 
