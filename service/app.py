@@ -28,7 +28,7 @@ from hypnos.service.observe.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
 from hypnos.service.inference.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
-from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
+from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog
 from hypnos.service.inference.stored_responses import DB_NAME, ResponseStore
 from hypnos.service.scheduling.scheduler import Scheduler
