@@ -26,7 +26,7 @@ from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.errors import install_error_handlers
-from hypnos.service.inference.keep_alive import KeepAlive
+from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
 from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog

@@ -16,7 +16,7 @@ from hypnos.catalog.catalog import Catalog
 from hypnos.engines.devices import EngineBuild
 from hypnos.service.config.schema import Config
 from hypnos.service.keys import KeyRing, Limiter
-from hypnos.service.inference.keep_alive import KeepAlive
+from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.lifecycle.readiness import Lifecycle
 from hypnos.service.lifecycle.turns import Turns

@@ -99,7 +99,7 @@ def test_messages_refuses_a_result_for_no_call_and_a_missing_max_tokens():
 # ---------------------------------------------------------------- idle times and aliases
 
 from hypnos.planner.types import Tier  # noqa: E402
-from hypnos.service.inference.keep_alive import idle_target  # noqa: E402
+from hypnos.service.scheduling.keep_alive import idle_target  # noqa: E402
 
 
 @pytest.mark.parametrize("tier, idle, demote, evict, target", [
