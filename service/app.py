@@ -36,7 +36,7 @@ from hypnos.service.observe.telemetry import LatencyBook
 from hypnos.service.observe.workflows import Workflows
 from hypnos.service.scheduling.build import build_state
 from hypnos.service.routes import ROUTES
-from hypnos.service.lifecycle.readiness import Lifecycle
+from hypnos.service.scheduling.readiness import Lifecycle
 from hypnos.service.lifecycle.staging import stage_models
 from hypnos.service.state import AppState, state
 

@@ -18,7 +18,7 @@ from hypnos.service.config.schema import Config
 from hypnos.service.keys import KeyRing, Limiter
 from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.inference.stored_responses import ResponseStore
-from hypnos.service.lifecycle.readiness import Lifecycle
+from hypnos.service.scheduling.readiness import Lifecycle
 from hypnos.service.lifecycle.turns import Turns
 from hypnos.service.media.picture_store import PictureStore
 from hypnos.service.observe.metrics import Metrics

@@ -13,7 +13,7 @@ from sanic.response import empty
 from hypnos.service.http import browser
 from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint_of
-from hypnos.service.lifecycle.readiness import Readiness
+from hypnos.service.scheduling.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
                                            record_of)
 from hypnos.service.state import state_of
