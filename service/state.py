@@ -19,7 +19,7 @@ from hypnos.service.keys import KeyRing, Limiter
 from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.scheduling.readiness import Lifecycle
-from hypnos.service.lifecycle.turns import Turns
+from hypnos.service.scheduling.turns import Turns
 from hypnos.service.media.picture_store import PictureStore
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.observe.request_log import RequestLog

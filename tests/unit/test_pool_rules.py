@@ -17,7 +17,7 @@ from hypnos.service.config.pool_rules import (change_conflict, dependants, name_
                                               removal_conflict)
 from hypnos.service.errors import InvalidRequest
 from hypnos.service.lifecycle.catalog_pool import owned_files
-from hypnos.service.lifecycle.turns import Turns
+from hypnos.service.scheduling.turns import Turns
 from hypnos.service.wire.ollama import chat_body, format_grammar
 
 POOL = """
