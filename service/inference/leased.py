@@ -27,7 +27,7 @@ from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
                                       ImageGenerator, KVChatEngine, Speaker, Transcriber)
 from hypnos.service import errors
-from hypnos.service.http.layers import deadline_ms
+from hypnos.service.wire.body import deadline_ms
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers

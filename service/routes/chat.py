@@ -17,7 +17,7 @@ from hypnos.service.inference.chat_checks import chat_lease
 from hypnos.service.inference.text import (choice_requests, choice_seeds, record,
                                            run_choices, stream_choices, text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.wire.sessions import session_key
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.state import state_of

@@ -19,7 +19,7 @@ from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service import errors
 from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
 from hypnos.service.wire.model import Says, validate
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import (check_text_model, choice_requests, choice_seeds,
                                            record, run_choices, stream_choices, text_lease,

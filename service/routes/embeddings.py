@@ -15,7 +15,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
 from hypnos.service.observe.record import record_of

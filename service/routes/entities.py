@@ -13,7 +13,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ExtractRequest
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.inference.capabilities import ENTITIES
 from hypnos.service.inference.leased import leased
 from hypnos.service.wire.model import Says, Wire, input_texts, validate

@@ -24,7 +24,7 @@ from hypnos.service import errors
 from hypnos.service.config.schema import ImageConfig
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of

@@ -12,7 +12,7 @@ from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
 from hypnos.service import errors
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.observe.record import record_of
 from hypnos.service.observe.request_log import LEVELS

@@ -14,7 +14,7 @@ from hypnos.service import errors
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.pool import ModelState

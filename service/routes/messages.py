@@ -13,7 +13,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.text import (record, run_choices, stream_choices,

@@ -23,7 +23,7 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.planner.types import Tier
 from hypnos.service import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.chat_checks import chat_lease, check_chat, media_bytes

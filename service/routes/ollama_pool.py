@@ -23,7 +23,7 @@ from sanic.response import json as json_response
 from hypnos.catalog.catalog import CatalogError, Entry, UnsupportedEntry, Variant
 from hypnos.catalog.pull import PullError
 from hypnos.service import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import admin_only, endpoint, json_object, needs_ready
 from hypnos.service.state import state_of
 from hypnos.service.lifecycle.catalog_pool import (add_pulled, check_pull, digest,

@@ -19,7 +19,7 @@ from hypnos.planner.types import MoeOffload
 from hypnos.service import errors
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.schema import ModelConfig
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.config.overlay import persist

@@ -24,7 +24,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines import registry
 from hypnos.service import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.inference.stored_responses import (MAX_DEPTH, SESSION_PREFIX, MissingTurn,

@@ -23,7 +23,7 @@ from sanic.response import json as json_response
 from hypnos.service import errors
 from hypnos.service.inference import sessions
 from hypnos.service.wire.sessions import session_key, session_name
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Wire
 from hypnos.service.http.openapi import endpoint, needs_ready
 from hypnos.service.state import state_of

@@ -27,7 +27,7 @@ from hypnos.engines.records import SpeechRequest
 from hypnos.service import errors
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import telemetry_headers
 from hypnos.service.wire.model import Says, Wire, validate

@@ -12,7 +12,7 @@ from hypnos.catalog.catalog import NEEDS
 from hypnos.catalog.state import catalog_wire
 from hypnos.service import errors
 from hypnos.service.scheduling.accel import status_fields
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 from hypnos.service.state import state_of

@@ -23,7 +23,7 @@ from hypnos.service.inference.transcription import transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
-from hypnos.service.http.layers import deadline_ms, json_body
+from hypnos.service.wire.body import deadline_ms, json_body
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of

@@ -14,7 +14,7 @@ from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
 from hypnos.service import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.state import state_of
 
