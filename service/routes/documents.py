@@ -149,7 +149,7 @@ CONVERT_FORM = {"type": "object", "required": ["model"], **copy.deepcopy(FILE_OR
           ok={"application/json": body_schema(DocumentBody),
               "text/event-stream": {"type": "string"}})
 async def convert(request: Request):
-    params = parse_convert(request)
+    params = parse_convert(request, state_of(request).config.limits.max_document_bytes)
     require(state_of(request).scheduler, params.model, DOCUMENTS)
     if params.describe_pictures is not None:
         check_vision_model(state_of(request).scheduler, params.describe_pictures)
