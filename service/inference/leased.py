@@ -1,6 +1,6 @@
 """The one door from a route to an engine: check, lease, call, time, map errors, telemetry.
 
-    async with leased(request, model_id, EMBEDDINGS) as call:
+    async with leased(caller, model_id, EMBEDDINGS) as call:
         result = await call.run(call.embedder.embed, texts)
         body = {..., "hypnos_telemetry": call.telemetry({"queue_ms": call.queue_ms})}
 
@@ -21,20 +21,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar, cast
 from collections.abc import AsyncIterator, Callable
 
-from sanic import Request
-
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
                                       ImageGenerator, KVChatEngine, Speaker, Transcriber)
 from hypnos.service import errors
-from hypnos.service.wire.body import deadline_ms
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Fit, Scheduler
-from hypnos.service.state import state_of
 
 T = TypeVar("T")
 
@@ -165,9 +162,7 @@ async def leased_by(sched: Scheduler, model_id: str, family: Family, *,
             yield LeasedCall(sched, lease, param)
 
 
-def leased(request: Request, model_id: str, family: Family,
+def leased(caller: Caller, model_id: str, family: Family,
            **kw: Any) -> AbstractAsyncContextManager[LeasedCall]:
-    """``leased_by`` for a route: the app's scheduler and the request's
-    x-hypnos-deadline-ms."""
-    return leased_by(state_of(request).scheduler, model_id, family,
-                     deadline_ms=deadline_ms(request), **kw)
+    """``leased_by`` for a route's request: its caller's scheduler and deadline."""
+    return leased_by(caller.sched, model_id, family, deadline_ms=caller.deadline_ms, **kw)

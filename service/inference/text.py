@@ -22,19 +22,17 @@ from contextlib import asynccontextmanager
 from typing import cast
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from sanic import Request
-
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import ChatEngine, Engine
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
 from hypnos.service import errors
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
-from hypnos.service.observe.record import current_record, record_of
+from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import engine_timings
 from hypnos.service.scheduling.scheduler import Fit
 from hypnos.service.wire.chat import ChatParams
-from hypnos.service.state import state_of
 
 KEEPALIVE_SECS = 10.0
 
@@ -51,7 +49,7 @@ def check_text_model(sched, model_id: str, tools_active: bool = False):
 
 
 @asynccontextmanager
-async def text_lease(request: Request, model_id: str, estimate: int,
+async def text_lease(caller: Caller, model_id: str, estimate: int,
                      counted: Callable[[ChatEngine], int | None] | None = None
                      ) -> AsyncIterator[LeasedCall]:
     """One lease of a checked text model. ``estimate`` sizes a cold load; ``counted(engine)``
@@ -67,7 +65,7 @@ async def text_lease(request: Request, model_id: str, estimate: int,
                 return await asyncio.to_thread(count, cast(ChatEngine, engine))
             except EngineError as exc:
                 raise errors.from_engine(exc, param="messages") from None
-    async with leased(request, model_id, CHAT, checked=True, context_len=estimate,
+    async with leased(caller, model_id, CHAT, checked=True, context_len=estimate,
                       fit=fit) as call:
         yield call
 
@@ -227,14 +225,14 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
     return out
 
 
-def record(request: Request, call: LeasedCall, results: list[ChatResult]) -> None:
+def record(caller: Caller, call: LeasedCall, results: list[ChatResult]) -> None:
     """Stats and metrics from the first choice; the request is charged (keys, request log)
     for the prompt once and every choice's completion."""
     first = results[0]
     if first.timings.prefill_tokens_per_s:
         call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
-    metrics = state_of(request).metrics
+    metrics = caller.metrics
     metrics.chat(call.model.id, first.timings)
     for r in results:
         metrics.speculative(call.model.id, r.speculative)
-    record_of(request).chat(first, sum(r.completion_tokens for r in results))
+    caller.record.chat(first, sum(r.completion_tokens for r in results))

@@ -11,6 +11,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of, session_key
 from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.chat_checks import chat_lease
@@ -18,7 +19,6 @@ from hypnos.service.inference.text import (choice_requests, choice_seeds, record
                                            run_choices, stream_choices, text_telemetry, usage)
 from hypnos.service.http.sse import send_stream_error, sse
 from hypnos.service.wire.body import json_body
-from hypnos.service.wire.sessions import session_key
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.state import state_of
 
@@ -84,12 +84,12 @@ async def chat_completions(request: Request):
     body = json_body(request)
     params = parse_chat(body, state_of(request).config.limits)
     params.request.session_key = session_key(request, body)
-    async with chat_lease(request, params) as call:
+    async with chat_lease(caller_of(request), params) as call:
         reqs = choice_requests(params.request, params.n)
         if params.stream:
             return await _stream(request, params, call, reqs)
         results = await run_choices(call, reqs)
-        record(request, call, results)
+        record(caller_of(request), call, results)
         out = {
             "id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion",
             "created": int(time.time()), "model": params.model,
@@ -138,7 +138,7 @@ async def _stream(request: Request, params: ChatParams, call: LeasedCall, reqs):
     except errors.HypnosError as exc:
         await send_stream_error(response, base, {"delta": {}}, exc)
         return None     # the response went out through request.respond()
-    record(request, call, results)
+    record(caller_of(request), call, results)
     tele = text_telemetry(call, results)
     top = _top_level(params, results)
     used = usage(results, call.window)

@@ -17,6 +17,7 @@ from sanic.response import json as json_response
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
 from hypnos.service.wire.model import Says, validate
 from hypnos.service.wire.body import json_body
@@ -83,7 +84,7 @@ async def completions(request: Request):
     st = check_text_model(state_of(request).scheduler, model)
     window = state_of(request).scheduler.context_window(st)
     estimate = request_context(tokens_from_chars(len(prompt)), req.max_tokens)
-    async with text_lease(request, model, min(estimate, window)) as call:
+    async with text_lease(caller_of(request), model, min(estimate, window)) as call:
         reqs = choice_requests(req, n)
         base = {"id": "cmpl-" + secrets.token_hex(12), "object": "text_completion",
                 "created": int(time.time()), "model": model}
@@ -93,7 +94,7 @@ async def completions(request: Request):
         if stream:
             return await _stream(request, call, reqs, base, echo, include_usage, window)
         results = await run_choices(call, reqs)
-        record(request, call, results)
+        record(caller_of(request), call, results)
         head = prompt if echo else ""
         out = {**base, "choices": [
             {"index": i, "text": head + r.text, "finish_reason": r.finish_reason,
@@ -125,7 +126,7 @@ async def _stream(request, call: LeasedCall, reqs, base, echo, include_usage, wi
     except errors.HypnosError as exc:
         await send_stream_error(response, base, {"text": ""}, exc)
         return None     # the response went out through request.respond()
-    record(request, call, results)
+    record(caller_of(request), call, results)
     tele = text_telemetry(call, results)
     used = usage(results, window)
     for i, r in enumerate(results):

@@ -21,6 +21,7 @@ from sanic.response import raw
 
 from hypnos.engines.records import ConvertedPage, OpenedDocument
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.documents import (
     FILE_OR_URL, OCR_WORDS, ConvertBody, ConvertParams, DocumentBody, check_document,
     parse_convert,
@@ -155,7 +156,7 @@ async def convert(request: Request):
         check_vision_model(state_of(request).scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
-    async with leased(request, params.model, DOCUMENTS, param="file", checked=True) as call:
+    async with leased(caller_of(request), params.model, DOCUMENTS, param="file", checked=True) as call:
         started = time.monotonic()
         doc = await call.run(lambda req, _cancel: call.converter.open(req), params.document)
         conv = Conversion(request, params, call, doc, started)

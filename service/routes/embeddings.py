@@ -15,6 +15,7 @@ from pydantic import Field
 from sanic import Blueprint, Request
 from sanic.response import json as json_response
 
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.body import json_body
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
@@ -75,7 +76,7 @@ def encode(vector: list[float], fmt: str):
                              "type": "object", "required": ["object", "embedding", "index"]}}))
 async def embeddings(request: Request):
     params = parse_embeddings(json_body(request), state_of(request).config.limits.max_prompt_chars)
-    async with leased(request, params.model, EMBEDDINGS, param="input") as call:
+    async with leased(caller_of(request), params.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, params.texts)
         tele = call.telemetry({"queue_ms": call.queue_ms})
         wait = call.wait_headers()

@@ -22,6 +22,7 @@ from sanic.response import json as json_response
 from hypnos.engines.records import ImageRequest
 from hypnos.service import errors
 from hypnos.service.config.schema import ImageConfig
+from hypnos.service.http.caller import caller_of
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased
 from hypnos.service.wire.body import read_body
@@ -126,7 +127,7 @@ def _model(fields: dict) -> str:
 
 
 async def _generate(request: Request, model_id: str, req: ImageRequest):
-    async with leased(request, model_id, IMAGES, param="prompt", checked=True) as call:
+    async with leased(caller_of(request), model_id, IMAGES, param="prompt", checked=True) as call:
         images = await call.run(call.generator.generate, req)
         tele = call.telemetry({"queue_ms": call.queue_ms, "images": len(images),
                                "width": req.width, "height": req.height, "steps": req.steps})

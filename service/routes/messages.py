@@ -13,6 +13,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
@@ -83,11 +84,11 @@ async def messages(request: Request):
     wire, chat = to_chat_body(json_body(request))
     params = parse_chat(chat, state_of(request).config.limits)
     single = bool(wire.tool_choice and wire.tool_choice.disable_parallel_tool_use)
-    async with chat_lease(request, params) as call:
+    async with chat_lease(caller_of(request), params) as call:
         if params.stream:
             return await _stream(request, params, call, single)
         (result,) = await run_choices(call, [params.request])
-        record(request, call, [result])
+        record(caller_of(request), call, [result])
         out = _message(params.model, _blocks(result, single), _usage(result),
                        _stop(result))
         out["hypnos_telemetry"] = text_telemetry(call, [result])
@@ -169,7 +170,7 @@ async def _stream(request: Request, params, call, single: bool):
         await response.send(event("error", errors.anthropic_body(exc.status, exc.message)))
         await response.eof()
         return None
-    record(request, call, [result])
+    record(caller_of(request), call, [result])
     if blocks.index < 0:          # nothing was said: one empty text block, as Anthropic does
         await blocks.open_text()
     await blocks.close()
@@ -188,5 +189,5 @@ async def _stream(request: Request, params, call, single: bool):
           ok=json_object("input_tokens"), errors=(401, 404, 429, 500, 503, 507))
 async def count_tokens(request: Request):
     params = parse_chat(count_body(json_body(request)), state_of(request).config.limits)
-    count, headers = await prompt_tokens(request, params)
+    count, headers = await prompt_tokens(caller_of(request), params)
     return json_response({"input_tokens": count}, headers=headers)

@@ -23,6 +23,7 @@ from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.planner.types import Tier
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.capabilities import EMBEDDINGS
@@ -91,12 +92,12 @@ async def chat(request: Request):
     params = parse_chat(body, state_of(request).config.limits)
     stream = wire.stream is not False
     started = time.perf_counter()
-    async with chat_lease(request, params) as call:
+    async with chat_lease(caller_of(request), params) as call:
         if stream:
             await _stream(request, call, params.request, params.model, "message", started)
         else:
             (r,) = await run_choices(call, [params.request])
-            record(request, call, [r])
+            record(caller_of(request), call, [r])
             message: dict = {"role": "assistant", "content": r.text}
             if r.reasoning:
                 message["thinking"] = r.reasoning
@@ -131,14 +132,14 @@ async def generate(request: Request):
         req = raw
         check_text_model(state_of(request).scheduler, wire.model)
         estimate = request_context(tokens_from_chars(len(wire.prompt)), req.max_tokens)
-        lease = text_lease(request, wire.model, estimate)
+        lease = text_lease(caller_of(request), wire.model, estimate)
     else:
         params = parse_chat(generate_chat_body(wire), limits)
-        st = check_chat(request, params)
+        st = check_chat(caller_of(request), params)
         if params.media:
             params.request.media = await media_bytes(params, limits)
         req = params.request
-        lease = text_lease(request, wire.model, params.estimated_ctx(), _templated(chat_counter(
+        lease = text_lease(caller_of(request), wire.model, params.estimated_ctx(), _templated(chat_counter(
             state_of(request).scheduler.context_window(st), params)))
     async with lease as call:
         if not (wire.raw or wire.images or _has_template(call.chat)):
@@ -147,7 +148,7 @@ async def generate(request: Request):
             await _stream(request, call, req, wire.model, "response", started)
         else:
             (r,) = await run_choices(call, [req])
-            record(request, call, [r])
+            record(caller_of(request), call, [r])
             out = {"model": wire.model, "created_at": _now(), "response": r.text,
                    **({"thinking": r.reasoning} if r.reasoning else {}),
                    "done": True, "done_reason": _done_reason(r),
@@ -234,7 +235,7 @@ async def _stream(request: Request, call, req: ChatRequest, model: str, field: s
         await response.send(_line({"error": exc.message}))
         await response.eof()
         return
-    record(request, call, [r])
+    record(caller_of(request), call, [r])
     last = ({"message": {"role": "assistant", "content": ""}} if field == "message"
             else {"response": ""})
     await response.send(_line({"model": model, "created_at": _now(), **last, "done": True,
@@ -273,7 +274,7 @@ async def embeddings(request: Request):
 async def _vectors(request: Request, wire: EmbedBody | EmbeddingsBody
                    ) -> tuple[list[list[float]], int]:
     texts = wire.texts
-    async with leased(request, wire.model, EMBEDDINGS, param="input") as call:
+    async with leased(caller_of(request), wire.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, texts)
     record_of(request).embedding(result)
     return result.vectors, result.prompt_tokens

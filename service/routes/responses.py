@@ -24,6 +24,7 @@ from sanic.response import json as json_response
 
 from hypnos.engines import registry
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of, session_key
 from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
@@ -39,7 +40,7 @@ from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects, item_page, page_query
 from hypnos.service.wire.responses_out import (EventStream, assistant_message, new_id,
                                                output_items, response_object, usage)
-from hypnos.service.wire.sessions import owned_session, session_key
+from hypnos.service.wire.sessions import owned_session
 from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
@@ -147,14 +148,14 @@ class Turn:
 async def create(request: Request):
     turn = Turn(request, json_body(request))
     params = turn.params
-    async with chat_lease(request, params) as call:
+    async with chat_lease(caller_of(request), params) as call:
         params.request.session_key = turn.session or (
             await _bind_conversation(request, call, turn.conversation)
             if turn.stored or turn.prev is not None else None)
         if params.stream:
             return await _stream(request, turn, call)
         (result,) = await run_choices(call, [params.request])
-        record(request, call, [result])
+        record(caller_of(request), call, [result])
         items = output_items(result, turn.parallel)
         out = turn.render("completed", items, result)
         out["hypnos_telemetry"] = text_telemetry(call, [result])
@@ -183,7 +184,7 @@ async def _stream(request: Request, turn: Turn, call):
         await events.lifecycle("response.failed", failed)
         await response.eof()
         return None
-    record(request, call, [result])
+    record(caller_of(request), call, [result])
     items = await events.finish()
     final = turn.render("completed", items, result)
     final["hypnos_telemetry"] = text_telemetry(call, [result])
@@ -205,7 +206,7 @@ async def input_tokens(request: Request):
     _prev, history = _previous(request, wire.previous_response_id)
     chat, _new, _ignored = chat_body(wire, history)
     params = parse_chat({**chat, "max_tokens": 1}, state_of(request).config.limits)
-    count, headers = await prompt_tokens(request, params)
+    count, headers = await prompt_tokens(caller_of(request), params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
                          headers=headers)
 

@@ -22,7 +22,8 @@ from sanic.response import json as json_response
 
 from hypnos.service import errors
 from hypnos.service.inference import sessions
-from hypnos.service.wire.sessions import session_key, session_name
+from hypnos.service.http.caller import session_key
+from hypnos.service.wire.sessions import session_name
 from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Wire
 from hypnos.service.http.openapi import endpoint, needs_ready

@@ -25,6 +25,7 @@ from sanic.response import raw
 
 from hypnos.engines.records import SpeechRequest
 from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
 from hypnos.service.wire.body import json_body
@@ -166,7 +167,7 @@ class _Audio:
               for ctype in sorted(set(CONTENT_TYPES.values()))})
 async def speech(request: Request):
     params = parse_speech(json_body(request), state_of(request).config.limits.max_prompt_chars)
-    async with leased(request, params.model, SPEECH, param="input") as call:
+    async with leased(caller_of(request), params.model, SPEECH, param="input") as call:
         if params.stream:
             return await _stream(request, params, call)
         audio = _Audio()

@@ -215,4 +215,5 @@ async def transcriptions(request: Request):
           ok={}, query={"model": {"type": "string"}})
 async def audio_stream(request: Request, ws):
     """GET /v1/audio/stream. Returns when the session ends (done, error, or hang-up)."""
-    await LiveSession(request, ws).run()
+    app = state_of(request)
+    await LiveSession(app.scheduler, app.config.limits, ws).run()
