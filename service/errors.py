@@ -221,7 +221,7 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
 REFUSALS: dict[type[refusals.Refused], type[HypnosError]] = {
     refusals.UnknownModel: ModelNotFound, refusals.DisabledModel: ModelDisabled,
     refusals.Busy: ModelBusy, refusals.OverDeadline: DeadlineUnmeetable,
-    refusals.NotServable: ModelNotAvailable}
+    refusals.NotServable: ModelNotAvailable, refusals.NotLoaded: ModelNotAvailable}
 LOAD_REFUSALS: dict[type, type[HypnosError]] = {
     TooBig: DoesNotFitAlone, NoRoom: InsufficientMemory, refusals.WorkersBusy: InsufficientMemory,
     OverProcessCap: ProcessMemoryCap}

@@ -63,6 +63,11 @@ class NotServable(Refused):
     start (missing files), no RPC backend, RPC workers that do not answer."""
 
 
+class NotLoaded(Refused):
+    """A call on the loaded engine (`Scheduler.hold_engine`) found none once its wait ended:
+    the model is not loaded, or a swap the hold waited for unloaded it."""
+
+
 class LoadRefused(Refused):
     """The planner refused the load: ``refusal`` says why (`TooBig`: no waiting cures it;
     `NoRoom`, `WorkersBusy`: beside the models in use; `OverProcessCap`)."""
