@@ -156,7 +156,8 @@ async def convert(request: Request):
         check_vision_model(state_of(request).scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
-    async with leased(caller_of(request), params.model, DOCUMENTS, param="file", checked=True) as call:
+    async with leased(caller_of(request), params.model, DOCUMENTS, param="file",
+                      checked=True) as call:
         started = time.monotonic()
         doc = await call.run(lambda req, _cancel: call.converter.open(req), params.document)
         conv = Conversion(request, params, call, doc, started)

@@ -139,8 +139,9 @@ async def generate(request: Request):
         if params.media:
             params.request.media = await media_bytes(params, limits)
         req = params.request
-        lease = text_lease(caller_of(request), wire.model, params.estimated_ctx(), _templated(chat_counter(
-            state_of(request).scheduler.context_window(st), params)))
+        lease = text_lease(caller_of(request), wire.model, params.estimated_ctx(),
+                           _templated(chat_counter(
+                               state_of(request).scheduler.context_window(st), params)))
     async with lease as call:
         if not (wire.raw or wire.images or _has_template(call.chat)):
             req = raw             # as Ollama: a model without a template completes the prompt

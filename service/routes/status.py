@@ -59,7 +59,7 @@ async def ready(request: Request):
     lifecycle = state_of(request).lifecycle
     if lifecycle.ready:
         return json_response({"ready": True})
-    return json_response({"ready": False, "reason": scheduling.readiness.reason}, status=503)
+    return json_response({"ready": False, "reason": lifecycle.readiness.reason}, status=503)
 
 
 @bp.get("/v1/models")
