@@ -36,7 +36,7 @@ from hypnos.service.scheduling.scheduler import Fit, Scheduler
 T = TypeVar("T")
 
 
-async def run_engine(call: Callable[..., T], *args, cancel: threading.Event) -> T:
+async def run_engine(call: Callable[..., T], *args: Any, cancel: threading.Event) -> T:
     """Run ``call(*args, cancel)`` in a worker thread. When the awaiting request is cancelled
     (the client hung up) the ``cancel`` flag is set and this waits for the engine to stop at
     its next token, chunk, phrase or batch before re-raising, so the lease ends only once the
@@ -113,7 +113,7 @@ class LeasedCall:
         """The model's context window (what /v1/models advertises)."""
         return self.sched.context_window(self.lease.model)
 
-    async def run(self, fn: Callable[..., T], *args, window: int | None = None,
+    async def run(self, fn: Callable[..., T], *args: Any, window: int | None = None,
                   what: str = "The engine") -> T:
         """``fn(*args, cancel)`` in a worker thread, timed; an engine error becomes the HTTP
         error ``errors.from_engine`` maps it to (``window``: a chat prompt past it is 422;

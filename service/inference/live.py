@@ -70,7 +70,7 @@ def _str_field(body: dict, name: str) -> str | None:
     return value or None
 
 
-def parse_opening(frame) -> LiveOptions:
+def parse_opening(frame: object) -> LiveOptions:
     """The opening frame as options; a 400-style error naming the field otherwise."""
     body = json_text.loads(frame, "The first frame") if isinstance(frame, str) else None
     if not isinstance(body, dict):
@@ -151,7 +151,7 @@ class LiveSession:
 
     # ---------------------------------------------------------------- receiving
 
-    async def _recv(self):
+    async def _recv(self) -> str | bytes | None:
         """The next frame; None when the client hung up. Raises SessionEnd on a limit."""
         left = self.opened + self.max_session - time.monotonic()
         try:
@@ -298,7 +298,7 @@ class LiveSession:
             pass
 
 
-def _control_type(frame) -> str | None:
+def _control_type(frame: Any) -> str | None:
     try:
         body = json.loads(frame)
     except (TypeError, ValueError):

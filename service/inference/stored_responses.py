@@ -93,7 +93,7 @@ class MissingTurn(LookupError):
         self.response_id, self.missing = response_id, missing
 
 
-def _dump(value) -> bytes:
+def _dump(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

@@ -31,13 +31,15 @@ from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import engine_timings
-from hypnos.service.scheduling.scheduler import Fit
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Fit, Scheduler
 from hypnos.service.wire.chat import ChatParams
 
 KEEPALIVE_SECS = 10.0
 
 
-def check_text_model(sched, model_id: str, tools_active: bool = False):
+def check_text_model(sched: Scheduler, model_id: str, tools_active: bool = False
+                     ) -> ModelState:
     """The model serves text generation, and a tool format when tools are sent: the one
     tool-format check, on the config before any load (a loaded engine's format has no tool
     dialect only when the config's tool_format is "none")."""
@@ -141,7 +143,7 @@ class DeltaPipe:
         self.items: list = []
         self.ready = asyncio.Event()
 
-    def put(self, item) -> None:
+    def put(self, item: tuple[int, ChatDelta] | None) -> None:
         with self.lock:
             self.items.append(item)
             first = len(self.items) == 1
@@ -169,7 +171,7 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
     window = call.window
     reqs = partitioned(reqs)
 
-    def forward(index: int):
+    def forward(index: int) -> Callable[[ChatDelta], None]:
         return lambda delta: pipe.put((index, delta))
 
     tasks = [asyncio.ensure_future(call.run(call.chat.chat, r, forward(i), window=window))

@@ -6,10 +6,10 @@ import json
 import secrets
 import time
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from hypnos.engines.records import ChatDelta, ChatResult
+from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ToolCall
 from hypnos.service import errors
 from hypnos.service.http.caller import caller_of, session_key
 from hypnos.service.wire.chat import ChatBody, ChatParams, parse_chat
@@ -34,7 +34,7 @@ def _message(r: ChatResult) -> dict:
     return msg
 
 
-def _call_wire(call, index: int, with_index: bool = False) -> dict:
+def _call_wire(call: ToolCall, index: int, with_index: bool = False) -> dict:
     out = {"id": f"call_{secrets.token_hex(6)}_{index}", "type": "function",
            "function": {"name": call.name, "arguments": call.arguments}}
     return {"index": index, **out} if with_index else out
@@ -80,7 +80,7 @@ def _top_level(params: ChatParams, results: list[ChatResult]) -> dict:
                             object={"const": "chat.completion"}, choices={"type": "array"}),
               "text/event-stream": {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
-async def chat_completions(request: Request):
+async def chat_completions(request: Request) -> HTTPResponse | None:
     body = json_body(request)
     params = parse_chat(body, state_of(request).config.limits)
     params.request.session_key = session_key(request, body)
@@ -105,7 +105,8 @@ async def chat_completions(request: Request):
         return json_response(out, headers=call.wait_headers())
 
 
-async def _stream(request: Request, params: ChatParams, call: LeasedCall, reqs):
+async def _stream(request: Request, params: ChatParams, call: LeasedCall,
+                  reqs: list[ChatRequest]) -> HTTPResponse | None:
     base = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion.chunk",
             "created": int(time.time()), "model": params.model, **choice_seeds(reqs)}
     chunk = lambda index, delta, finish=None, **extra: sse(  # noqa: E731

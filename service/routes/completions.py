@@ -11,7 +11,7 @@ import time
 from typing import Annotated
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
@@ -28,6 +28,7 @@ from hypnos.service.inference.text import (check_text_model, choice_requests, ch
 from hypnos.service.http.sse import send_stream_error, sse
 from hypnos.service.http.openapi import endpoint, ANY_OBJECT, needs_ready
 from hypnos.service.state import state_of
+from hypnos.service.config.schema import LimitsConfig
 
 bp = Blueprint("completions")
 MAX_LEGACY_LOGPROBS = 5
@@ -45,7 +46,7 @@ class CompletionsBody(Sampling):
     logprobs: Annotated[int, Field(ge=0, le=MAX_LEGACY_LOGPROBS)] | None = None
 
 
-def _prompt(wire: CompletionsBody, limits) -> str:
+def _prompt(wire: CompletionsBody, limits: LimitsConfig) -> str:
     prompt = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
     if len(prompt) > limits.max_prompt_chars:
         raise errors.InvalidRequest(f"'prompt' holds {len(prompt)} characters, above "
@@ -70,7 +71,7 @@ def _legacy_logprobs(r: ChatResult, offset: int) -> dict:
 @endpoint("Text completion (OpenAI legacy); SSE when stream is true",
           body=CompletionsBody, errors=(404, 422, 429, 500, 503, 507),
           ok={"application/json": ANY_OBJECT, "text/event-stream": {"type": "string"}})
-async def completions(request: Request):
+async def completions(request: Request) -> HTTPResponse | None:
     wire = validate(CompletionsBody, json_body(request))
     limits = state_of(request).config.limits
     model = wire.model
@@ -105,7 +106,8 @@ async def completions(request: Request):
         return json_response(out, headers=call.wait_headers())
 
 
-async def _stream(request, call: LeasedCall, reqs, base, echo, include_usage, window):
+async def _stream(request: Request, call: LeasedCall, reqs: list[ChatRequest], base: dict,
+                  echo: bool, include_usage: bool, window: int) -> HTTPResponse | None:
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               **call.wait_headers()})

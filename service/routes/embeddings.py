@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.service.http.caller import caller_of
@@ -61,7 +61,7 @@ def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
                            encoding_format=wire.encoding_format or "float")
 
 
-def encode(vector: list[float], fmt: str):
+def encode(vector: list[float], fmt: str) -> list[float] | str:
     if fmt == "base64":
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
@@ -74,7 +74,7 @@ def encode(vector: list[float], fmt: str):
           ok=json_object("object", "data", "model", object={"const": "list"},
                          data={"type": "array", "items": {
                              "type": "object", "required": ["object", "embedding", "index"]}}))
-async def embeddings(request: Request):
+async def embeddings(request: Request) -> HTTPResponse:
     params = parse_embeddings(json_body(request), state_of(request).config.limits.max_prompt_chars)
     async with leased(caller_of(request), params.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, params.texts)

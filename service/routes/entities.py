@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ExtractRequest
@@ -62,7 +62,7 @@ def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
 @needs_ready
 @endpoint("Named entities in texts for given labels (GLiNER)", body=EntitiesBody,
           errors=INFERENCE_ERRORS)
-async def entities(request: Request):
+async def entities(request: Request) -> HTTPResponse:
     params = parse_entities(json_body(request), state_of(request).config.limits.max_prompt_chars)
     async with leased(caller_of(request), params.model, ENTITIES, param="input") as call:
         result = await call.run(call.extractor.extract, params.request)

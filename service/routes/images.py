@@ -15,7 +15,7 @@ import time
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.request import RequestParameters
 from sanic.response import json as json_response
 
@@ -41,7 +41,7 @@ def clamp_side(value: int) -> int:
     return min(MAX_SIDE, max(MIN_SIDE, value)) // STEP * STEP
 
 
-def parse_size(value) -> tuple[int, int]:
+def parse_size(value: object) -> tuple[int, int]:
     """"WIDTHxHEIGHT" -> the clamped (width, height); 1000x700 -> (992, 688)."""
     if value is None or value == "auto":
         return 1024, 1024
@@ -126,7 +126,7 @@ def _model(fields: dict) -> str:
     return _text(fields, "model", required=True)
 
 
-async def _generate(request: Request, model_id: str, req: ImageRequest):
+async def _generate(request: Request, model_id: str, req: ImageRequest) -> HTTPResponse:
     async with leased(caller_of(request), model_id, IMAGES, param="prompt", checked=True) as call:
         images = await call.run(call.generator.generate, req)
         tele = call.telemetry({"queue_ms": call.queue_ms, "images": len(images),
@@ -166,7 +166,7 @@ IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "prope
 @bp.post("/v1/images/generations")
 @needs_ready
 @endpoint("Image generation (OpenAI-compatible)", body=ImageBody, errors=INFERENCE_ERRORS)
-async def generations(request: Request):
+async def generations(request: Request) -> HTTPResponse:
     fields = read_body(request, ImageBody).model_dump(exclude_none=True)
     model_id = _model(fields)
     image = _image_config(request, model_id)
@@ -197,7 +197,7 @@ def _references(request: Request, max_bytes: int) -> list[bytes]:
 @bp.post("/v1/images/edits")
 @needs_ready
 @endpoint("Image edit (OpenAI-compatible multipart)", form=IMAGE_FORM, errors=INFERENCE_ERRORS)
-async def edits(request: Request):
+async def edits(request: Request) -> HTTPResponse:
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise errors.InvalidRequest("/v1/images/edits takes multipart/form-data with the "
                                     "reference images as 'image' parts")

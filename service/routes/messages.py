@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatResult
@@ -22,6 +22,10 @@ from hypnos.service.inference.text import (record, run_choices, stream_choices,
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.messages import CountTokensBody, MessagesBody, count_body, to_chat_body
 from hypnos.service.state import state_of
+from collections.abc import Awaitable, Callable
+from typing import Any
+from hypnos.service.inference.leased import LeasedCall
+from hypnos.service.wire.chat import ChatParams
 
 bp = Blueprint("messages")
 
@@ -80,7 +84,7 @@ def _message(model: str, content: list[dict], usage: dict, stop: dict) -> dict:
                             type={"const": "message"}, content={"type": "array"}),
               "text/event-stream": {"type": "string"}},
           errors=(401, 404, 422, 429, 500, 503, 507))
-async def messages(request: Request):
+async def messages(request: Request) -> HTTPResponse | None:
     wire, chat = to_chat_body(json_body(request))
     params = parse_chat(chat, state_of(request).config.limits)
     single = bool(wire.tool_choice and wire.tool_choice.disable_parallel_tool_use)
@@ -103,7 +107,7 @@ class BlockStream:
     """Anthropic's content blocks over SSE: a block opens when the kind of delta changes
     (thinking, text, one per tool call) and closes before the next one opens."""
 
-    def __init__(self, send, single_call: bool):
+    def __init__(self, send: Callable[[str], Awaitable[Any]], single_call: bool):
         self.send = send
         self.single_call = single_call
         self.index = -1
@@ -148,7 +152,8 @@ class BlockStream:
             await self.close()
 
 
-async def _stream(request: Request, params, call, single: bool):
+async def _stream(request: Request, params: ChatParams, call: LeasedCall,
+                  single: bool) -> HTTPResponse | None:
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               **call.wait_headers()})
@@ -187,7 +192,7 @@ async def _stream(request: Request, params, call, single: bool):
 @endpoint("Anthropic's token count of a Messages request, by the model's own tokenizer and "
           "chat template (loads the model)", body=CountTokensBody,
           ok=json_object("input_tokens"), errors=(401, 404, 429, 500, 503, 507))
-async def count_tokens(request: Request):
+async def count_tokens(request: Request) -> HTTPResponse:
     params = parse_chat(count_body(json_body(request)), state_of(request).config.limits)
     count, headers = await prompt_tokens(caller_of(request), params)
     return json_response({"input_tokens": count}, headers=headers)

@@ -16,7 +16,7 @@ import json
 import time
 from datetime import UTC, datetime
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
@@ -40,6 +40,12 @@ from hypnos.service.wire.ollama import (ChatBody, EmbedBody, EmbeddingsBody, Gen
                                         chat_body, format_grammar,
                                         generate_chat_body, keep_alive_secs, parse_generate)
 from hypnos.service.state import state_of
+from hypnos.service.config.schema import LimitsConfig
+from hypnos.engines.protocols import ChatEngine
+from collections.abc import Callable
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.inference.leased import LeasedCall
 
 bp = Blueprint("ollama")
 VERSION = "0.12.0"          # the Ollama API version whose shapes these routes follow
@@ -86,7 +92,7 @@ def _apply_keep_alive(request: Request, model: str, secs: float | None) -> None:
 @endpoint("Ollama chat: NDJSON lines unless stream is false", body=ChatBody,
           ok={**json_object("model", "message", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
-async def chat(request: Request):
+async def chat(request: Request) -> HTTPResponse | None:
     wire, body = chat_body(json_body(request))
     keep = keep_alive_secs(wire.keep_alive)         # refused before any work
     params = parse_chat(body, state_of(request).config.limits)
@@ -116,7 +122,7 @@ async def chat(request: Request):
           "one: as it is); NDJSON lines unless stream is false", body=GenerateBody,
           ok={**json_object("model", "response", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
-async def generate(request: Request):
+async def generate(request: Request) -> HTTPResponse | None:
     body = json_body(request)
     wire = parse_generate(body)
     keep = keep_alive_secs(wire.keep_alive)
@@ -170,7 +176,7 @@ async def _load_or_unload(request: Request, model: str, keep: float | None) -> N
         await timers.settled(model)
 
 
-def _raw_request(wire: GenerateBody, limits) -> ChatRequest:
+def _raw_request(wire: GenerateBody, limits: LimitsConfig) -> ChatRequest:
     """``/api/generate``'s prompt as it is (no template, no ``system``), ``format`` as its
     grammar."""
     sampling = validate(Sampling, {k: v for k, v in generate_chat_body(wire).items()
@@ -179,19 +185,20 @@ def _raw_request(wire: GenerateBody, limits) -> ChatRequest:
                        **parse_sampling(sampling, limits))
 
 
-def _has_template(engine) -> bool:
+def _has_template(engine: ChatEngine) -> bool:
     """The loaded model renders chat turns: a llama engine says whether its GGUF (or its
     config) carries a chat template; every other chat engine always renders them."""
     return bool(getattr(engine, "has_template", True))
 
 
-def _templated(count):
+def _templated(count: Callable[[ChatEngine], int | None] | None
+               ) -> Callable[[ChatEngine], int | None] | None:
     """``chat_counter``'s count, skipped on a model without a template (its prompt is then
     sent raw, and the engine refuses one past the context itself)."""
     if count is None:
         return None
 
-    def counted(engine) -> int | None:
+    def counted(engine: ChatEngine) -> int | None:
         return count(engine) if _has_template(engine) else None
     return counted
 
@@ -200,7 +207,7 @@ def _line(payload: dict) -> str:
     return json.dumps(payload, ensure_ascii=False) + "\n"
 
 
-async def _stream(request: Request, call, req: ChatRequest, model: str, field: str,
+async def _stream(request: Request, call: LeasedCall, req: ChatRequest, model: str, field: str,
                   started: float) -> None:
     """NDJSON: one line per delta (``message`` for chat, ``response`` for generate), then the
     closing line with the counters; a failure after the first line is a line with
@@ -251,7 +258,7 @@ async def _stream(request: Request, call, req: ChatRequest, model: str, field: s
 @needs_ready
 @endpoint("Ollama embed: one vector per input", body=EmbedBody,
           ok=json_object("model", "embeddings"), errors=(404, 429, 500, 503, 507))
-async def embed(request: Request):
+async def embed(request: Request) -> HTTPResponse:
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, prompt_tokens = await _vectors(request, wire)
@@ -264,7 +271,7 @@ async def embed(request: Request):
 @needs_ready
 @endpoint("Ollama's older embeddings route: one prompt, one vector", body=EmbeddingsBody,
           ok=json_object("embedding"), errors=(404, 429, 500, 503, 507))
-async def embeddings(request: Request):
+async def embeddings(request: Request) -> HTTPResponse:
     wire = validate(EmbeddingsBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, _ = await _vectors(request, wire)
@@ -283,7 +290,7 @@ async def _vectors(request: Request, wire: EmbedBody | EmbeddingsBody
 
 # ------------------------------------------------------------------ the pool
 
-def _details(st) -> dict:
+def _details(st: ModelState) -> dict:
     arch = st.cfg.arch
     family = getattr(arch, "architecture", None) or st.cfg.engine
     return {"parent_model": "", "format": "gguf" if st.cfg.engine == "ggml_llama" else
@@ -291,12 +298,12 @@ def _details(st) -> dict:
             "parameter_size": "", "quantization_level": st.cfg.quant or ""}
 
 
-def _listed(st) -> dict:
+def _listed(st: ModelState) -> dict:
     return {"name": st.id, "model": st.id, "size": st.weight_bytes, "digest": "",
             "modified_at": _now(), "details": _details(st)}
 
 
-def _served(sched) -> list:
+def _served(sched: Scheduler) -> list:
     """The pool's chat and embedding models (what Ollama's clients can use)."""
     return [st for st in sched.models.values() if st.enabled and set(
         st.cfg.all_modalities) & {"text_generation", "vision", "embeddings"}]
@@ -304,14 +311,14 @@ def _served(sched) -> list:
 
 @bp.get("/api/tags")
 @endpoint("Ollama tags: the pool's chat and embedding models", ok=json_object("models"))
-async def tags(request: Request):
+async def tags(request: Request) -> HTTPResponse:
     return json_response({"models": [_listed(st) for st in _served(state_of(request).scheduler)]})
 
 
 @bp.get("/api/ps")
 @endpoint("Ollama ps: the models in tier 1, with the VRAM booked for them (0 on the CPU)",
           ok=json_object("models"))
-async def ps(request: Request):
+async def ps(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     timers = state_of(request).keep_alive
     out = []
@@ -329,7 +336,7 @@ async def ps(request: Request):
 @bp.post("/api/show")
 @endpoint("Ollama show: a model's details and capabilities", body=ModelBody,
           ok=json_object("details", "capabilities"), errors=(404,))
-async def show(request: Request):
+async def show(request: Request) -> HTTPResponse:
     wire = validate(ModelBody, json_body(request))
     st = state_of(request).scheduler.get(wire.id)
     mods = set(st.cfg.all_modalities)
@@ -346,6 +353,6 @@ async def show(request: Request):
 
 @bp.get("/api/version")
 @endpoint("The Ollama API version these routes follow", ok=json_object("version"))
-async def version(request: Request):
+async def version(request: Request) -> HTTPResponse:
     return json_response({"version": VERSION})
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
@@ -42,6 +42,8 @@ from hypnos.service.wire.responses_out import (EventStream, assistant_message, n
                                                output_items, response_object, usage)
 from hypnos.service.wire.sessions import owned_session
 from hypnos.service.state import state_of
+from hypnos.service.inference.leased import LeasedCall
+from hypnos.engines.records import ChatDelta, ChatResult
 
 bp = Blueprint("responses")
 RESPONSE = json_object("id", "object", "status", "output", "model",
@@ -86,12 +88,13 @@ def _conversation_key(request: Request, conversation: str) -> str:
     return owned_session(record_of(request).owner, SESSION_PREFIX + conversation)
 
 
-async def _bind_conversation(request: Request, call, conversation: str) -> str | None:
+async def _bind_conversation(request: Request, call: LeasedCall,
+                             conversation: str) -> str | None:
     """The stored conversation's session key on this engine, or None (`session_plan`)."""
     cfg = call.model.cfg
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
         return None
-    engine, key = call.engine, _conversation_key(request, conversation)
+    engine, key = call.sessions, _conversation_key(request, conversation)
     recency = {owned_session(owner, SESSION_PREFIX + conv): rank
                for (owner, conv), rank in state_of(request).responses.recency().items()}
 
@@ -117,7 +120,8 @@ class Turn:
         self.parallel = self.wire.parallel_tool_calls is not False
         self.session = session_key(request, body)
 
-    def render(self, status: str, output: list[dict], result=None) -> dict:
+    def render(self, status: str, output: list[dict],
+               result: ChatResult | None = None) -> dict:
         return response_object(self.id, self.wire, status=status, output=output,
                                usage_=usage(result) if result is not None else None,
                                finish_reason=result.finish_reason if result else None,
@@ -145,7 +149,7 @@ class Turn:
           "store is false; the Responses SSE events when stream is true", body=ResponsesBody,
           ok={**RESPONSE, "text/event-stream": {"type": "string"}},
           errors=(401, 404, 422, 429, 500, 503, 507))
-async def create(request: Request):
+async def create(request: Request) -> HTTPResponse | None:
     turn = Turn(request, json_body(request))
     params = turn.params
     async with chat_lease(caller_of(request), params) as call:
@@ -163,7 +167,7 @@ async def create(request: Request):
         return json_response(out, headers=call.wait_headers())
 
 
-async def _stream(request: Request, turn: Turn, call):
+async def _stream(request: Request, turn: Turn, call: LeasedCall) -> HTTPResponse | None:
     response = await request.respond(content_type="text/event-stream",
                                      headers={"cache-control": "no-cache",
                                               **call.wait_headers()})
@@ -172,7 +176,7 @@ async def _stream(request: Request, turn: Turn, call):
     await events.lifecycle("response.created", start)
     await events.lifecycle("response.in_progress", start)
 
-    async def send_delta(_index: int, d) -> None:
+    async def send_delta(_index: int, d: ChatDelta) -> None:
         await events.feed(d)
 
     try:
@@ -201,7 +205,7 @@ async def _stream(request: Request, turn: Turn, call):
           "chat template (loads the model)", body=InputTokensBody,
           ok=json_object("object", "input_tokens", object={"const": "response.input_tokens"}),
           errors=(401, 404, 429, 500, 503, 507))
-async def input_tokens(request: Request):
+async def input_tokens(request: Request) -> HTTPResponse:
     wire = count_body(json_body(request))
     _prev, history = _previous(request, wire.previous_response_id)
     chat, _new, _ignored = chat_body(wire, history)
@@ -223,14 +227,14 @@ def _stored(request: Request, response_id: str) -> StoredResponse:
 
 @bp.get("/v1/responses/<response_id>")
 @endpoint("A stored response", ok=RESPONSE, errors=(401, 404))
-async def get_response(request: Request, response_id: str):
+async def get_response(request: Request, response_id: str) -> HTTPResponse:
     return json_response(_stored(request, response_id).response)
 
 
 @bp.delete("/v1/responses/<response_id>")
 @endpoint("Delete a stored response (a conversation continued from it can no longer be)",
           ok=json_object("id", "object", "deleted"), errors=(401, 404))
-async def delete_response(request: Request, response_id: str):
+async def delete_response(request: Request, response_id: str) -> HTTPResponse:
     _stored(request, response_id)
     state_of(request).responses.delete(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
@@ -243,7 +247,7 @@ async def delete_response(request: Request, response_id: str):
           errors=(401, 404), query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
                                     "order": {"type": "string", "enum": ["asc", "desc"]},
                                     "after": {"type": "string"}})
-async def input_items(request: Request, response_id: str):
+async def input_items(request: Request, response_id: str) -> HTTPResponse:
     limit, order, after = page_query(request.args)
     item = _stored(request, response_id)
     return json_response(item_page(item.input_items, limit, order, after))
