@@ -8,16 +8,15 @@ from sanic import Request
 from hypnos.service.inference.caller import Caller
 from hypnos.service.observe.record import record_of
 from hypnos.service.state import state_of
-from hypnos.service.wire.body import deadline_ms
 from hypnos.service.wire.sessions import owned_session, session_name
 
 
 def caller_of(request: Request) -> Caller:
-    """The narrow dependencies the inference layer takes for ``request`` (a 400 when its
-    x-hypnos-deadline-ms is not a number)."""
+    """The narrow dependencies the inference layer takes for ``request``."""
     app = state_of(request)
     return Caller(sched=app.scheduler, limits=app.config.limits, metrics=app.metrics,
-                  record=record_of(request), deadline_ms=deadline_ms(request))
+                  record=record_of(request),
+                  deadline_header=request.headers.get("x-hypnos-deadline-ms"))
 
 
 def session_key(request: Request, body: dict | None) -> str | None:

@@ -11,6 +11,7 @@ from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.observe.record import RequestRecord
 from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.wire.body import parse_deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,4 +20,9 @@ class Caller:
     limits: LimitsConfig            # config.limits when the request came
     metrics: Metrics
     record: RequestRecord           # the request's record (observe/record.py)
-    deadline_ms: float | None = None    # x-hypnos-deadline-ms
+    deadline_header: str | None = None  # x-hypnos-deadline-ms as sent
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """The deadline, read where the lease needs it (a 400 when it is not a number)."""
+        return parse_deadline(self.deadline_header)

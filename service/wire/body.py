@@ -49,7 +49,11 @@ def deadline_ms(request: Incoming) -> float | None:
 
 def deadline_of(headers: Mapping[str, str]) -> float | None:
     """x-hypnos-deadline-ms from ``headers``, or None; a 400 when it is not a number."""
-    raw = headers.get("x-hypnos-deadline-ms")
+    return parse_deadline(headers.get("x-hypnos-deadline-ms"))
+
+
+def parse_deadline(raw: str | None) -> float | None:
+    """An x-hypnos-deadline-ms value as sent, or None; a 400 when it is not a number."""
     if raw is None:
         return None
     try:
