@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from hypnos.service.scheduling.readiness import (Lifecycle, Readiness, after_sigterm,
-                                                after_staging)
+                                                 after_staging)
 from hypnos.service.state import AppState
 
 STARTING, READY, DRAINING = Readiness.STARTING, Readiness.READY, Readiness.DRAINING
