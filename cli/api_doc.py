@@ -2,7 +2,7 @@
 basics, tiers, telemetry, errors, the extensions) followed by every route of the server's own
 OpenAPI document (``service/http/openapi.py``: method, path, summary, parameters, request and
 response fields with their types and constraints, statuses), and the error types of
-``service/http/errors.py``.
+``service/errors.py``.
 
     python -m hypnos.cli.gen_docs        # rewrites docs/api.md with man/ and completions/
 
@@ -355,7 +355,7 @@ def app_document() -> dict:
 
 def error_types() -> list[tuple[int, str]]:
     """(status, type) of every error class the server renders, sorted."""
-    from hypnos.service.http.errors import HypnosError
+    from hypnos.service.errors import HypnosError
     found, todo = set(), [HypnosError]
     while todo:
         cls = todo.pop()

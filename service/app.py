@@ -26,10 +26,10 @@ from hypnos.service.scheduling.prompt_cache import build_prompt_cache
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.observe.metrics import Metrics
-from hypnos.service.http.errors import install_error_handlers
-from hypnos.service.inference.keep_alive import KeepAlive
+from hypnos.service.errors import install_error_handlers
+from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.http.layers import after_handler, install_http_layers
-from hypnos.service.http.keys import KeyRing, Limiter, QuotaBook, state_path
+from hypnos.service.keys import KeyRing, Limiter, QuotaBook, state_path
 from hypnos.service.observe.request_log import RequestLog
 from hypnos.service.inference.stored_responses import DB_NAME, ResponseStore
 from hypnos.service.scheduling.scheduler import Scheduler
@@ -37,7 +37,7 @@ from hypnos.service.observe.telemetry import LatencyBook
 from hypnos.service.observe.workflows import Workflows
 from hypnos.service.scheduling.build import build_state
 from hypnos.service.routes import ROUTES
-from hypnos.service.lifecycle.readiness import Lifecycle
+from hypnos.service.scheduling.readiness import Lifecycle
 from hypnos.service.lifecycle.staging import stage_models
 from hypnos.service.state import AppState, state
 

@@ -15,11 +15,11 @@ from sanic import Request, Sanic
 from hypnos.catalog.catalog import Catalog
 from hypnos.engines.devices import EngineBuild
 from hypnos.service.config.schema import Config
-from hypnos.service.http.keys import KeyRing, Limiter
-from hypnos.service.inference.keep_alive import KeepAlive
+from hypnos.service.keys import KeyRing, Limiter
+from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.inference.stored_responses import ResponseStore
-from hypnos.service.lifecycle.readiness import Lifecycle
-from hypnos.service.lifecycle.turns import Turns
+from hypnos.service.scheduling.readiness import Lifecycle
+from hypnos.service.scheduling.turns import Turns
 from hypnos.service.media.picture_store import PictureStore
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.observe.request_log import RequestLog

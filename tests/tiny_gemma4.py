@@ -123,11 +123,6 @@ def write_tiny_gemma4(path: Path, spec: TinyGemma4 = TinyGemma4(),
     return path
 
 
-if __name__ == "__main__":
-    out = write_tiny_gemma4(Path(sys.argv[1]))
-    print(f"{out} ({out.stat().st_size} bytes)")
-
-
 @dataclass(frozen=True)
 class TinyAssistant:
     """A Gemma 4 assistant (MTP draft head, ``gemma4-assistant``) for ``TinyGemma4``: narrower
@@ -217,3 +212,8 @@ def _add_vocab(w, tokens, types, merges) -> None:
     w.add_eos_token_id(1)
     w.add_pad_token_id(0)
     w.add_unk_token_id(3)
+
+
+if __name__ == "__main__":
+    out = write_tiny_gemma4(Path(sys.argv[1]))
+    print(f"{out} ({out.stat().st_size} bytes)")

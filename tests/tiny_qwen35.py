@@ -112,11 +112,6 @@ def _add_mtp_block(w, b: str, noise, ones, d: int, heads: int, heads_kv: int, hd
     w.add_tensor(f"{b}.nextn.shared_head_norm.weight", ones(d))
 
 
-if __name__ == "__main__":
-    out = write_tiny_qwen35(Path(sys.argv[1]), nextn=int("--nextn" in sys.argv[2:]))
-    print(f"{out} ({out.stat().st_size} bytes)")
-
-
 def _add_full_attention(w, b: str, noise, ones, d: int, heads: int, heads_kv: int,
                         hd: int) -> None:
     """Gated full attention: q carries its gate."""
@@ -132,3 +127,8 @@ def _add_ffn(w, b: str, noise, d: int, ffn: int) -> None:
     w.add_tensor(f"{b}.ffn_gate.weight", noise(ffn, d))
     w.add_tensor(f"{b}.ffn_up.weight", noise(ffn, d))
     w.add_tensor(f"{b}.ffn_down.weight", noise(d, ffn))
+
+
+if __name__ == "__main__":
+    out = write_tiny_qwen35(Path(sys.argv[1]), nextn=int("--nextn" in sys.argv[2:]))
+    print(f"{out} ({out.stat().st_size} bytes)")

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 from sanic import Request
 
 from hypnos.service.config.schema import ServerConfig
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.state import state_of
 
 WILDCARD_BINDS = ("", "0.0.0.0", "::", "[::]")

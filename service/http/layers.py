@@ -1,6 +1,6 @@
 """Cross-cutting HTTP layers: request id, browser safety (http/browser.py), CORS, API keys,
-the route gate (admin keys and readiness, from each route's ``@endpoint``), latency, and the
-JSON body reader every route uses."""
+the route gate (admin keys and readiness, from each route's ``@endpoint``), latency. The
+body readers (json_body, read_body, deadline_ms) are wire/body.py."""
 from __future__ import annotations
 
 import secrets
@@ -10,14 +10,13 @@ from sanic import Request, Sanic
 from sanic.exceptions import PayloadTooLarge
 from sanic.response import empty
 
-from hypnos.service.http import browser, errors
+from hypnos.service.http import browser
+from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint_of
-from hypnos.service.lifecycle.readiness import Readiness
+from hypnos.service.scheduling.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
                                            record_of)
 from hypnos.service.state import state_of
-from hypnos.service.wire import json_text
-from hypnos.service.wire.model import M, validate
 
 EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-switch-ms, "
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
@@ -178,31 +177,3 @@ def route_gate(request: Request) -> None:
     if spec.needs_ready and (refusal := not_ready(state_of(request).lifecycle.readiness)):
         raise refusal
 
-
-def json_body(request: Request) -> dict:
-    """The request's JSON object, or a 400 naming what is wrong (wire/json_text.py: no NaN
-    or Infinity)."""
-    if not request.body:
-        raise errors.InvalidRequest("The request body is empty; send a JSON object")
-    body = json_text.loads(request.body, "The request body")
-    if not isinstance(body, dict):
-        raise errors.InvalidRequest("The request body must be a JSON object")
-    return body
-
-
-def read_body(request: Request, model: type[M]) -> M:
-    """The request's JSON object validated as ``model`` (the route's ``@endpoint(body=)``),
-    or a 400 naming the field."""
-    return validate(model, json_body(request))
-
-
-def deadline_ms(request: Request) -> float | None:
-    """x-hypnos-deadline-ms, or None; a 400 when it is not a number."""
-    raw = request.headers.get("x-hypnos-deadline-ms")
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise errors.InvalidRequest("x-hypnos-deadline-ms must be a number of milliseconds") \
-            from None

@@ -31,7 +31,7 @@ ENVELOPE = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"], "properties": {
         "message": {"type": "string"}, "type": {"type": "string"},
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
-# The envelopes of the other dialects' routes (http.errors.error_response).
+# The envelopes of the other dialects' routes (errors.error_response).
 ANTHROPIC_ENVELOPE = {"type": "object", "required": ["type", "error"], "properties": {
     "type": {"const": "error"}, "error": {
         "type": "object", "required": ["type", "message"], "properties": {

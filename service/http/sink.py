@@ -11,9 +11,8 @@ from sanic import HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.service.inference.leased import LeasedCall
-from hypnos.service.inference.turn import FrameSink, RequestFor, TurnDeps, chat_turn
-from hypnos.service.observe.record import record_of
-from hypnos.service.state import state_of
+from hypnos.service.http.caller import caller_of
+from hypnos.service.inference.turn import FrameSink, RequestFor, chat_turn
 from hypnos.service.wire.codec import ChatCodec
 
 
@@ -44,6 +43,6 @@ async def http_turn(request: Request, lease: AbstractAsyncContextManager[LeasedC
     """`chat_turn` answering ``request``: the whole answer to return, or None once the
     stream went out through ``request.respond``."""
     sink = ResponseSink(request)
-    await chat_turn(TurnDeps(state_of(request).metrics, record_of(request)), lease, chat,
-                    codec, sink, stream=stream, n=n, after=after)
+    await chat_turn(caller_of(request), lease, chat, codec, sink, stream=stream, n=n,
+                    after=after)
     return sink.response

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hypnos.engines import registry
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.scheduling.pool import ModelState
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ IMAGES = Family("image_generation", ("image_generation",), registry.IMAGES, "ima
 PICTURES = Family("vision", ("vision",), registry.CHAT, "chat engine to describe pictures with")
 
 
-def require(sched, model_id: str, family: Family, *, param: str = "model"):
+def require(sched: Scheduler, model_id: str, family: Family, *,
+            param: str = "model") -> ModelState:
     """The model's state when it can serve ``family``; raises 404 for an unknown or disabled
     model and 400 (naming ``param``) for one that cannot. An engine kind this build lacks
     altogether is left to the load, which answers 503 naming the extra to install."""

@@ -12,23 +12,24 @@ from contextlib import asynccontextmanager
 from hypnos.engines.chat_format import MEDIA_PARTS
 from hypnos.engines.protocols import ChatEngine
 from hypnos.planner.context import request_context, tokens_from_chars
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import chat_counter, check_text_model, text_lease
+from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.media.fetch import part_bytes
-from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.wire.chat import ChatParams
-from hypnos.service.state import state_of
 
 Counter = Callable[[ChatEngine], int | None]
 
 
-def check_chat(request, params: ChatParams):
+def check_chat(caller: Caller, params: ChatParams) -> ModelState:
     """The model's record, once it is known to serve this request (before any load): text
     generation, a tool format when tools are active, vision or audio for media parts, and
     the images within max_images_per_request."""
     req = params.request
-    st = check_text_model(state_of(request).scheduler, params.model,
+    st = check_text_model(caller.sched, params.model,
                           bool(req.tools) and req.tool_choice != "none")
     mods = st.cfg.all_modalities
     for part, needed in (("image_url", "vision"), ("input_audio", "speech_to_text")):
@@ -36,14 +37,14 @@ def check_chat(request, params: ChatParams):
             raise errors.InvalidRequest(f"The model '{params.model}' cannot read {part} parts "
                                         f"(it does not serve {needed})", param="messages")
     images = params.media.get("image_url", 0)
-    limit = state_of(request).config.limits.max_images_per_request
+    limit = caller.limits.max_images_per_request
     if images > limit:
         raise errors.InvalidRequest(f"The messages hold {images} images, above "
                                     f"max_images_per_request ({limit})", param="messages")
     return st
 
 
-async def media_bytes(params: ChatParams, limits) -> list[bytes]:
+async def media_bytes(params: ChatParams, limits: LimitsConfig) -> list[bytes]:
     """Every image / audio part's bytes, in prompt order (downloads awaited)."""
     out = []
     for i, m in enumerate(params.request.messages):
@@ -73,18 +74,18 @@ def _templated(count: Counter | None) -> Counter | None:
 
 
 @asynccontextmanager
-async def chat_lease(request, params: ChatParams, *,
+async def chat_lease(caller: Caller, params: ChatParams, *,
                      raw_without_template: bool = False) -> AsyncIterator[LeasedCall]:
     """The checked, leased chat call for ``params`` (``check_chat`` before the lease, the
     media read, the prompt counted inside the lease). ``raw_without_template``: a model
     without a chat template will get the prompt raw (/api/generate), so it is not counted
     as a chat."""
-    st = check_chat(request, params)
+    st = check_chat(caller, params)
     if params.media:
-        params.request.media = await media_bytes(params, state_of(request).config.limits)
-    window = state_of(request).scheduler.context_window(st)
+        params.request.media = await media_bytes(params, caller.limits)
+    window = caller.sched.context_window(st)
     count = chat_counter(window, params)
-    async with text_lease(request, params.model, params.estimated_ctx(),
+    async with text_lease(caller, params.model, params.estimated_ctx(),
                           _templated(count) if raw_without_template else count) as call:
         yield call
 
@@ -96,20 +97,20 @@ def raw_estimate(prompt: str, max_tokens: int, window: int) -> int:
 
 
 @asynccontextmanager
-async def raw_lease(request, sched: Scheduler, model_id: str, prompt: str,
+async def raw_lease(caller: Caller, model_id: str, prompt: str,
                     max_tokens: int) -> AsyncIterator[LeasedCall]:
     """The checked, leased call for a raw prompt (/v1/completions, /api/generate raw): a
     text model, sized by `raw_estimate`."""
-    st = check_text_model(sched, model_id)
-    estimate = raw_estimate(prompt, max_tokens, sched.context_window(st))
-    async with text_lease(request, model_id, estimate) as call:
+    st = check_text_model(caller.sched, model_id)
+    estimate = raw_estimate(prompt, max_tokens, caller.sched.context_window(st))
+    async with text_lease(caller, model_id, estimate) as call:
         yield call
 
 
-async def prompt_tokens(request, params: ChatParams) -> tuple[int, dict]:
+async def prompt_tokens(caller: Caller, params: ChatParams) -> tuple[int, dict]:
     """The prompt's size on the model's own tokenizer and template (loads the model), and
     the lease's wait headers: count_tokens and input_tokens."""
-    async with chat_lease(request, params) as call:
+    async with chat_lease(caller, params) as call:
         if params.prompt_tokens is None:
             params.prompt_tokens = await asyncio.to_thread(call.chat.prompt_tokens,
                                                            params.request)

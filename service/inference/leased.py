@@ -1,6 +1,6 @@
 """The one door from a route to an engine: check, lease, call, time, map errors, telemetry.
 
-    async with leased(request, model_id, EMBEDDINGS) as call:
+    async with leased(caller, model_id, EMBEDDINGS) as call:
         result = await call.run(call.embedder.embed, texts)
         body = {..., "hypnos_telemetry": call.telemetry({"queue_ms": call.queue_ms})}
 
@@ -8,7 +8,7 @@
 (``capabilities.require``), then holds one scheduler lease for the block. ``call.run`` runs a
 blocking engine call in a worker thread with the cancel flag set when the client goes away,
 adds its time to ``inference_ms``, and turns an engine error into the HTTP error the one map
-(``errors.from_engine``) gives; what the scheduler refuses (``scheduling.refusals``) leaves
+(``errors.from_engine``) gives; what the scheduler refuses (``refusals``) leaves
 as the HTTP error ``errors.from_refusal`` gives. Nothing else in the service calls
 ``scheduler.lease``.
 """
@@ -21,25 +21,22 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar, cast
 from collections.abc import AsyncIterator, Callable
 
-from sanic import Request
-
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
                                       ImageGenerator, KVChatEngine, Speaker, Transcriber)
-from hypnos.service.http import errors
-from hypnos.service.http.layers import deadline_ms
+from hypnos.service import errors
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import telemetry, telemetry_headers, wait_headers
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Fit, Scheduler
-from hypnos.service.state import state_of
 
 T = TypeVar("T")
 
 
-async def run_engine(call: Callable[..., T], *args, cancel: threading.Event) -> T:
+async def run_engine(call: Callable[..., T], *args: Any, cancel: threading.Event) -> T:
     """Run ``call(*args, cancel)`` in a worker thread. When the awaiting request is cancelled
     (the client hung up) the ``cancel`` flag is set and this waits for the engine to stop at
     its next token, chunk, phrase or batch before re-raising, so the lease ends only once the
@@ -116,7 +113,7 @@ class LeasedCall:
         """The model's context window (what /v1/models advertises)."""
         return self.sched.context_window(self.lease.model)
 
-    async def run(self, fn: Callable[..., T], *args, window: int | None = None,
+    async def run(self, fn: Callable[..., T], *args: Any, window: int | None = None,
                   what: str = "The engine") -> T:
         """``fn(*args, cancel)`` in a worker thread, timed; an engine error becomes the HTTP
         error ``errors.from_engine`` maps it to (``window``: a chat prompt past it is 422;
@@ -165,9 +162,7 @@ async def leased_by(sched: Scheduler, model_id: str, family: Family, *,
             yield LeasedCall(sched, lease, param)
 
 
-def leased(request: Request, model_id: str, family: Family,
+def leased(caller: Caller, model_id: str, family: Family,
            **kw: Any) -> AbstractAsyncContextManager[LeasedCall]:
-    """``leased_by`` for a route: the app's scheduler and the request's
-    x-hypnos-deadline-ms."""
-    return leased_by(state_of(request).scheduler, model_id, family,
-                     deadline_ms=deadline_ms(request), **kw)
+    """``leased_by`` for a route's request: its caller's scheduler and deadline."""
+    return leased_by(caller.sched, model_id, family, deadline_ms=caller.deadline_ms, **kw)

@@ -16,20 +16,21 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from sanic import Request
 from sanic.exceptions import WebsocketClosed
 from websockets.exceptions import ConnectionClosed
 
 from hypnos.engines.records import TranscribeRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require
 from hypnos.service.inference.transcription import transcribe
+from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.wire import json_text
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
-from hypnos.service.state import state_of
 
 log = logging.getLogger("hypnos.live")
 
@@ -69,7 +70,7 @@ def _str_field(body: dict, name: str) -> str | None:
     return value or None
 
 
-def parse_opening(frame) -> LiveOptions:
+def parse_opening(frame: object) -> LiveOptions:
     """The opening frame as options; a 400-style error naming the field otherwise."""
     body = json_text.loads(frame, "The first frame") if isinstance(frame, str) else None
     if not isinstance(body, dict):
@@ -114,10 +115,10 @@ class Job:
 class LiveSession:
     """One WebSocket session. ``run()`` returns when it is over."""
 
-    def __init__(self, request: Request, ws):
+    def __init__(self, sched: Scheduler, limits: LimitsConfig, ws: Any):
+        """``sched`` and ``limits`` (config.limits): the app's, passed in by the route."""
         self.ws = ws
-        self.sched = state_of(request).scheduler
-        limits = state_of(request).config.limits
+        self.sched = sched
         self.max_session, self.idle, self.max_utterance = (
             float(getattr(limits, key, default)) for key, default in LIVE_LIMITS.items())
         self.opened = time.monotonic()
@@ -150,7 +151,7 @@ class LiveSession:
 
     # ---------------------------------------------------------------- receiving
 
-    async def _recv(self):
+    async def _recv(self) -> str | bytes | None:
         """The next frame; None when the client hung up. Raises SessionEnd on a limit."""
         left = self.opened + self.max_session - time.monotonic()
         try:
@@ -297,7 +298,7 @@ class LiveSession:
             pass
 
 
-def _control_type(frame) -> str | None:
+def _control_type(frame: Any) -> str | None:
     try:
         body = json.loads(frame)
     except (TypeError, ValueError):

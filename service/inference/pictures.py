@@ -9,6 +9,7 @@ import base64
 from hypnos.engines.records import ChatRequest, ConvertedPage
 from hypnos.service.inference.capabilities import PICTURES, require
 from hypnos.service.inference.leased import leased_by
+from hypnos.service.scheduling.scheduler import Scheduler
 
 PLACEHOLDER = "<!-- image -->"
 PROMPT = ("Describe this picture from a document in one or two sentences, for a reader who "
@@ -16,7 +17,7 @@ PROMPT = ("Describe this picture from a document in one or two sentences, for a 
 MAX_TOKENS = 160
 
 
-def check_vision_model(sched, model_id: str) -> None:
+def check_vision_model(sched: Scheduler, model_id: str) -> None:
     """404 when unknown or disabled, 400 when it cannot describe pictures."""
     require(sched, model_id, PICTURES, param="describe_pictures")
 
@@ -35,7 +36,7 @@ def insert_descriptions(markdown: str, descriptions: list[str | None]) -> str:
     return out
 
 
-async def describe_page(sched, model_id: str, page: ConvertedPage) -> int:
+async def describe_page(sched: Scheduler, model_id: str, page: ConvertedPage) -> int:
     """Describe every picture of ``page`` that has bytes, in place; returns how many were
     described. One lease of the vision model for the page. Raises HypnosError."""
     if not any(p.data for p in page.pictures):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypnos.engines.protocols import KVChatEngine
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.sessions import owned_session
 
 log = logging.getLogger("hypnos.responses")
@@ -98,7 +98,7 @@ class MissingTurn(LookupError):
         self.response_id, self.missing = response_id, missing
 
 
-def _dump(value) -> bytes:
+def _dump(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

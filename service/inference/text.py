@@ -22,24 +22,25 @@ from contextlib import asynccontextmanager
 from typing import cast
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from sanic import Request
-
 from hypnos.engines.errors import EngineError
 from hypnos.engines.protocols import ChatEngine, Engine
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult, ChatTimings, ChoiceGroup
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import CHAT, require
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.observe.record import current_record
 from hypnos.service.observe.telemetry import engine_timings
-from hypnos.service.scheduling.scheduler import Fit
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Fit, Scheduler
 from hypnos.service.wire.chat import ChatParams
 from hypnos.service.wire.openai_out import usage  # noqa: F401  (its old home)
 
 KEEPALIVE_SECS = 10.0
 
 
-def check_text_model(sched, model_id: str, tools_active: bool = False):
+def check_text_model(sched: Scheduler, model_id: str, tools_active: bool = False
+                     ) -> ModelState:
     """The model serves text generation, and a tool format when tools are sent: the one
     tool-format check, on the config before any load (a loaded engine's format has no tool
     dialect only when the config's tool_format is "none")."""
@@ -51,7 +52,7 @@ def check_text_model(sched, model_id: str, tools_active: bool = False):
 
 
 @asynccontextmanager
-async def text_lease(request: Request, model_id: str, estimate: int,
+async def text_lease(caller: Caller, model_id: str, estimate: int,
                      counted: Callable[[ChatEngine], int | None] | None = None
                      ) -> AsyncIterator[LeasedCall]:
     """One lease of a checked text model. ``estimate`` sizes a cold load; ``counted(engine)``
@@ -67,7 +68,7 @@ async def text_lease(request: Request, model_id: str, estimate: int,
                 return await asyncio.to_thread(count, cast(ChatEngine, engine))
             except EngineError as exc:
                 raise errors.from_engine(exc, param="messages") from None
-    async with leased(request, model_id, CHAT, checked=True, context_len=estimate,
+    async with leased(caller, model_id, CHAT, checked=True, context_len=estimate,
                       fit=fit) as call:
         yield call
 
@@ -135,7 +136,7 @@ class DeltaPipe:
         self.items: list = []
         self.ready = asyncio.Event()
 
-    def put(self, item) -> None:
+    def put(self, item: tuple[int, ChatDelta] | None) -> None:
         with self.lock:
             self.items.append(item)
             first = len(self.items) == 1
@@ -163,7 +164,7 @@ async def stream_choices(call: LeasedCall, reqs: list[ChatRequest],
     window = call.window
     reqs = partitioned(reqs)
 
-    def forward(index: int):
+    def forward(index: int) -> Callable[[ChatDelta], None]:
         return lambda delta: pipe.put((index, delta))
 
     tasks = [asyncio.ensure_future(call.run(call.chat.chat, r, forward(i), window=window))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from hypnos.engines.records import TranscribeRequest, TranscribeResult
 from hypnos.service.inference.capabilities import TRANSCRIPTION
 from hypnos.service.inference.leased import leased_by
+from hypnos.service.scheduling.scheduler import Scheduler
 
 
 @dataclass
@@ -16,7 +17,7 @@ class Transcription:
     wait_headers: dict
 
 
-async def transcribe(sched, model_id: str, req: TranscribeRequest, *,
+async def transcribe(sched: Scheduler, model_id: str, req: TranscribeRequest, *,
                      deadline_ms: float | None = None, audio_param: str = "file",
                      checked: bool = False) -> Transcription:
     """One lease, one engine call. Raises HypnosError (400 naming ``audio_param`` for

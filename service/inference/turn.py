@@ -1,16 +1,16 @@
 """One chat turn, from the lease to the last byte, for every dialect.
 
-    await chat_turn(TurnDeps(metrics, record), lease, request, codec, sink, stream=True)
+    await chat_turn(caller, lease, request, codec, sink, stream=True)
 
-The turn enters ``lease`` (the checked, counted chat lease the route made), runs the
-request's ``n`` choices (`text.run_choices`, or `text.stream_choices` with the codec's
-keep-alive frame while the engine says nothing), records the answer once (metrics, the
-request's record), builds ``hypnos_telemetry``, and hands everything to the dialect's codec
-(`wire.codec.ChatCodec`), whose frames go to ``sink``. A refusal after the stream started
-(a `HypnosError`) ends the stream with the codec's error frames; before it, it leaves the
-turn as the HTTP error it is. The wait headers go with the answer or the stream's start.
-After-turn hooks (Ollama's keep_alive) run once the answer is out: a hook that fails is
-logged and changes nothing in the answer.
+The turn enters ``lease`` (the checked, counted chat lease the route made with the same
+`Caller`), runs the request's ``n`` choices (`text.run_choices`, or `text.stream_choices`
+with the codec's keep-alive frame while the engine says nothing), records the answer once
+(the caller's metrics and the request's record), builds ``hypnos_telemetry``, and hands
+everything to the dialect's codec (`wire.codec.ChatCodec`), whose frames go to ``sink``. A
+refusal after the stream started (a `HypnosError`) ends the stream with the codec's error
+frames; before it, it leaves the turn as the HTTP error it is. The wait headers go with the
+answer or the stream's start. After-turn hooks (Ollama's keep_alive) run once the answer is
+out: a hook that fails is logged and changes nothing in the answer.
 
 The sink is where frames go (`FrameSink`): an HTTP response here (`http.sink`), a WebSocket
 or an MCP reply later; the turn knows no transport.
@@ -21,16 +21,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Protocol
 
 from hypnos.engines.records import ChatDelta, ChatRequest, ChatResult
-from hypnos.service.http.errors import HypnosError
+from hypnos.service.errors import HypnosError
+from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.text import (choice_requests, run_choices, stream_choices,
                                            text_telemetry)
-from hypnos.service.observe.metrics import Metrics
-from hypnos.service.observe.record import RequestRecord
 from hypnos.service.wire.codec import ChatCodec, TurnEnd
 
 log = logging.getLogger(__name__)
@@ -49,19 +47,12 @@ class FrameSink(Protocol):
     async def whole(self, body: dict, headers: dict[str, str]) -> None: ...
 
 
-@dataclass(frozen=True)
-class TurnDeps:
-    """What a turn writes besides its answer: the app's metrics and the request's record."""
-    metrics: Metrics
-    record: RequestRecord
-
-
 #: The request to run, or how to make it once the model is leased (an engine fact decides
 #: it, or a session is bound to the leased engine).
 RequestFor = ChatRequest | Callable[[LeasedCall], Awaitable[ChatRequest]]
 
 
-async def chat_turn(deps: TurnDeps, lease: AbstractAsyncContextManager[LeasedCall],
+async def chat_turn(caller: Caller, lease: AbstractAsyncContextManager[LeasedCall],
                     request: RequestFor, codec: ChatCodec, sink: FrameSink, *,
                     stream: bool, n: int = 1,
                     after: Sequence[Callable[[], None]] = ()) -> None:
@@ -74,10 +65,10 @@ async def chat_turn(deps: TurnDeps, lease: AbstractAsyncContextManager[LeasedCal
         reqs = choice_requests(req, n)
         seeds = tuple(r.seed for r in reqs if r.seed is not None) if n > 1 else ()
         if stream:
-            await _stream(deps, call, reqs, seeds, codec, sink, started)
+            await _stream(caller, call, reqs, seeds, codec, sink, started)
         else:
             results = await run_choices(call, reqs)
-            end = _finish(deps, call, results, seeds, started)
+            end = _finish(caller, call, results, seeds, started)
             await sink.whole(codec.whole(end), call.wait_headers())
     for hook in after:
         try:
@@ -86,7 +77,7 @@ async def chat_turn(deps: TurnDeps, lease: AbstractAsyncContextManager[LeasedCal
             log.exception("an after-turn hook failed; the answer stands")
 
 
-async def _stream(deps: TurnDeps, call: LeasedCall, reqs: list[ChatRequest],
+async def _stream(caller: Caller, call: LeasedCall, reqs: list[ChatRequest],
                   seeds: tuple[int, ...], codec: ChatCodec, sink: FrameSink,
                   started: float) -> None:
     await sink.open(codec.media_type, {**codec.stream_headers, **call.wait_headers()})
@@ -109,25 +100,25 @@ async def _stream(deps: TurnDeps, call: LeasedCall, reqs: list[ChatRequest],
         await send(codec.refused(exc))
         await sink.close()
         return
-    await send(codec.tail(_finish(deps, call, results, seeds, started)))
+    await send(codec.tail(_finish(caller, call, results, seeds, started)))
     await sink.close()
 
 
-def _finish(deps: TurnDeps, call: LeasedCall, results: list[ChatResult],
+def _finish(caller: Caller, call: LeasedCall, results: list[ChatResult],
             seeds: tuple[int, ...], started: float) -> TurnEnd:
     """Record the answer once, and what the codec needs to close it."""
-    record_answer(deps, call, results)
+    record_answer(caller, call, results)
     return TurnEnd(results, text_telemetry(call, results), call.window,
                    call.lease.tier_switch_ms, (time.perf_counter() - started) * 1000, seeds)
 
 
-def record_answer(deps: TurnDeps, call: LeasedCall, results: list[ChatResult]) -> None:
+def record_answer(caller: Caller, call: LeasedCall, results: list[ChatResult]) -> None:
     """Stats and metrics from the first choice; the request is charged (keys, request log)
     for the prompt once and every choice's completion."""
     first = results[0]
     if first.timings.prefill_tokens_per_s:
         call.lease.prefill_tokens_per_s = first.timings.prefill_tokens_per_s
-    deps.metrics.chat(call.model.id, first.timings)
+    caller.metrics.chat(call.model.id, first.timings)
     for r in results:
-        deps.metrics.speculative(call.model.id, r.speculative)
-    deps.record.chat(first, sum(r.completion_tokens for r in results))
+        caller.metrics.speculative(call.model.id, r.speculative)
+    caller.record.chat(first, sum(r.completion_tokens for r in results))

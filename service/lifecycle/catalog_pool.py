@@ -34,7 +34,7 @@ from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.overlay import persist
 from hypnos.service.config.pool_rules import change_conflict
 from hypnos.service.config.schema import ModelConfig
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.state import state
 

@@ -22,7 +22,7 @@ from urllib.parse import urljoin
 import httpx
 
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 
 MAX_REDIRECTS = 5
 #: The whole fetch, redirects included (a slow trickle is cut here, not per read).

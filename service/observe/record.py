@@ -19,7 +19,7 @@ from hypnos.engines.records import ChatResult, EmbedResult, TranscribeResult
 from hypnos.service.scheduling.lease import Lease
 
 if TYPE_CHECKING:
-    from hypnos.service.http.keys import ApiKey, Permit
+    from hypnos.service.keys import ApiKey, Permit
 
 # The record of the request the running task serves: set by `open_record`, read by the
 # inference layer to add each lease it takes (`leased_by`) without every caller down to the

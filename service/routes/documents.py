@@ -15,12 +15,13 @@ import time
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request, Sanic
 from sanic.response import json as json_response
 from sanic.response import raw
 
 from hypnos.engines.records import ConvertedPage, OpenedDocument
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.wire.documents import (
     FILE_OR_URL, OCR_WORDS, ConvertBody, ConvertParams, DocumentBody, check_document,
     parse_convert,
@@ -34,12 +35,13 @@ from hypnos.service.media.picture_store import PictureStore, PicturesTooLarge, S
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.wire.model import body_schema
 from hypnos.service.state import state, state_of
+from typing import Any
 
 bp = Blueprint("documents")
 KEEPALIVE_SECS = 10.0
 
 
-def picture_store(app) -> PictureStore:
+def picture_store(app: Sanic) -> PictureStore:
     store = state(app).pictures
     if store is None:
         cfg = state(app).config.server
@@ -148,14 +150,15 @@ CONVERT_FORM = {"type": "object", "required": ["model"], **copy.deepcopy(FILE_OR
           errors=INFERENCE_ERRORS,
           ok={"application/json": body_schema(DocumentBody),
               "text/event-stream": {"type": "string"}})
-async def convert(request: Request):
-    params = parse_convert(request)
+async def convert(request: Request) -> HTTPResponse | None:
+    params = parse_convert(request, state_of(request).config.limits.max_document_bytes)
     require(state_of(request).scheduler, params.model, DOCUMENTS)
     if params.describe_pictures is not None:
         check_vision_model(state_of(request).scheduler, params.describe_pictures)
     if params.url is not None:
         await _fetch(request, params)
-    async with leased(request, params.model, DOCUMENTS, param="file", checked=True) as call:
+    async with leased(caller_of(request), params.model, DOCUMENTS, param="file",
+                      checked=True) as call:
         started = time.monotonic()
         doc = await call.run(lambda req, _cancel: call.converter.open(req), params.document)
         conv = Conversion(request, params, call, doc, started)
@@ -173,7 +176,7 @@ def _event(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def _stream(conv: Conversion):
+async def _stream(conv: Conversion) -> HTTPResponse | None:
     doc = conv.doc
     response = await conv.request.respond(content_type="text/event-stream", headers={
         "cache-control": "no-cache", **conv.call.wait_headers()})
@@ -211,7 +214,7 @@ async def _stream(conv: Conversion):
     return None
 
 
-async def _next(queue: asyncio.Queue, response):
+async def _next(queue: asyncio.Queue, response: HTTPResponse) -> Any:
     while True:
         try:
             return await asyncio.wait_for(queue.get(), KEEPALIVE_SECS)
@@ -243,7 +246,7 @@ def _record(doc: StoredDocument, index: int, with_image: bool) -> dict:
 
 @bp.get("/v1/documents/<doc_id>/pictures")
 @endpoint("The pictures kept from a converted document", errors=(404,))
-async def list_pictures(request: Request, doc_id: str):
+async def list_pictures(request: Request, doc_id: str) -> HTTPResponse:
     doc = _stored(request, doc_id)
     return json_response({"object": "list", "document_id": doc.id,
                           "expires_at": doc.expires_iso,
@@ -255,7 +258,7 @@ async def list_pictures(request: Request, doc_id: str):
 @endpoint("One picture of a converted document", errors=(404,),
           query={"format": {"type": "string"}},
           ok={"image/png": {"type": "string"}, "application/json": ANY_OBJECT})
-async def get_picture(request: Request, doc_id: str, index: int):
+async def get_picture(request: Request, doc_id: str, index: int) -> HTTPResponse:
     doc = _stored(request, doc_id)
     if not 1 <= index <= len(doc.pictures):
         raise errors.NotFoundError(f"Document '{doc_id}' has {len(doc.pictures)} pictures; "
@@ -273,7 +276,7 @@ async def get_picture(request: Request, doc_id: str, index: int):
 
 @bp.delete("/v1/documents/<doc_id>")
 @endpoint("Release a converted document's pictures", errors=(404,))
-async def delete_document(request: Request, doc_id: str):
+async def delete_document(request: Request, doc_id: str) -> HTTPResponse:
     if not picture_store(request.app).delete(doc_id):
         raise errors.NotFoundError(f"No stored pictures for document '{doc_id}' (unknown, "
                                    "deleted or expired)")

@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http.layers import json_body
+from hypnos.service.http.caller import caller_of
+from hypnos.service.wire.body import json_body
 from hypnos.service.inference.capabilities import EMBEDDINGS
 from hypnos.service.inference.leased import leased
 from hypnos.service.observe.record import record_of
@@ -60,7 +61,7 @@ def parse_embeddings(body: dict, max_prompt_chars: int) -> EmbeddingParams:
                            encoding_format=wire.encoding_format or "float")
 
 
-def encode(vector: list[float], fmt: str):
+def encode(vector: list[float], fmt: str) -> list[float] | str:
     if fmt == "base64":
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
@@ -73,9 +74,9 @@ def encode(vector: list[float], fmt: str):
           ok=json_object("object", "data", "model", object={"const": "list"},
                          data={"type": "array", "items": {
                              "type": "object", "required": ["object", "embedding", "index"]}}))
-async def embeddings(request: Request):
+async def embeddings(request: Request) -> HTTPResponse:
     params = parse_embeddings(json_body(request), state_of(request).config.limits.max_prompt_chars)
-    async with leased(request, params.model, EMBEDDINGS, param="input") as call:
+    async with leased(caller_of(request), params.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, params.texts)
         tele = call.telemetry({"queue_ms": call.queue_ms})
         wait = call.wait_headers()

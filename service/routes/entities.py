@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ExtractRequest
-from hypnos.service.http.layers import json_body
+from hypnos.service.http.caller import caller_of
+from hypnos.service.wire.body import json_body
 from hypnos.service.inference.capabilities import ENTITIES
 from hypnos.service.inference.leased import leased
 from hypnos.service.wire.model import Says, Wire, input_texts, validate
@@ -61,9 +62,9 @@ def parse_entities(body: dict, max_prompt_chars: int) -> EntityParams:
 @needs_ready
 @endpoint("Named entities in texts for given labels (GLiNER)", body=EntitiesBody,
           errors=INFERENCE_ERRORS)
-async def entities(request: Request):
+async def entities(request: Request) -> HTTPResponse:
     params = parse_entities(json_body(request), state_of(request).config.limits.max_prompt_chars)
-    async with leased(request, params.model, ENTITIES, param="input") as call:
+    async with leased(caller_of(request), params.model, ENTITIES, param="input") as call:
         result = await call.run(call.extractor.extract, params.request)
         tele = call.telemetry({"queue_ms": call.queue_ms, "windows": result.windows,
                                "label_families": result.families})

@@ -15,16 +15,17 @@ import time
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.request import RequestParameters
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ImageRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.schema import ImageConfig
+from hypnos.service.http.caller import caller_of
 from hypnos.service.inference.capabilities import IMAGES, require
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of
@@ -40,7 +41,7 @@ def clamp_side(value: int) -> int:
     return min(MAX_SIDE, max(MIN_SIDE, value)) // STEP * STEP
 
 
-def parse_size(value) -> tuple[int, int]:
+def parse_size(value: object) -> tuple[int, int]:
     """"WIDTHxHEIGHT" -> the clamped (width, height); 1000x700 -> (992, 688)."""
     if value is None or value == "auto":
         return 1024, 1024
@@ -125,8 +126,8 @@ def _model(fields: dict) -> str:
     return _text(fields, "model", required=True)
 
 
-async def _generate(request: Request, model_id: str, req: ImageRequest):
-    async with leased(request, model_id, IMAGES, param="prompt", checked=True) as call:
+async def _generate(request: Request, model_id: str, req: ImageRequest) -> HTTPResponse:
+    async with leased(caller_of(request), model_id, IMAGES, param="prompt", checked=True) as call:
         images = await call.run(call.generator.generate, req)
         tele = call.telemetry({"queue_ms": call.queue_ms, "images": len(images),
                                "width": req.width, "height": req.height, "steps": req.steps})
@@ -165,7 +166,7 @@ IMAGE_FORM = {"type": "object", "required": ["model", "prompt", "image"], "prope
 @bp.post("/v1/images/generations")
 @needs_ready
 @endpoint("Image generation (OpenAI-compatible)", body=ImageBody, errors=INFERENCE_ERRORS)
-async def generations(request: Request):
+async def generations(request: Request) -> HTTPResponse:
     fields = read_body(request, ImageBody).model_dump(exclude_none=True)
     model_id = _model(fields)
     image = _image_config(request, model_id)
@@ -196,7 +197,7 @@ def _references(request: Request, max_bytes: int) -> list[bytes]:
 @bp.post("/v1/images/edits")
 @needs_ready
 @endpoint("Image edit (OpenAI-compatible multipart)", form=IMAGE_FORM, errors=INFERENCE_ERRORS)
-async def edits(request: Request):
+async def edits(request: Request) -> HTTPResponse:
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise errors.InvalidRequest("/v1/images/edits takes multipart/form-data with the "
                                     "reference images as 'image' parts")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
-from hypnos.service.http.layers import read_body
+from hypnos.service import errors
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.observe.record import record_of
 from hypnos.service.observe.request_log import LEVELS
@@ -40,7 +40,7 @@ def _limit(raw: str | None) -> int | None:
     **{name: {"type": "string"} for name in ("model", "route", "key")},
     "limit": {"type": "string", "pattern": LIMIT.pattern},
     "status": {"enum": list(STATUS_FILTERS)}})
-async def list_logs(request: Request):
+async def list_logs(request: Request) -> HTTPResponse:
     log = state_of(request).request_log
     # Blank values kept: "?limit=" is a bad limit, not an absent one (the document's pattern).
     args = request.get_args(keep_blank_values=True)
@@ -58,7 +58,7 @@ async def list_logs(request: Request):
 
 @bp.get("/v1/logs/<request_id>")
 @endpoint("One request log record", errors=(404,))
-async def one_log(request: Request, request_id: str):
+async def one_log(request: Request, request_id: str) -> HTTPResponse:
     record = state_of(request).request_log.find(request_id, record_of(request))
     if record is None:
         raise errors.NotFoundError(f"No request log record {request_id!r} (the log keeps the "
@@ -68,7 +68,7 @@ async def one_log(request: Request, request_id: str):
 
 @bp.delete("/v1/logs")
 @endpoint("Clear the request log (every key's records)", admin=True)
-async def clear_logs(request: Request):
+async def clear_logs(request: Request) -> HTTPResponse:
     state_of(request).request_log.records.clear()
     return json_response({"cleared": True})
 
@@ -81,7 +81,7 @@ class LevelBody(Wire):
 @bp.post("/v1/logs/level")
 @endpoint("Change the request log's capture level (for every key's requests)",
           body=LevelBody, admin=True)
-async def set_level(request: Request):
+async def set_level(request: Request) -> HTTPResponse:
     level = read_body(request, LevelBody).level
     state_of(request).request_log.level = level
     return json_response({"level": level})

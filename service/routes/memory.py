@@ -4,17 +4,17 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.devices import llama_has_rpc
 from hypnos.engines.protocols import OffloadsLayers, SplitsLayers
 from hypnos.planner.types import Tier
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.scheduling.accel import model_device
 from hypnos.service.config.schema import PROFILES
 from hypnos.service.scheduling.hardware import available_memory, nvml_sample, physical_memory
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling import prompt_cache
@@ -22,11 +22,13 @@ from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
 from hypnos.service.http.openapi import endpoint, needs_ready
 from hypnos.service.state import state, state_of
+from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.planner.types import Placement
 
 bp = Blueprint("memory")
 
 
-def _capabilities(sched) -> dict:
+def _capabilities(sched: Scheduler) -> dict:
     hw, b = sched.hardware, sched.budgets
     return {"accelerator": str(hw.accelerator), "topology": str(hw.topology),
             "device_name": hw.device_name,
@@ -37,7 +39,7 @@ def _capabilities(sched) -> dict:
             "installed_memory_bytes": physical_memory()}
 
 
-def _model(sched, st: ModelState) -> dict:
+def _model(sched: Scheduler, st: ModelState) -> dict:
     placement = sched.placement_of(st)
     out = {
         "id": st.id, "enabled": st.enabled, "modality": st.cfg.modality,
@@ -75,7 +77,7 @@ def _model(sched, st: ModelState) -> dict:
     return out
 
 
-def _draft(sched, st: ModelState, placement) -> dict:
+def _draft(sched: Scheduler, st: ModelState, placement: Placement) -> dict:
     """The speculative drafter booked with ``st`` (issue 30); it moves between tiers with
     its target (``tier``). ``weights_bytes``: its tensors (MTP heads inside the target's
     file: ``in_target_file``, booked with the target's weights); ``weights_booked_bytes`` and
@@ -112,7 +114,7 @@ def _stored_responses(request: Request) -> dict:
 
 @bp.get("/v1/memory/status")
 @endpoint("Tiers, budgets, models, evictions and latency")
-async def status(request: Request):
+async def status(request: Request) -> HTTPResponse:
     app = request.app
     sched = state(app).scheduler
     booked1, booked2 = sched.tier1_booked(), sched.tier2_booked()
@@ -179,7 +181,7 @@ class TierBody(Wire):
 @bp.post("/v1/memory/tier")
 @needs_ready
 @endpoint("Move a model to a tier", body=TierBody, errors=(404, 429, 500, 503, 507))
-async def move_tier(request: Request):
+async def move_tier(request: Request) -> HTTPResponse:
     body = read_body(request, TierBody)
     model_id, target, ctx = body.model, Tier(body.target_tier), body.context_len
     sched = state_of(request).scheduler
@@ -194,7 +196,7 @@ async def move_tier(request: Request):
 
 @bp.get("/v1/memory/kv-park")
 @endpoint("KV parking: state and parked conversations")
-async def kv_park_status(request: Request):
+async def kv_park_status(request: Request) -> HTTPResponse:
     return json_response(state_of(request).scheduler.kv_park.snapshot())
 
 
@@ -216,7 +218,7 @@ class KvParkBody(Wire):
 
 @bp.post("/v1/memory/kv-park")
 @endpoint("Turn KV parking on or off, or change its cap", body=KvParkBody)
-async def kv_park_configure(request: Request):
+async def kv_park_configure(request: Request) -> HTTPResponse:
     body = read_body(request, KvParkBody)
     enabled, max_bytes = body.enabled, body.max_bytes
     store = state_of(request).scheduler.kv_park

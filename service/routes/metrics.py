@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import raw
 
 from hypnos.service.scheduling.hardware import nvml_sample
@@ -15,7 +15,7 @@ bp = Blueprint("metrics")
 
 @bp.get("/metrics")
 @endpoint("Prometheus metrics", ok={"text/plain": {"type": "string"}})
-async def metrics(request: Request):
+async def metrics(request: Request) -> HTTPResponse:
     ctx = state_of(request)
     hw = ctx.scheduler.hardware
     sample = (await asyncio.to_thread(nvml_sample)

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines.records import ChatRequest
 from hypnos.planner.types import Tier
-from hypnos.service.http.layers import json_body
+from hypnos.service.http.caller import caller_of
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.http.sink import http_turn
 from hypnos.service.inference.capabilities import EMBEDDINGS
@@ -31,6 +31,7 @@ from hypnos.service.inference.text import check_text_model
 from hypnos.service.inference.turn import RequestFor
 from hypnos.service.observe.record import record_of
 from hypnos.service.state import state_of
+from hypnos.service.wire.body import json_body
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import (ChatBody, EmbedBody, EmbeddingsBody, GenerateBody,
@@ -54,11 +55,11 @@ def _keep_alive(request: Request, model: str, secs: float | None) -> Callable[[]
 @endpoint("Ollama chat: NDJSON lines unless stream is false", body=ChatBody,
           ok={**json_object("model", "message", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
-async def chat(request: Request):
+async def chat(request: Request) -> HTTPResponse | None:
     wire, body = chat_body(json_body(request))
     keep = keep_alive_secs(wire.keep_alive)         # refused before any work
     params = parse_chat(body, state_of(request).config.limits)
-    return await http_turn(request, chat_lease(request, params), params.request,
+    return await http_turn(request, chat_lease(caller_of(request), params), params.request,
                            OllamaCodec(params.model, "message"), stream=wire.stream is not False,
                            after=[_keep_alive(request, params.model, keep)])
 
@@ -69,7 +70,7 @@ async def chat(request: Request):
           "one: as it is); NDJSON lines unless stream is false", body=GenerateBody,
           ok={**json_object("model", "response", "done"), NDJSON: {"type": "string"}},
           errors=(404, 422, 429, 500, 503, 507))
-async def generate(request: Request):
+async def generate(request: Request) -> HTTPResponse | None:
     wire = parse_generate(json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     st = state_of(request)
@@ -81,10 +82,10 @@ async def generate(request: Request):
     lease: AbstractAsyncContextManager[LeasedCall]
     chosen: RequestFor = raw
     if wire.raw:
-        lease = raw_lease(request, st.scheduler, wire.model, wire.prompt, raw.max_tokens)
+        lease = raw_lease(caller_of(request), wire.model, wire.prompt, raw.max_tokens)
     else:
         params = parse_chat(generate_chat_body(wire), st.config.limits)
-        lease = chat_lease(request, params, raw_without_template=True)
+        lease = chat_lease(caller_of(request), params, raw_without_template=True)
 
         async def chosen(call: LeasedCall) -> ChatRequest:
             """As Ollama: a model without a template completes the prompt as it is."""
@@ -112,7 +113,7 @@ async def _load_or_unload(request: Request, model: str, keep: float | None) -> N
 @needs_ready
 @endpoint("Ollama embed: one vector per input", body=EmbedBody,
           ok=json_object("model", "embeddings"), errors=(404, 429, 500, 503, 507))
-async def embed(request: Request):
+async def embed(request: Request) -> HTTPResponse:
     wire = validate(EmbedBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, prompt_tokens = await _vectors(request, wire)
@@ -125,7 +126,7 @@ async def embed(request: Request):
 @needs_ready
 @endpoint("Ollama's older embeddings route: one prompt, one vector", body=EmbeddingsBody,
           ok=json_object("embedding"), errors=(404, 429, 500, 503, 507))
-async def embeddings(request: Request):
+async def embeddings(request: Request) -> HTTPResponse:
     wire = validate(EmbeddingsBody, json_body(request))
     keep = keep_alive_secs(wire.keep_alive)
     vectors, _ = await _vectors(request, wire)
@@ -136,7 +137,7 @@ async def embeddings(request: Request):
 async def _vectors(request: Request, wire: EmbedBody | EmbeddingsBody
                    ) -> tuple[list[list[float]], int]:
     texts = wire.texts
-    async with leased(request, wire.model, EMBEDDINGS, param="input") as call:
+    async with leased(caller_of(request), wire.model, EMBEDDINGS, param="input") as call:
         result = await call.run(call.embedder.embed, texts)
     record_of(request).embedding(result)
     return result.vectors, result.prompt_tokens

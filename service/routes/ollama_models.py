@@ -2,14 +2,16 @@
 models in Ollama's shapes."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.planner.types import Tier
-from hypnos.service.http.layers import json_body
 from hypnos.service.http.openapi import endpoint, json_object
 from hypnos.service.scheduling.accel import model_device
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.state import state_of
+from hypnos.service.wire.body import json_body
 from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import ModelBody
 from hypnos.service.wire.ollama_out import now
@@ -18,7 +20,7 @@ bp = Blueprint("ollama_models")
 VERSION = "0.12.0"          # the Ollama API version whose shapes these routes follow
 
 
-def _details(st) -> dict:
+def _details(st: ModelState) -> dict:
     arch = st.cfg.arch
     family = getattr(arch, "architecture", None) or st.cfg.engine
     return {"parent_model": "", "format": "gguf" if st.cfg.engine == "ggml_llama" else
@@ -26,12 +28,12 @@ def _details(st) -> dict:
             "parameter_size": "", "quantization_level": st.cfg.quant or ""}
 
 
-def _listed(st) -> dict:
+def _listed(st: ModelState) -> dict:
     return {"name": st.id, "model": st.id, "size": st.weight_bytes, "digest": "",
             "modified_at": now(), "details": _details(st)}
 
 
-def _served(sched) -> list:
+def _served(sched: Scheduler) -> list[ModelState]:
     """The pool's chat and embedding models (what Ollama's clients can use)."""
     return [st for st in sched.models.values() if st.enabled and set(
         st.cfg.all_modalities) & {"text_generation", "vision", "embeddings"}]
@@ -39,14 +41,14 @@ def _served(sched) -> list:
 
 @bp.get("/api/tags")
 @endpoint("Ollama tags: the pool's chat and embedding models", ok=json_object("models"))
-async def tags(request: Request):
+async def tags(request: Request) -> HTTPResponse:
     return json_response({"models": [_listed(st) for st in _served(state_of(request).scheduler)]})
 
 
 @bp.get("/api/ps")
 @endpoint("Ollama ps: the models in tier 1, with the VRAM booked for them (0 on the CPU)",
           ok=json_object("models"))
-async def ps(request: Request):
+async def ps(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     timers = state_of(request).keep_alive
     out = []
@@ -64,7 +66,7 @@ async def ps(request: Request):
 @bp.post("/api/show")
 @endpoint("Ollama show: a model's details and capabilities", body=ModelBody,
           ok=json_object("details", "capabilities"), errors=(404,))
-async def show(request: Request):
+async def show(request: Request) -> HTTPResponse:
     wire = validate(ModelBody, json_body(request))
     st = state_of(request).scheduler.get(wire.id)
     mods = set(st.cfg.all_modalities)
@@ -81,6 +83,6 @@ async def show(request: Request):
 
 @bp.get("/api/version")
 @endpoint("The Ollama API version these routes follow", ok=json_object("version"))
-async def version(request: Request):
+async def version(request: Request) -> HTTPResponse:
     return json_response({"version": VERSION})
 

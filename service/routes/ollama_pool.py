@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import json
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.catalog.catalog import CatalogError, Entry, UnsupportedEntry, Variant
 from hypnos.catalog.pull import PullError
-from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service import errors
+from hypnos.service.wire.body import json_body
 from hypnos.service.http.openapi import admin_only, endpoint, json_object, needs_ready
 from hypnos.service.state import state_of
 from hypnos.service.lifecycle.catalog_pool import (add_pulled, check_pull, digest,
                                                    present_size, pull_file, remove_with_files)
 from hypnos.service.wire.model import validate
 from hypnos.service.wire.ollama import ModelBody
+from collections.abc import Awaitable, Callable
 
 bp = Blueprint("ollama_pool")
 NDJSON = "application/x-ndjson"
@@ -65,7 +66,8 @@ def _resolve(request: Request, name: str) -> tuple[Entry, Variant] | None:
                                "GET /v1/models/catalog lists them")
 
 
-async def _pull(request: Request, entry: Entry, variant: Variant, say) -> None:
+async def _pull(request: Request, entry: Entry, variant: Variant,
+                say: Callable[[dict], Awaitable[None]]) -> None:
     """Every step of a pull, each announced through ``say`` (an async line sender); waits
     for a pull of the same id under way to end first."""
     models_dir = state_of(request).config.models_dir
@@ -93,7 +95,7 @@ async def _pull(request: Request, entry: Entry, variant: Variant, say) -> None:
           "(admin); NDJSON progress lines unless stream is false", body=ModelBody,
           ok={**json_object("status"), NDJSON: {"type": "string"}},
           errors=(403, 404, 409, 500, 503), meanings=PULL_MEANINGS)
-async def pull(request: Request):
+async def pull(request: Request) -> HTTPResponse | None:
     wire = validate(ModelBody, json_body(request))
     found = _resolve(request, wire.id)
     if found is not None:
@@ -124,7 +126,7 @@ async def pull(request: Request):
           meanings={403: "not an admin key (with API keys set)", 404: "unknown model",
                     409: "another model names this one as its speculative draft",
                     429: "requests still ran after the drain, or rate limited"})
-async def delete(request: Request):
+async def delete(request: Request) -> HTTPResponse:
     wire = validate(ModelBody, json_body(request))
     await remove_with_files(request.app, wire.id)
     return json_response({})

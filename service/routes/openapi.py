@@ -2,7 +2,7 @@
 ``@endpoint`` (built once, the routes are fixed once the server runs)."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.service.http.openapi import document, endpoint
@@ -13,7 +13,7 @@ bp = Blueprint("openapi")
 
 @bp.get("/openapi.json")
 @endpoint("This document")
-async def openapi(request: Request):
+async def openapi(request: Request) -> HTTPResponse:
     app = request.app
     built = state(app).openapi
     if built is None:

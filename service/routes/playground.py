@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import file as file_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint
 from hypnos.service.state import state_of
 
@@ -27,7 +27,7 @@ CSP = ("default-src 'self'; img-src 'self' data: blob:; media-src 'self' blob: d
        "base-uri 'none'; frame-ancestors 'none'")
 
 
-async def _serve(request: Request, name: str):
+async def _serve(request: Request, name: str) -> HTTPResponse:
     if not state_of(request).config.server.playground:
         raise errors.NotFoundError("The playground is turned off on this server "
                                    "(server.playground = false); the API lives under /v1")
@@ -45,11 +45,11 @@ async def _serve(request: Request, name: str):
 
 @bp.get("/")
 @endpoint("The playground web page", errors=(404,), ok={"text/html": {"type": "string"}})
-async def index(request: Request):
+async def index(request: Request) -> HTTPResponse:
     return await _serve(request, "index.html")
 
 
 @bp.get("/playground/<name:str>")
 @endpoint("A playground asset", errors=(404,), ok={"*/*": {"type": "string"}})
-async def asset(request: Request, name: str):
+async def asset(request: Request, name: str) -> HTTPResponse:
     return await _serve(request, name)

@@ -12,14 +12,14 @@ import dataclasses
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.planner.types import MoeOffload
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.load import ConfigError, parse_model_block
 from hypnos.service.config.schema import ModelConfig
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling.model_checks import startup_checks
 from hypnos.service.config.overlay import persist
@@ -27,6 +27,7 @@ from hypnos.service.lifecycle.catalog_pool import refuse_conflict
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.http.openapi import endpoint, admin_only, needs_ready
 from hypnos.service.state import state_of
+from typing import Any
 
 bp = Blueprint("pool")
 DEFAULT_DRAIN_SECS = 120.0
@@ -107,14 +108,14 @@ def _replace_config(request: Request, model_id: str, m: ModelConfig | None) -> N
 
 
 def _answer(request: Request, st: ModelState | None, model_id: str, action: str,
-            persisted: bool, status: int = 200):
+            persisted: bool, status: int = 200) -> HTTPResponse:
     body = {"model": model_id, "action": action, "persisted": persisted}
     if st is not None:
         body["placement"] = state_of(request).scheduler.placement_of(st).to_wire()
     return json_response(body, status=status)
 
 
-def _drain_secs(value) -> float:
+def _drain_secs(value: Any) -> float:
     if value is None:
         return DEFAULT_DRAIN_SECS
     try:
@@ -144,7 +145,7 @@ POOL_ERRORS = (403, 404, 409, 429, 503)
 @needs_ready
 @endpoint("Add a model to the pool (admin)", body=PoolBody, status=201,
           errors=(403, 409, 503), meanings=ADD_MEANINGS)
-async def add_model(request: Request):
+async def add_model(request: Request) -> HTTPResponse:
     body = read_body(request, PoolBody)
     st, text = await checked_model(request, body, None)
     sched = state_of(request).scheduler
@@ -162,7 +163,7 @@ async def add_model(request: Request):
 @needs_ready
 @endpoint("Replace a model in the pool (admin)", body=PoolBody, errors=POOL_ERRORS,
           meanings=POOL_MEANINGS)
-async def replace_model(request: Request, model_id: str):
+async def replace_model(request: Request, model_id: str) -> HTTPResponse:
     sched = state_of(request).scheduler
     model_id = sched.get(model_id, enabled_only=False).id     # an alias names its model
     body = read_body(request, PoolBody)
@@ -182,7 +183,7 @@ async def replace_model(request: Request, model_id: str):
           meanings={**POOL_MEANINGS, 400: "drain_secs is not a number of seconds from 0 to "
                                           "86400"},
           query={"drain_secs": {"type": "string"}})
-async def remove_model(request: Request, model_id: str):
+async def remove_model(request: Request, model_id: str) -> HTTPResponse:
     sched = state_of(request).scheduler
     model_id = sched.get(model_id, enabled_only=False).id     # an alias names its model
     refuse_conflict(request.app, model_id, None)
@@ -196,7 +197,7 @@ async def remove_model(request: Request, model_id: str):
 SWITCH_MEANINGS = {404: "unknown model id", 503: "still staging"}
 
 
-async def _switch(request: Request, model_id: str, enabled: bool):
+async def _switch(request: Request, model_id: str, enabled: bool) -> HTTPResponse:
     sched = state_of(request).scheduler
     st = await sched.pool.set_enabled(model_id, enabled)
     return json_response({"model": model_id, "enabled": st.enabled,
@@ -206,7 +207,7 @@ async def _switch(request: Request, model_id: str, enabled: bool):
 @bp.post("/v1/models/<model_id>/enable")
 @needs_ready
 @endpoint("Enable a model", errors=(404, 503), meanings=SWITCH_MEANINGS)
-async def enable(request: Request, model_id: str):
+async def enable(request: Request, model_id: str) -> HTTPResponse:
     return await _switch(request, model_id, True)
 
 
@@ -214,7 +215,7 @@ async def enable(request: Request, model_id: str):
 @needs_ready
 @endpoint("Disable a model", errors=(404, 429, 503), meanings={
     **SWITCH_MEANINGS, 429: "the model is leased (retry when idle), or rate limited"})
-async def disable(request: Request, model_id: str):
+async def disable(request: Request, model_id: str) -> HTTPResponse:
     return await _switch(request, model_id, False)
 
 
@@ -222,7 +223,7 @@ async def disable(request: Request, model_id: str):
 @needs_ready
 @endpoint("Change a model's MoE offload mode", errors=(404, 422, 429, 503, 507),
           body=MoeBody, meanings={422: "mode is not off, auto or on"})
-async def moe_offload(request: Request, model_id: str):
+async def moe_offload(request: Request, model_id: str) -> HTTPResponse:
     sched = state_of(request).scheduler
     st = sched.get(model_id, enabled_only=False)
     try:        # an unknown mode is the spec's 422

@@ -17,19 +17,21 @@ An answer the store refuses (over the byte bound) is still delivered, saying ``s
 with the reason in ``hypnos_warnings``."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.engines import registry
-from hypnos.engines.records import ChatRequest
-from hypnos.service.http.layers import json_body
+from hypnos.engines.records import ChatRequest, ChatResult
+from hypnos.service.http.caller import caller_of, session_key
 from hypnos.service.http.openapi import endpoint, json_object, needs_ready
 from hypnos.service.http.sink import http_turn
 from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
+from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.inference.stored_responses import (StoredResponse, bind_conversation,
                                                        previous_turn)
-from hypnos.service.inference.leased import LeasedCall
 from hypnos.service.observe.record import record_of
+from hypnos.service.state import state_of
+from hypnos.service.wire.body import json_body
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.responses import (InputTokensBody, ResponsesBody, count_body,
                                            parse_body)
@@ -37,8 +39,6 @@ from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects
 from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
                                                response_object, usage)
-from hypnos.service.wire.sessions import session_key
-from hypnos.service.state import state_of
 
 bp = Blueprint("responses")
 RESPONSE = json_object("id", "object", "status", "output", "model",
@@ -64,7 +64,7 @@ def _previous(request: Request, response_id: str | None
 class Turn:
     """One create request: its validated body, the conversation it continues, its ids."""
 
-    def __init__(self, request: Request, body: dict):
+    def __init__(self, request: Request, body: dict) -> None:
         self.wire: ResponsesBody = parse_body(body)
         self.prev, history = _previous(request, self.wire.previous_response_id)
         chat, self.new, self.ignored = to_chat_body(self.wire, history)
@@ -75,7 +75,8 @@ class Turn:
         self.parallel = self.wire.parallel_tool_calls is not False
         self.session = session_key(request, body)
 
-    def render(self, status: str, output: list[dict], result=None) -> dict:
+    def render(self, status: str, output: list[dict],
+               result: ChatResult | None = None) -> dict:
         return response_object(self.id, self.wire, status=status, output=output,
                                usage_=usage(result) if result is not None else None,
                                finish_reason=result.finish_reason if result else None,
@@ -103,7 +104,7 @@ class Turn:
           "store is false; the Responses SSE events when stream is true", body=ResponsesBody,
           ok={**RESPONSE, "text/event-stream": {"type": "string"}},
           errors=(401, 404, 422, 429, 500, 503, 507))
-async def create(request: Request):
+async def create(request: Request) -> HTTPResponse | None:
     turn = Turn(request, json_body(request))
     params = turn.params
 
@@ -116,7 +117,7 @@ async def create(request: Request):
 
     codec = ResponsesCodec(turn.render, turn.parallel,
                            lambda response, items: turn.keep(request, response, items))
-    return await http_turn(request, chat_lease(request, params), bound, codec,
+    return await http_turn(request, chat_lease(caller_of(request), params), bound, codec,
                            stream=params.stream)
 
 
@@ -126,11 +127,11 @@ async def create(request: Request):
           "chat template (loads the model)", body=InputTokensBody,
           ok=json_object("object", "input_tokens", object={"const": "response.input_tokens"}),
           errors=(401, 404, 429, 500, 503, 507))
-async def input_tokens(request: Request):
+async def input_tokens(request: Request) -> HTTPResponse:
     wire = count_body(json_body(request))
     _prev, history = _previous(request, wire.previous_response_id)
     chat, _new, _ignored = chat_body(wire, history)
     params = parse_chat({**chat, "max_tokens": 1}, state_of(request).config.limits)
-    count, headers = await prompt_tokens(request, params)
+    count, headers = await prompt_tokens(caller_of(request), params)
     return json_response({"object": "response.input_tokens", "input_tokens": count},
                          headers=headers)

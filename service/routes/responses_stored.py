@@ -4,10 +4,10 @@ to the key that stored it; another key gets the 404 an unknown id gets, word for
 admin key sees all."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.openapi import endpoint, json_object
 from hypnos.service.inference.stored_responses import SESSION_PREFIX, StoredResponse
 from hypnos.service.observe.record import record_of
@@ -32,14 +32,14 @@ def _stored(request: Request, response_id: str) -> StoredResponse:
 
 @bp.get("/v1/responses/<response_id>")
 @endpoint("A stored response", ok=RESPONSE, errors=(401, 404))
-async def get_response(request: Request, response_id: str):
+async def get_response(request: Request, response_id: str) -> HTTPResponse:
     return json_response(_stored(request, response_id).response)
 
 
 @bp.delete("/v1/responses/<response_id>")
 @endpoint("Delete a stored response (a conversation continued from it can no longer be)",
           ok=json_object("id", "object", "deleted"), errors=(401, 404))
-async def delete_response(request: Request, response_id: str):
+async def delete_response(request: Request, response_id: str) -> HTTPResponse:
     item = _stored(request, response_id)
     state_of(request).responses.delete(response_id)
     cache = state_of(request).scheduler.prompt_cache
@@ -55,7 +55,7 @@ async def delete_response(request: Request, response_id: str):
           errors=(401, 404), query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
                                     "order": {"type": "string", "enum": ["asc", "desc"]},
                                     "after": {"type": "string"}})
-async def input_items(request: Request, response_id: str):
+async def input_items(request: Request, response_id: str) -> HTTPResponse:
     limit, order, after = page_query(request.args)
     item = _stored(request, response_id)
     return json_response(item_page(item.input_items, limit, order, after))

@@ -17,16 +17,18 @@ import binascii
 from typing import Annotated, TypeVar
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.inference import sessions
-from hypnos.service.wire.sessions import session_key, session_name
-from hypnos.service.http.layers import read_body
+from hypnos.service.http.caller import session_key
+from hypnos.service.wire.sessions import session_name
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Wire
 from hypnos.service.http.openapi import endpoint, needs_ready
 from hypnos.service.state import state_of
+from hypnos.service.scheduling.pool import ModelState
 
 bp = Blueprint("sessions")
 DEFAULT_PREFILL_TPS = 500.0          # before a prefill was measured
@@ -35,7 +37,7 @@ BLOB_BYTES_PER_TOKEN = 16 * 1024
 WATCH_KEEPALIVE_SECS = 15.0
 
 
-def _chat_model(request: Request, model_id):
+def _chat_model(request: Request, model_id: object) -> ModelState:
     return sessions.session_model(state_of(request).scheduler, model_id)
 
 
@@ -64,7 +66,7 @@ class RestoreBody(SessionBody):
 @bp.post("/v1/sessions/export")
 @needs_ready
 @endpoint("Export a chat session's KV state", body=SessionBody, errors=(404, 429, 503))
-async def export(request: Request):
+async def export(request: Request) -> HTTPResponse:
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
     name, key = _require_key(request, body.model_dump())
@@ -78,7 +80,7 @@ async def export(request: Request):
 @needs_ready
 @endpoint("Restore an exported session", body=RestoreBody,
           errors=(404, 409, 429, 500, 503, 507))
-async def restore(request: Request):
+async def restore(request: Request) -> HTTPResponse:
     body = read_body(request, RestoreBody)
     st = _chat_model(request, body.model)
     name, key = _require_key(request, body.model_dump())
@@ -96,7 +98,7 @@ async def restore(request: Request):
 
 @bp.post("/v1/sessions/release")
 @endpoint("Release a session's slot", body=SessionBody, errors=(404, 503))
-async def release(request: Request):
+async def release(request: Request) -> HTTPResponse:
     body = read_body(request, SessionBody)
     st = _chat_model(request, body.model)
     name, key = _require_key(request, body.model_dump())
@@ -127,7 +129,7 @@ def _positive(request: Request, name: str, default: D) -> float | D:
     **{name: {"type": "string", "pattern": POSITIVE.pattern}
        for name in ("tokens", "blob_bytes", "upload_bps")}},
     required_query=("tokens",))
-async def estimate(request: Request):
+async def estimate(request: Request) -> HTTPResponse:
     tokens = _positive(request, "tokens", None)
     if tokens is None:
         raise errors.InvalidRequest("'tokens' is required", param="tokens")
@@ -153,7 +155,7 @@ async def estimate(request: Request):
           query={"model": {"type": "string", "minLength": 1},
                  "session_id": {"type": "string", "minLength": 1}},
           required_query=("session_id", "model"))
-async def watch(request: Request):
+async def watch(request: Request) -> HTTPResponse | None:
     """Holds the model resident (it is not evicted, so the session's KV stays) for as long as
     the connection is open."""
     key = session_key(request, {k: request.args.get(k) for k in request.args})

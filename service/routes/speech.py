@@ -20,19 +20,22 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import raw
 
 from hypnos.engines.records import SpeechRequest
-from hypnos.service.http import errors
+from hypnos.service import errors
+from hypnos.service.http.caller import caller_of
 from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.leased import leased
-from hypnos.service.http.layers import json_body
+from hypnos.service.wire.body import json_body
 from hypnos.service.observe.record import record_of
 from hypnos.service.observe.telemetry import telemetry_headers
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of
+from hypnos.service.inference.leased import LeasedCall
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 bp = Blueprint("speech")
@@ -56,7 +59,7 @@ class SpeechParams:
     stream: bool = False
 
 
-def _lower(value):
+def _lower(value: object) -> object:
     return value.lower() if isinstance(value, str) else value
 
 
@@ -136,7 +139,7 @@ class _Audio:
     """The engine's ``on_audio``: called from the engine thread; keeps the chunks (or hands
     them to ``sink``) and when the first one came."""
 
-    def __init__(self, sink=None):
+    def __init__(self, sink: Callable[[bytes], object] | None = None):
         self.sink = sink
         self.chunks: list[bytes] = []
         self.started = time.monotonic()
@@ -164,9 +167,9 @@ class _Audio:
           body=SpeechBody, errors=INFERENCE_ERRORS,
           ok={ctype: {"type": "string", "contentMediaType": ctype}
               for ctype in sorted(set(CONTENT_TYPES.values()))})
-async def speech(request: Request):
+async def speech(request: Request) -> HTTPResponse | None:
     params = parse_speech(json_body(request), state_of(request).config.limits.max_prompt_chars)
-    async with leased(request, params.model, SPEECH, param="input") as call:
+    async with leased(caller_of(request), params.model, SPEECH, param="input") as call:
         if params.stream:
             return await _stream(request, params, call)
         audio = _Audio()
@@ -182,7 +185,8 @@ async def speech(request: Request):
         return raw(body, content_type=content_type, headers=headers)
 
 
-async def _stream(request: Request, params: SpeechParams, call):
+async def _stream(request: Request, params: SpeechParams,
+                  call: LeasedCall) -> HTTPResponse | None:
     """Chunked audio as each phrase is made. Only the first three telemetry headers go out;
     a failure after the headers ends the body early (spec section 10)."""
     fmt = "pcm" if params.response_format == "pcm" else "wav"

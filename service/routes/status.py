@@ -5,17 +5,18 @@ import time
 from typing import Annotated
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from hypnos.catalog.catalog import NEEDS
 from hypnos.catalog.state import catalog_wire
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.scheduling.accel import status_fields
-from hypnos.service.http.layers import read_body
+from hypnos.service.wire.body import read_body
 from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 from hypnos.service.state import state_of
+from hypnos.service.scheduling.scheduler import Scheduler
 
 bp = Blueprint("status")
 
@@ -28,7 +29,7 @@ DOCUMENTS_HEALTH = {
                        "warning": {"type": ["string", "null"]}}}}
 
 
-def documents_health(sched) -> dict:
+def documents_health(sched: Scheduler) -> dict:
     """Model id -> docling_convert.readiness for each enabled docling model (cheap: checks
     files, imports nothing)."""
     from hypnos.engines.docling_convert import readiness
@@ -42,7 +43,7 @@ def documents_health(sched) -> dict:
           ok=json_object("status", "service", "version", "backend", "accelerator",
                          status={"const": "ok"}, backend={"enum": ["cuda", "metal", "cpu"]},
                          accelerator={"type": "boolean"}, documents=DOCUMENTS_HEALTH))
-async def health(request: Request):
+async def health(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     return json_response({"status": "ok", "service": "hypnos", "version": hypnos_version(),
                           "uptime_secs": int(time.monotonic() - state_of(request).started),
@@ -55,7 +56,7 @@ async def health(request: Request):
           ok=json_object("ready", ready={"const": True}),
           other={503: {"type": "object", "required": ["ready", "reason"],
                        "properties": {"ready": {"const": False}, "reason": {"type": "string"}}}})
-async def ready(request: Request):
+async def ready(request: Request) -> HTTPResponse:
     lifecycle = state_of(request).lifecycle
     if lifecycle.ready:
         return json_response({"ready": True})
@@ -68,7 +69,7 @@ async def ready(request: Request):
     backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
     data={"type": "array", "items": {
         "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
-async def list_models(request: Request):
+async def list_models(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     created = int(state_of(request).created)
     data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
@@ -88,7 +89,7 @@ async def list_models(request: Request):
 @bp.get("/v1/models/catalog")
 @endpoint("The model catalog, with what is installed and configured", errors=(404,),
           query={"modality": {"type": "string"}})
-async def catalog(request: Request):
+async def catalog(request: Request) -> HTTPResponse:
     cat = state_of(request).catalog
     if cat is None:
         raise errors.NotFoundError("This server has no model catalog")
@@ -121,7 +122,7 @@ class AdvisorBody(Wire):
           meanings={400: "malformed request, or no lineup fits (a needed model does not fit "
                          "the machine's memory even alone)",
                     404: "this server has no model catalog"})
-async def advisor(request: Request):
+async def advisor(request: Request) -> HTTPResponse:
     from hypnos.advisor import AdvisorError, NoLineupFits, advise
     cat = state_of(request).catalog
     if cat is None:

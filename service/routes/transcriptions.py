@@ -12,21 +12,22 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field
-from sanic import Blueprint, Request
+from sanic import Blueprint, HTTPResponse, Request, Websocket
 from sanic.request import RequestParameters
 from sanic.response import json as json_response
 from sanic.response import text as text_response
 
 from hypnos.engines.records import TranscribeRequest, TranscribeResult
-from hypnos.service.http import errors
-from hypnos.service.inference.transcription import transcribe
+from hypnos.service import errors
+from hypnos.service.inference.transcription import Transcription, transcribe
 from hypnos.service.inference.live import LiveSession
 from hypnos.service.observe.record import record_of
 from hypnos.service.wire.transcription import LANGUAGE_SCHEMA, parse_hotwords, parse_language
-from hypnos.service.http.layers import deadline_ms, json_body
+from hypnos.service.wire.body import deadline_ms, json_body
 from hypnos.service.wire.model import Says, Wire, validate
 from hypnos.service.http.openapi import ANY_OBJECT, INFERENCE_ERRORS, endpoint, needs_ready
 from hypnos.service.state import state_of
+from hypnos.service.config.schema import LimitsConfig
 
 bp = Blueprint("transcriptions")
 
@@ -47,7 +48,7 @@ class TranscriptionParams:
 
 # ------------------------------------------------------------------ parsing
 
-def _text_field(value, name: str) -> str | None:
+def _text_field(value: object, name: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
@@ -71,7 +72,7 @@ def _common(fields: dict, audio: bytes, filename: str | None) -> TranscriptionPa
         hotwords=tuple(parse_hotwords(fields.get("hotwords"))))
 
 
-def _check_size(size: int, limits, param: str) -> None:
+def _check_size(size: int, limits: LimitsConfig, param: str) -> None:
     if size > limits.max_audio_bytes:
         raise errors.InvalidRequest(
             f"The audio is {size} bytes; max_audio_bytes is {limits.max_audio_bytes}",
@@ -81,7 +82,7 @@ def _check_size(size: int, limits, param: str) -> None:
 SINGLE_FIELDS = ("model", "response_format", "language", "prompt")
 
 
-def parse_multipart(request: Request, limits) -> TranscriptionParams:
+def parse_multipart(request: Request, limits: LimitsConfig) -> TranscriptionParams:
     upload = request.files.get("file") if request.files else None
     if upload is None:
         raise errors.InvalidRequest("The multipart body has no 'file' part", param="file")
@@ -117,7 +118,7 @@ class TranscriptionBody(Wire):
     hotwords: str | list[str] | None = None
 
 
-def parse_json(body: dict, limits) -> TranscriptionParams:
+def parse_json(body: dict, limits: LimitsConfig) -> TranscriptionParams:
     wire = validate(TranscriptionBody, body)
     _check_size(len(wire.audio_bytes), limits, "audio_bytes")
     params = _common(wire.model_dump(), bytes(wire.audio_bytes), wire.filename or None)
@@ -156,7 +157,7 @@ def render_vtt(result: TranscribeResult) -> str:
     return "WEBVTT\n\n" + "\n".join(blocks)
 
 
-def render(params: TranscriptionParams, done) -> object:
+def render(params: TranscriptionParams, done: Transcription) -> HTTPResponse:
     """The response for ``params.response_format``; non-JSON formats carry the telemetry as
     x-hypnos-* headers (as speech does)."""
     r: TranscribeResult = done.result
@@ -197,7 +198,7 @@ TRANSCRIPTION_FORM = {"type": "object", "required": ["file", "model"], "properti
           body=TranscriptionBody, form=TRANSCRIPTION_FORM, errors=INFERENCE_ERRORS,
           ok={"application/json": ANY_OBJECT, "text/plain": {"type": "string"},
               "text/vtt": {"type": "string"}})
-async def transcriptions(request: Request):
+async def transcriptions(request: Request) -> HTTPResponse:
     params = parse_request(request)
     req = TranscribeRequest(audio=params.audio, language=params.language,
                             prompt=params.prompt, hotwords=list(params.hotwords),
@@ -213,6 +214,7 @@ async def transcriptions(request: Request):
 @needs_ready
 @endpoint("Live transcription over a WebSocket (docs/live-transcription.md)", websocket=True,
           ok={}, query={"model": {"type": "string"}})
-async def audio_stream(request: Request, ws):
+async def audio_stream(request: Request, ws: Websocket) -> None:
     """GET /v1/audio/stream. Returns when the session ends (done, error, or hang-up)."""
-    await LiveSession(request, ws).run()
+    app = state_of(request)
+    await LiveSession(app.scheduler, app.config.limits, ws).run()

@@ -19,7 +19,7 @@ from dataclasses import replace
 from hypnos.planner.types import MoeOffload, Tier
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import Busy
+from hypnos.service.refusals import Busy
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.wakeup import Wakeup
 

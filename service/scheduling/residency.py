@@ -47,8 +47,8 @@ from hypnos.service.scheduling.swap_gates import SwapGates, gated
 from hypnos.service.scheduling.kv_park import KvParkStore
 from hypnos.service.scheduling.lease import LoadOutcome
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
-from hypnos.service.scheduling.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
-                                                WorkersBusy)
+from hypnos.service.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
+                                     WorkersBusy)
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
 

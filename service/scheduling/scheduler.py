@@ -46,8 +46,8 @@ from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
 from hypnos.service.scheduling.prompt_cache import build_prompt_cache
-from hypnos.service.scheduling.refusals import (Busy, DisabledModel, NotServable,
-                                                OverDeadline, Refused, UnknownModel)
+from hypnos.service.refusals import (Busy, DisabledModel, NotLoaded, NotServable,
+                                     OverDeadline, Refused, UnknownModel)
 from hypnos.service.scheduling.residency import Residency
 from hypnos.service.scheduling.rpc_workers import RpcWorkers
 from hypnos.service.scheduling.wakeup import Wakeup
@@ -259,6 +259,17 @@ class Scheduler:
         st = self.get(model_id)
         with self._counted(st, hold=True):
             yield st
+
+    @asynccontextmanager
+    async def hold_engine(self, model_id: str) -> AsyncIterator[Engine]:
+        """`hold` for a call on the loaded engine: yields the engine it holds, read once the
+        hold's wait ended (a swap it waited for may have unloaded the model); `NotLoaded`
+        when there is none."""
+        async with self.hold(model_id) as st:
+            engine = st.engine
+            if engine is None or st.tier is not Tier.GPU:
+                raise NotLoaded(f"The model '{model_id}' is not loaded")
+            yield engine
 
     # ------------------------------------------------------------------ placement
 

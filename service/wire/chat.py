@@ -13,7 +13,7 @@ from hypnos.engines.records import ChatRequest
 from hypnos.planner.context import request_context, tokens_from_chars
 from hypnos.engines.chat_format import EFFORT_BUDGETS, think_budget
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.model import Says, Wire, refuse, validate
 
 ROLES = ("system", "user", "assistant", "tool", "developer")

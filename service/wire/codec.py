@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http.errors import HypnosError
+from hypnos.service.errors import HypnosError
 
 SSE_HEADERS = {"cache-control": "no-cache"}
 

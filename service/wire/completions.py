@@ -11,7 +11,7 @@ from pydantic import Field
 
 from hypnos.engines.records import ChatRequest
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.chat import Sampling, parse_n, parse_sampling, parse_stream
 from hypnos.service.wire.model import Says, validate
 

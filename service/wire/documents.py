@@ -6,17 +6,16 @@ import base64
 import copy
 import binascii
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-from sanic import Request
 
 from hypnos.engines.records import DocumentRequest
-from hypnos.service.http import errors
-from hypnos.service.http.layers import json_body
+from hypnos.service import errors
+from hypnos.service.wire.body import Incoming, json_body
 from hypnos.service.wire.model import Says, Wire, validate
-from hypnos.service.state import state_of
 
 FORMATS = ("markdown", "json")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -165,8 +164,19 @@ class ConvertBody(Wire):
     stream: FLAG = None
 
 
-def parse_convert(request: Request) -> ConvertParams:
-    limits = state_of(request).config.limits
+class FormIncoming(Incoming, Protocol):
+    """A request that may come as a multipart form (a Sanic request is one)."""
+
+    @property
+    def form(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def files(self) -> Mapping[str, Any] | None: ...
+
+
+def parse_convert(request: FormIncoming, max_document_bytes: int) -> ConvertParams:
+    """The convert request from its multipart parts or JSON body; ``max_document_bytes``:
+    limits.max_document_bytes."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = request.form or {}
         fields = {k: form.get(k) for k in form}
@@ -176,7 +186,7 @@ def parse_convert(request: Request) -> ConvertParams:
         body = json_body(request)
         validate(ConvertBody, body)       # the declared fields; _common reads the values
         fields, data, upload_name = body, None, None
-    return _common(fields, data, upload_name, limits.max_document_bytes)
+    return _common(fields, data, upload_name, max_document_bytes)
 
 
 def _common(fields: dict, data: bytes | None, upload_name: str | None,

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 
 
 class _NonFinite(ValueError):

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.chat import MAX_STOPS
 from hypnos.service.wire.model import Says, Wire, validate
 

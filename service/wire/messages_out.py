@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.codec import SSE_HEADERS, TurnEnd, call_arguments, event_frame
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",

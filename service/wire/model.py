@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError, core_schema
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 
 CUSTOM = "hypnos"          # the error type a `Says` or a validator raises
 M = TypeVar("M", bound=BaseModel)

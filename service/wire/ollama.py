@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field, WithJsonSchema
 from hypnos.engines.chat_format.grammar import InexpressibleSchema, schema_grammar
 from hypnos.engines.records import ChatRequest
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.chat import MAX_STOPS, Sampling, Tool, parse_sampling
 from hypnos.service.wire.model import Says, Wire, validate
 

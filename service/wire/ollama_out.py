@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http.errors import HypnosError
+from hypnos.service.errors import HypnosError
 from hypnos.service.wire.codec import TurnEnd, call_arguments, ndjson_line
 
 NDJSON = "application/x-ndjson"

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from hypnos.engines.records import ChatDelta, ChatResult, ToolCall
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire.chat import ChatParams
 from hypnos.service.wire.codec import (DONE, SSE_COMMENT_KEEPALIVE, SSE_HEADERS, TurnEnd,
                                        data_frame)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.responses import (EFFORTS, CallOutputItem, CustomCallItem,
                                            FunctionCallItem, InputFields, InputImage,
                                            InputText, Refusal, ReasoningItem, ResponsesBody,

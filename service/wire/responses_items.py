@@ -4,7 +4,7 @@ query asks for (OpenAI's list shape: ``object``, ``data``, ``first_id``, ``last_
 ``has_more``). Pure."""
 from __future__ import annotations
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.responses import InputFields, MessageItem
 from hypnos.service.wire.responses_out import new_id
 

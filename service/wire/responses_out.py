@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from hypnos.engines.records import ChatDelta, ChatResult
-from hypnos.service.http.errors import HypnosError
+from hypnos.service.errors import HypnosError
 from hypnos.service.wire.codec import (SSE_COMMENT_KEEPALIVE, SSE_HEADERS, TurnEnd,
                                        event_frame)
 

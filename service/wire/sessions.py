@@ -5,13 +5,22 @@ Named sessions belong to the key that names them: the engine key is the name und
 owner id (`owned_session`), so another key's same name is simply another session (absent
 until that key fills it). With no keys the owner is "" and the name is the key. The admin key
 is no exception: it has its own namespace and cannot reach another key's session by name.
+The request's own key (its record's owner) is joined in by the route (`http.caller.session_key`).
 """
 from __future__ import annotations
 
-from hypnos.service.observe.record import record_of
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 
-def session_name(request, body: dict | None) -> str | None:
+class Headed(Protocol):
+    """A request, as far as the session name goes: its headers."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+def session_name(request: Headed, body: Mapping[str, Any] | None) -> str | None:
     """What the client called the session: session_id, prompt_cache_key, promptCacheKey
     (body), then X-Session-Id."""
     for name in ("session_id", "prompt_cache_key", "promptCacheKey"):
@@ -26,9 +35,3 @@ def owned_session(owner: str, name: str) -> str:
     """The engine's session key for ``name`` stored by ``owner`` (`keys.key_owner`: 16 hex,
     no colon; "" when keys are off)."""
     return f"{owner}:{name}" if owner else name
-
-
-def session_key(request, body: dict | None) -> str | None:
-    """The engine's session key of the session the request names (its key's own), or None."""
-    name = session_name(request, body)
-    return owned_session(record_of(request).owner, name) if name is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.wire import json_text
 
 MAX_HOTWORDS = 25

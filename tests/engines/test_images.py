@@ -25,7 +25,7 @@ from hypnos.engines.sd_diffusion import DiffusionGenerator, check_model_file
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
 from hypnos.service.config.schema import ImageConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.routes.images import clamp_side, parse_image_request, parse_size
 
 Sanic.test_mode = True

@@ -3,7 +3,7 @@ import json
 import logging
 import pytest
 from conftest import require_smollm2
-from hypnos.service.http.keys import (key_label, secs_to_utc_midnight,
+from hypnos.service.keys import (key_label, secs_to_utc_midnight,
                                  state_path)
 from test_keys import call, error_of, make_app  # noqa: F401
 

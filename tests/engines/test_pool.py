@@ -19,7 +19,7 @@ from hypnos.service.app import create_app
 from hypnos.service.config.load import load_config, overlay_path, parse_config
 from hypnos.service.config.overlay import overlay_text
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import Busy, UnknownModel
+from hypnos.service.refusals import Busy, UnknownModel
 from hypnos.planner.types import ModelShape
 from fakes import FakeEffects
 from test_scheduler import make, model

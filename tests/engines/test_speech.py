@@ -18,7 +18,7 @@ from hypnos.engines.records import LoadSpec, SpeechRequest
 from hypnos.engines.kokoro import (
     PAUSE_SECS, SAMPLE_RATE, KokoroSpeaker, kokoro_lang, kokoro_voice, split_phrases,
 )
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
 from hypnos.service.routes.speech import encode, parse_speech, wav_header

@@ -26,7 +26,7 @@ from conftest import MODELS_DIR, ROOT
 from hypnos.engines.errors import AudioDecodeError, EngineError
 from hypnos.engines.records import LoadSpec, Segment, TranscribeRequest, TranscribeResult
 from hypnos.engines.whisper import WhisperTranscriber, decode_audio
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
 from hypnos.service.inference.live import EnergyVad, PcmReader, SampleBuffer

@@ -10,9 +10,9 @@ import pytest
 
 from hypnos.engines import errors as eng
 from hypnos.planner.loading import LoadRefusal, NoRoom, OverProcessCap, TooBig
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.http.openapi import DESCRIPTIONS, INFERENCE_ERRORS
-from hypnos.service.scheduling import refusals
+from hypnos.service import refusals
 
 # Examples of the classes whose constructor takes more than a message.
 ENGINE_EXAMPLES = {

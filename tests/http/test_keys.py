@@ -10,9 +10,9 @@ from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
 from hypnos.service.config.load import load_config, parse_config
 from hypnos.service.config.schema import KeyConfig, ServerConfig
-from hypnos.service.http.keys import (KeyRing, Limiter, QuotaBook, key_label, secs_to_utc_midnight,
+from hypnos.service.keys import (KeyRing, Limiter, QuotaBook, key_label, secs_to_utc_midnight,
                                  state_path)
-from hypnos.service.http.errors import RateLimited
+from hypnos.service.errors import RateLimited
 
 Sanic.test_mode = True
 GGUF = "smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"

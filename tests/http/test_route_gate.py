@@ -12,9 +12,9 @@ from sanic import Sanic
 
 from hypnos.catalog.catalog import load_catalog
 from hypnos.service.app import create_app
-from hypnos.service.http.errors import STAGING_MESSAGE
+from hypnos.service.errors import STAGING_MESSAGE
 from hypnos.service.http.openapi import endpoint_of
-from hypnos.service.lifecycle.readiness import Readiness
+from hypnos.service.scheduling.readiness import Readiness
 from hypnos.service.state import AppState, state
 from test_http import app_for, call, config
 

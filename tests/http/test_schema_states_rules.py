@@ -17,7 +17,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire import json_text, messages, ollama, responses, responses_in
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.model import validate

@@ -10,8 +10,8 @@ from sanic import Sanic
 
 from conftest import MODELS_DIR, require_smollm2
 from hypnos.catalog.catalog import load_catalog
-from hypnos.service.http import errors
-from hypnos.service.scheduling.refusals import OverDeadline
+from hypnos.service import errors
+from hypnos.service.refusals import OverDeadline
 from hypnos.service.app import create_app
 from hypnos.service.config.load import parse_config
 from test_scheduler import make, model

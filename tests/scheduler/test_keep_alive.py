@@ -1,4 +1,4 @@
-"""Ollama's keep_alive and the idle sweep (service/inference/keep_alive.py) on the scheduler
+"""Ollama's keep_alive and the idle sweep (service/scheduling/keep_alive.py) on the scheduler
 with a fake engine. Regressions of issue #35: keep_alive 0 on a busy model turned its answer
 into a 429; a timer that met a refusal died without re-arming; one exception in a sweep ended
 the sweep for good; a negative keep_alive was ignored; a non-finite deadline broke /api/ps."""
@@ -12,9 +12,9 @@ from fakes import FakeEffects
 from hypnos.planner.loading import NoRoom
 from hypnos.planner.types import MIB, ModelShape, Priority, Tier
 from hypnos.service.config.schema import Config
-from hypnos.service.inference.keep_alive import KeepAlive
+from hypnos.service.scheduling.keep_alive import KeepAlive
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import LoadRefused, NotServable
+from hypnos.service.refusals import LoadRefused, NotServable
 from hypnos.service.scheduling.scheduler import Scheduler
 from test_scheduler import GPU, make, model
 

@@ -8,7 +8,7 @@ from fakes import FakeEffects
 from hypnos.planner.types import MIB, Accelerator, Hardware, ModelShape, Tier, Topology
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.planner.loading import TooBig
-from hypnos.service.scheduling.refusals import LoadRefused
+from hypnos.service.refusals import LoadRefused
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Scheduler
 

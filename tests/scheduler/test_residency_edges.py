@@ -8,7 +8,7 @@ import pytest
 from fakes import FakeEffects, IdleEngine
 from hypnos.engines.errors import EngineError
 from hypnos.planner.types import Tier
-from hypnos.service.scheduling.refusals import LoadFailed
+from hypnos.service.refusals import LoadFailed
 from test_scheduler import layered_chat, make, model
 
 pytestmark = pytest.mark.anyio

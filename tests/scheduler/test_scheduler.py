@@ -10,11 +10,11 @@ from fakes import FakeEffects, Gated
 from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
 from hypnos.planner.types import (MIB, Accelerator, Hardware, ModelShape, Priority, Tier,
                                   Topology)
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.schema import Config, ModelConfig
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.scheduling.refusals import (Busy, DisabledModel, LoadRefused, OverDeadline,
-                                                UnknownModel)
+from hypnos.service.refusals import (Busy, DisabledModel, LoadRefused, NotLoaded,
+                                     OverDeadline, UnknownModel)
 from hypnos.service.scheduling.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -449,3 +449,34 @@ async def test_what_fit_raises_ends_the_lease():
     assert st.leases == 0 and st.running == 0 and st.holds == 0
     async with sched.lease("a"):                          # nothing left held
         pass
+
+
+async def test_hold_engine_reads_the_engine_after_its_wait():
+    """The sessions export race: "b" is loaded when the hold is asked for, but a swap that
+    unloads it is under way; the hold waits for it, then refuses NotLoaded instead of
+    yielding an engine that is gone. A loaded model's hold yields its engine."""
+    fx = Gated()
+    sched = make([(model("a", Priority.LOW), 400), (model("b"), 400), (model("c"), 800)], fx)
+    for mid in ("a", "b"):
+        async with sched.lease(mid):
+            pass
+    async with sched.hold_engine("b") as engine:
+        assert engine is sched.models["b"].engine is not None
+    gate = fx.close("unload", "a")
+    big = asyncio.create_task(_lease_once(sched, "c"))
+    await fx.began("unload", "a")
+    assert sched.models["b"].engine is not None          # what the old check read
+
+    async def export_b():
+        async with sched.hold_engine("b"):
+            raise AssertionError("held an engine a swap unloaded")
+    held = asyncio.create_task(export_b())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not held.done()                               # it waits for the swap
+    gate.set()
+    await big
+    with pytest.raises(NotLoaded):
+        await held
+    assert sched.models["b"].engine is None and sched.models["b"].leases == 0
+    assert fx.violations == []

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hypnos.planner.types import Tier
-from hypnos.service.scheduling.refusals import LoadRefused
+from hypnos.service.refusals import LoadRefused
 from fakes import FakeEffects, Gated
 from test_scheduler import make, model
 

@@ -8,7 +8,7 @@ import pytest
 from hypnos.service.config.load import ConfigError, parse_config
 from hypnos.service.config.schema import ServerConfig
 from hypnos.service.http import browser
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire import json_text
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.wire.messages import to_chat_body
 from hypnos.service.wire.ollama import KEEP_LOADED, chat_body, keep_alive_secs
 
@@ -99,7 +99,7 @@ def test_messages_refuses_a_result_for_no_call_and_a_missing_max_tokens():
 # ---------------------------------------------------------------- idle times and aliases
 
 from hypnos.planner.types import Tier  # noqa: E402
-from hypnos.service.inference.keep_alive import idle_target  # noqa: E402
+from hypnos.service.scheduling.keep_alive import idle_target  # noqa: E402
 
 
 @pytest.mark.parametrize("tier, idle, demote, evict, target", [

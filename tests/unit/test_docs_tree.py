@@ -102,6 +102,21 @@ def test_a_route_section_lists_parameters_body_and_statuses():
     assert "(object with `id`)" in text and "Success body" in text
 
 
+def test_the_readme_route_table_names_every_route_family():
+    """One line per family in the README; every registered route falls under a path it names
+    (the full table is docs/api.md)."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## What it serves"):readme.index("## Configuration")]
+    named = [n.rstrip("*").rstrip("/") for n in re.findall(r"`(/[^`\s]*)`", table)]
+    missing = []
+    for _method, path in sorted(registered_routes()):
+        static = path.split("{")[0].rstrip("/")
+        if static and not any(static == n or static.startswith(n + "/") or
+                              n.startswith(static + "/") for n in named):
+            missing.append(path)
+    assert not missing, f"routes no line of the README's table names: {missing}"
+
+
 def test_every_command_is_in_the_cli_page():
     text = (ROOT / "docs" / "cli.md").read_text()
     for path, _cmd in _commands(cli, "hypnos", groups=True):

@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.media.fetch import (MAX_REDIRECTS, fetch_url, is_public_address, part_bytes,
-                                  system_resolver)
+                                        system_resolver)
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ from hypnos.service.config.load import ConfigError, load_config, overlay_path, p
 from hypnos.service.config.overlay import overlay_text
 from hypnos.service.config.pool_rules import (change_conflict, dependants, name_conflict,
                                               removal_conflict)
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.lifecycle.catalog_pool import owned_files
-from hypnos.service.lifecycle.turns import Turns
+from hypnos.service.scheduling.turns import Turns
 from hypnos.service.wire.ollama import chat_body, format_grammar
 
 POOL = """

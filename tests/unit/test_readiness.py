@@ -1,11 +1,11 @@
-"""Readiness transitions (service/lifecycle/readiness.py): STARTING -> READY -> DRAINING,
+"""Readiness transitions (service/scheduling/readiness.py): STARTING -> READY -> DRAINING,
 DRAINING final, a second SIGTERM seen as such; and `AppState` refuses stray attributes."""
 import dataclasses
 
 import pytest
 
-from hypnos.service.lifecycle.readiness import (Lifecycle, Readiness, after_sigterm,
-                                                after_staging)
+from hypnos.service.scheduling.readiness import (Lifecycle, Readiness, after_sigterm,
+                                                 after_staging)
 from hypnos.service.state import AppState
 
 STARTING, READY, DRAINING = Readiness.STARTING, Readiness.READY, Readiness.DRAINING

@@ -15,7 +15,7 @@ import pytest
 from hypnos.engines.records import ChatResult, ChatTimings, EmbedResult, TranscribeResult
 from hypnos.planner.types import MIB, ModelShape, Tier
 from hypnos.service.config.schema import ModelConfig, RequestLogConfig
-from hypnos.service.http.keys import ApiKey, Limiter, QuotaBook
+from hypnos.service.keys import ApiKey, Limiter, QuotaBook
 from hypnos.service.observe.metrics import Metrics
 from hypnos.service.observe.record import RequestRecord
 from hypnos.service.observe.request_log import RequestLog

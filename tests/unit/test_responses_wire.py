@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hypnos.engines.records import ChatDelta, ChatResult, ToolCall
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.inference.stored_responses import (SESSION_PREFIX, ResponseStore,
                                                        StoredResponse, is_conversation_key,
                                                        session_plan)

@@ -15,7 +15,7 @@ from hypnos.engines.llama.speculative.tuning import (PROBE_EVERY, WARMUP, AutoDr
 from hypnos.engines.records import ChatRequest, ChatResult
 from hypnos.service.config.load import ConfigError, load_config
 from hypnos.service.config.schema import LimitsConfig
-from hypnos.service.http.errors import InvalidRequest
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.inference.text import usage
 from hypnos.service.wire.chat import parse_chat
 

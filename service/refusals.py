@@ -7,7 +7,7 @@ try the RPC workers or to give up, and only a refusal that ends the request leav
 scheduling, raised as one `Refused` subclass carrying what the caller needs to say why: the
 model, the planner's refusal, the engine's error, a retry hint.
 
-The HTTP layer gives each its status, in one place (`service.http.errors.from_refusal`),
+The HTTP layer gives each its status, in one place (`service.errors.from_refusal`),
 applied where requests meet the scheduler: the inference layer for leases and holds, the
 app's error handler for the pool and memory routes that call the scheduler directly.
 """
@@ -61,6 +61,11 @@ class OverDeadline(Refused):
 class NotServable(Refused):
     """The model cannot be served as configured or as the machine is now: a problem found at
     start (missing files), no RPC backend, RPC workers that do not answer."""
+
+
+class NotLoaded(Refused):
+    """A call on the loaded engine (`Scheduler.hold_engine`) found none once its wait ended:
+    the model is not loaded, or a swap the hold waited for unloaded it."""
 
 
 class LoadRefused(Refused):

@@ -25,7 +25,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from hypnos.planner.types import Tier
-from hypnos.service.scheduling.refusals import Busy, DisabledModel, Refused, UnknownModel
+from hypnos.service.refusals import Busy, DisabledModel, Refused, UnknownModel
 
 log = logging.getLogger(__name__)
 

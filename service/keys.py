@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from hypnos.service.http import errors
+from hypnos.service import errors
 from hypnos.service.config.atomic import write_atomic
 from hypnos.service.config.schema import ServerConfig
 

@@ -3,7 +3,7 @@ map from an engine's errors (``from_engine``) and the scheduler's refusals (``fr
 to them.
 
 Routes and the inference layer raise these; the scheduler raises its own typed refusals
-(`scheduling.refusals`), which become these where requests meet it: the inference layer
+(`refusals`), which become these where requests meet it: the inference layer
 (``refusals_as_http``) and, for the routes that call the scheduler directly, the error
 handler. `install_error_handlers` renders every one of them as the spec's envelope. Anything
 else becomes a 500 ``server_error`` naming the request id. A new engine error or refusal is
@@ -24,7 +24,7 @@ from sanic.response import text as text_response
 
 from hypnos.engines import errors as eng
 from hypnos.planner.loading import NoRoom, OverProcessCap, TooBig
-from hypnos.service.scheduling import refusals
+from hypnos.service import refusals
 
 
 log = logging.getLogger("hypnos.errors")
@@ -221,7 +221,7 @@ def from_engine(exc: Exception, *, param: str | None = None, window: int | None 
 REFUSALS: dict[type[refusals.Refused], type[HypnosError]] = {
     refusals.UnknownModel: ModelNotFound, refusals.DisabledModel: ModelDisabled,
     refusals.Busy: ModelBusy, refusals.OverDeadline: DeadlineUnmeetable,
-    refusals.NotServable: ModelNotAvailable}
+    refusals.NotServable: ModelNotAvailable, refusals.NotLoaded: ModelNotAvailable}
 LOAD_REFUSALS: dict[type, type[HypnosError]] = {
     TooBig: DoesNotFitAlone, NoRoom: InsufficientMemory, refusals.WorkersBusy: InsufficientMemory,
     OverProcessCap: ProcessMemoryCap}
