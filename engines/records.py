@@ -89,6 +89,10 @@ class ChatRequest:
     grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
     response_format: dict | None = None       # OpenAI's; the engine builds its grammar
     session_key: str | None = None            # binds the conversation to one slot
+    #: Indices of messages that end a prefix the client marked for caching (Anthropic's
+    #: cache_control; the instructions before a prompt_cache_key's conversation): a model
+    #: that takes checkpoints (hybrid, recurrent) takes one where each ends.
+    cache_marks: tuple[int, ...] = ()
     tool_choice: str = "auto"                 # auto | none | required | a function's name
     stop: list[str] = field(default_factory=list)   # cut the answer before any of these
     logprobs: bool = False

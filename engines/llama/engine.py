@@ -374,6 +374,8 @@ class LlamaChatEngine(SessionsMixin):
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group, events=TokenEvents(), partition=req.partition)
         setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
+        if req.cache_marks and loop.checkpointing:      # a checkpoint where each mark ends
+            job.boundaries = prompts.mark_positions(req, prompt, self._build)
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing
             # is tokenized as plain text, so the reader sees every character of it (a control

@@ -6,7 +6,7 @@ vocabulary, BOS token, projector), called in the caller's thread before a job is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Callable
 
 from hypnos.engines.chat_format.grammar import response_grammar
@@ -14,6 +14,7 @@ from hypnos.engines.chat_format.harmony import HarmonySplitter
 from hypnos.engines.chat_format.prepare import MEDIA_PARTS, ChatFormat, prepare
 from hypnos.engines.chat_format.stream import AnswerSplitter
 from hypnos.engines.errors import EngineError
+from hypnos.engines.llama.prompt_cache_entries import common_prefix
 from hypnos.engines.llama.sampling import ThinkBudget
 from hypnos.engines.records import ChatRequest
 
@@ -102,6 +103,41 @@ def build_media(text: str, media: list[bytes], grammar: str | None,
         return projector.evaluate(ctx, chunks, seq_id, 0, n_batch)
 
     return Built([-1] * chunks.n_tokens, grammar, tracker, splitter, chunks, prefill)
+
+
+#: Marked prefixes followed per request (Anthropic allows four cache_control marks).
+MAX_MARKS = 4
+
+
+def mark_positions(req: ChatRequest, prompt: list[int],
+                   build: Callable[[ChatRequest], Built]) -> list[int]:
+    """Where the prefixes the client marked (``req.cache_marks``, message indices) end in
+    ``prompt``'s tokens: the prompt rendered up to and including the marked message agrees
+    with the whole one that far (its generation prompt parts at the next role's header). A
+    template that will not render a conversation without a user turn (Qwen 3.5's) gets an
+    empty one after the marked message. Marks past the last message, marks a template
+    refuses either way, and any on a prompt with media give none. Costs a render and a
+    tokenization per mark (``MAX_MARKS`` at most, the last ones)."""
+    if req.media or req.prompt is not None:
+        return []
+    out = []
+    for i in sorted(set(req.cache_marks))[-MAX_MARKS:]:
+        if not 0 <= i < len(req.messages) - 1:
+            continue
+        head = None
+        for tail in ([], [{"role": "user", "content": ""}]):
+            try:
+                head = build(replace(req, messages=[*req.messages[:i + 1], *tail],
+                                     response_format=None, grammar=None, cache_marks=()))
+                break
+            except EngineError:
+                continue
+        if head is None:
+            continue
+        n = common_prefix(head.prompt, prompt)
+        if 0 < n < len(prompt):
+            out.append(n)
+    return sorted(set(out))
 
 
 def render(formatter, messages: list[dict], tools: list[dict] | None, variables: dict,

@@ -198,4 +198,6 @@ def text_telemetry(call: LeasedCall, results: list[ChatResult]) -> dict:
         out["speculative"] = dict(results[0].speculative)
     if results[0].cached_from:      # the slot's, the prompt cache's RAM and disk tiers'
         out["cached_from"] = dict(results[0].cached_from)
+    if results[0].parting is not None:      # where the prompt parted from its key's cache
+        out["prompt_parting"] = dict(results[0].parting)
     return out

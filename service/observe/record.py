@@ -44,6 +44,8 @@ class RequestRecord:
     tokens_in: int | None = None        # prompt tokens (chat, embeddings)
     tokens_out: int | None = None       # completion tokens, every choice's together
     cached_tokens: int | None = None    # prompt tokens the prefix cache served
+    cached_from: dict | None = None     # of them, the slot's and the prompt cache's tiers'
+    parting: dict | None = None         # where the prompt parted from its key's cache
     tokens_per_s: float | None = None   # decode speed
     engine_ms: float | None = None      # the engine's own time (prefill + decode, or the
     #                                     transcriber's processing)
@@ -83,6 +85,7 @@ class RequestRecord:
         (the prompt is charged once)."""
         self.tokens_in, self.tokens_out = first.prompt_tokens, completion_tokens
         self.cached_tokens = first.cached_tokens
+        self.cached_from, self.parting = first.cached_from, first.parting
         self.tokens_per_s = first.timings.decode_tokens_per_s
         self.engine_ms = (first.timings.prefill_ms or 0.0) + first.timings.decode_ms
         self.output = first.text

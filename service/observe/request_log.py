@@ -121,6 +121,10 @@ class RequestLog:
             if status >= 400 and isinstance(answer, dict) else None,
             "level": level, "truncated": False,
         }
+        if record.cached_from is not None:
+            entry["cached_from"] = dict(record.cached_from)
+        if record.parting is not None:
+            entry["prompt_parting"] = _parting(record.parting, self.captures("debug"))
         if self.captures("debug"):
             raw = body or {}
             entry["input"] = self._text(raw.get("messages", raw.get("input")), entry)
@@ -131,6 +135,13 @@ class RequestLog:
             entry["response_payload"] = self._text(
                 response_body.decode("utf-8", "replace") if response_body else None, entry)
         self.add(entry, record.owner)
+
+
+def _parting(parting: dict, texts: bool) -> dict:
+    """Where the prompt parted from its key's best cached prefix: the token positions at
+    every level, the text on both sides only where prompts are logged (debug and trace)."""
+    keep = ("best_cached_prefix", "parted_at") if not texts else tuple(parting)
+    return {k: parting[k] for k in keep if k in parting}
 
 
 def _json(raw: bytes):

@@ -15,7 +15,8 @@ from hypnos.service.inference.chat_checks import chat_lease, prompt_tokens
 from hypnos.service.state import state_of
 from hypnos.service.wire.body import json_body
 from hypnos.service.wire.chat import parse_chat
-from hypnos.service.wire.messages import CountTokensBody, MessagesBody, count_body, to_chat_body
+from hypnos.service.wire.messages import (CountTokensBody, MessagesBody, count_body,
+                                          marked_chat_messages, to_chat_body)
 from hypnos.service.wire.messages_out import MessagesCodec
 
 bp = Blueprint("messages")
@@ -32,6 +33,7 @@ bp = Blueprint("messages")
 async def messages(request: Request) -> HTTPResponse | None:
     wire, chat = to_chat_body(json_body(request))
     params = parse_chat(chat, state_of(request).config.limits)
+    params.request.cache_marks = marked_chat_messages(wire)[1]
     single = bool(wire.tool_choice and wire.tool_choice.disable_parallel_tool_use)
     codec = MessagesCodec(params.model, single, lambda: params.prompt_tokens)
     return await http_turn(request, chat_lease(caller_of(request), params), params.request, codec,

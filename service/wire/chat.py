@@ -335,6 +335,17 @@ def parse_stream(wire: Sampling) -> tuple[bool, bool]:
     return bool(wire.stream), bool((wire.stream_options or {}).get("include_usage"))
 
 
+def instructions_mark(messages: list[dict]) -> tuple[int, ...]:
+    """The cache mark of a conversation named by ``prompt_cache_key``: the end of its leading
+    system and developer messages (an agent's instructions, the tools rendered beside them),
+    the prefix its every session shares; none without them."""
+    n = 0
+    while n < len(messages) and isinstance(messages[n], dict) and \
+            messages[n].get("role") in ("system", "developer"):
+        n += 1
+    return (n - 1,) if n else ()
+
+
 def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
     wire = validate(ChatBody, body)
     media: dict = {}
@@ -356,7 +367,8 @@ def parse_chat(body: dict, limits: LimitsConfig) -> ChatParams:
         messages=body["messages"], num_ctx=wire.num_ctx,
         tools=tools, tool_choice=tool_choice, response_format=response_format,
         logprobs=bool(wire.logprobs), top_logprobs=min(top, MAX_TOP_LOGPROBS),
-        think_budget=_thinking(wire, body), **parse_sampling(wire, limits))
+        think_budget=_thinking(wire, body), **parse_sampling(wire, limits),
+        cache_marks=instructions_mark(body["messages"]) if wire.prompt_cache_key else ())
     return ChatParams(model=wire.model, request=req, stream=stream, prompt_chars=chars,
                       media=media, num_ctx=req.num_ctx, n=n, n_status=n_status,
                       response_format_status=format_status, include_usage=include_usage)

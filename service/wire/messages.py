@@ -19,8 +19,9 @@ The translation, block by block:
   template; ``output_config.effort`` becomes ``reasoning_effort`` (xhigh and max: high) and
   ``output_config.format`` (a JSON schema) the structured-output grammar.
 
-``cache_control`` markers are accepted and ignored: the prefix cache reuses a prompt's
-unchanged head without them.
+``cache_control`` markers are not needed for reuse (the prefix cache reuses a prompt's
+unchanged head without them); where they stand, a hybrid model's state is checkpointed
+(``marked_chat_messages``), so a prompt parting after a mark re-reads only what follows it.
 """
 from __future__ import annotations
 
@@ -324,10 +325,23 @@ def _thinking_fields(thinking: ThinkingParam | None) -> dict:
 
 def chat_messages(wire: MessagesBody | CountTokensBody) -> list[dict]:
     """The conversation as chat messages (system first)."""
+    return marked_chat_messages(wire)[0]
+
+
+def marked_chat_messages(wire: MessagesBody | CountTokensBody
+                         ) -> tuple[list[dict], tuple[int, ...]]:
+    """The conversation as chat messages (system first), and the cache marks: the index of
+    each chat message that ends a block marked ``cache_control`` (a system block or a tool
+    mark the system message; a message's block, the last chat message it became), where
+    the engine keeps a checkpoint of a hybrid model's state (``ChatRequest.cache_marks``)."""
     out: list[dict] = []
+    marks: list[int] = []
     system = _text_of(billing_header_dropped(wire.system))
     if system:
         out.append({"role": "system", "content": system})
+        blocks = wire.system if isinstance(wire.system, list) else []
+        if any(_marked(b) for b in [*blocks, *(wire.tools or ())]):
+            marks.append(0)
     calls: set[str] = set()
     for i, msg in enumerate(wire.messages):
         if isinstance(msg, AssistantParam):
@@ -336,7 +350,13 @@ def chat_messages(wire: MessagesBody | CountTokensBody) -> list[dict]:
             out.append({"role": "system", "content": _text_of(msg.content)})
         else:
             out.extend(_user_messages(msg, i, calls))
-    return out
+        if not isinstance(msg.content, str) and any(_marked(b) for b in msg.content):
+            marks.append(len(out) - 1)
+    return out, tuple(sorted(set(m for m in marks if m >= 0)))
+
+
+def _marked(block: object) -> bool:
+    return getattr(block, "cache_control", None) is not None
 
 
 def to_chat_body(body: dict) -> tuple[MessagesBody, dict]:

@@ -20,10 +20,11 @@ def now() -> str:
 
 
 def _stats(end: TurnEnd) -> dict:
-    """Ollama's closing counters, in nanoseconds."""
+    """Ollama's closing counters, in nanoseconds. ``prompt_eval_count`` counts the prompt
+    tokens evaluated, as Ollama's does: a prefix reused from the cache is not among them."""
     r, t = end.first, end.first.timings
     return {"total_duration": int(end.total_ms * 1e6), "load_duration": int(end.load_ms * 1e6),
-            "prompt_eval_count": r.prompt_tokens,
+            "prompt_eval_count": r.prompt_tokens - r.cached_tokens,
             "prompt_eval_duration": int(t.prefill_ms * 1e6), "eval_count": r.completion_tokens,
             "eval_duration": int(t.decode_ms * 1e6)}
 

@@ -220,6 +220,8 @@ def chat_body(wire: InputFields, history: list[dict]) -> tuple[dict, list[dict],
     tools, ignored = tool_fields(wire)
     chat: dict = {"model": wire.model, "messages": system + history + new,
                   **tools, **format_field(wire.text)}
+    if wire.prompt_cache_key is not None:       # its instructions are a cached prefix
+        chat["prompt_cache_key"] = wire.prompt_cache_key
     effort = wire.reasoning.effort if wire.reasoning is not None else None
     if effort is not None:
         chat["reasoning_effort"] = EFFORTS[effort]

@@ -273,3 +273,36 @@ def test_a_hybrid_prefix_comes_back_from_the_prompt_cache_with_its_checkpoints(q
         assert kept.cached_from is not None and kept.cached_from["ram"] == kept.cached_tokens
     finally:
         engine.unload()
+
+
+def test_a_marked_system_prompt_is_checkpointed_where_it_ends(qwen35):
+    """A client's cache mark (Anthropic's cache_control, a prompt_cache_key's instructions:
+    ``ChatRequest.cache_marks``) puts a checkpoint where the marked system prompt ends, so a
+    new conversation with the same system prompt and a long first message re-reads only its
+    own message. Without the mark no checkpoint lies that early (the tail ones sit near the
+    end of the first prompt, and it is shorter than the 1,024-token grid): nothing reused."""
+    system = {"role": "system", "content": "You are the bakery's assistant. " * 12}
+    long_ask = " ".join(["Tell me about the rye, the spelt and the sourdough loaves."] * 5)
+
+    def first_then_second(marks: tuple[int, ...]):
+        engine = LlamaChatEngine()
+        engine.load(spec_for(qwen35, slots=1))
+        try:
+            req = request([system, {"role": "user", "content": long_ask}])
+            req.cache_marks = marks
+            first, _ = ask(engine, req)
+            assert first.prompt_tokens < 1024
+            other = request([system, {"role": "user", "content": "Hi! " + long_ask}])
+            # Where the two prompts part: the system prompt and the user turn's header.
+            end_of_system = common_prefix(engine.render_prompt(req.messages),
+                                          engine.render_prompt(other.messages))
+            second, evaluated = ask(engine, other)
+            return second, evaluated, end_of_system
+        finally:
+            engine.unload()
+
+    marked, evaluated, end_of_system = first_then_second((0,))
+    assert end_of_system - 8 <= marked.cached_tokens <= end_of_system
+    assert evaluated <= marked.prompt_tokens - marked.cached_tokens + marked.completion_tokens
+    unmarked, _, _ = first_then_second(())
+    assert unmarked.cached_tokens < 64

@@ -73,3 +73,52 @@ async def test_turn2_from_ram_then_from_disk_after_a_restart():
     assert cached >= shared
     assert restored["hypnos_telemetry"]["cached_from"] == {"slot": 0, "ram": 0, "disk": cached}
     await again.ctx.scheduler.shutdown()
+
+
+async def test_a_changed_timestamp_is_named_as_the_parting():
+    """Two prompts that differ only in a date inside the system prompt: the second answer's
+    telemetry names the token where it parted from the cached one, with both sides' text (a
+    prefix that short is not worth a slot: no more than it is reused); the request log
+    keeps the positions, and the text only at debug; Ollama's prompt_eval_count counts only
+    the tokens evaluated."""
+    require_smollm2()
+    app = make_app(fresh_state_dir())
+
+    def asked(day: str) -> list[dict]:
+        return [{"role": "system", "content": f"Today is 2026-11-{day}. " + SYSTEM},
+                {"role": "user", "content": "What bread do you recommend for a picnic?"}]
+    await chat(app, asked("17"))
+    second = await chat(app, asked("28"))
+    parting = second["hypnos_telemetry"]["prompt_parting"]
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < parting["parted_at"] == parting["best_cached_prefix"] < 40
+    assert cached <= parting["parted_at"]
+    assert parting["cached"] != parting["prompt"]
+    assert ("17" in parting["before"] + parting["cached"]
+            and "28" in parting["before"] + parting["prompt"])
+
+    _req, resp = await app.asgi_client.get("/v1/logs")
+    entry = resp.json["records"][0]
+    assert resp.json["level"] == "info"
+    assert entry["prompt_parting"] == {"best_cached_prefix": parting["best_cached_prefix"],
+                                       "parted_at": parting["parted_at"]}
+    assert sum(entry["cached_from"].values()) == cached
+    _req, resp = await app.asgi_client.post("/v1/logs/level", json={"level": "debug"})
+    assert resp.status == 200, resp.text
+    await chat(app, asked("05"))
+    _req, resp = await app.asgi_client.get("/v1/logs")
+    logged = resp.json["records"][0]["prompt_parting"]
+    assert "05" in logged["before"] + logged["prompt"]
+    assert any(day in logged["before"] + logged["cached"] for day in ("17", "28"))
+
+    # Ollama: the same prompt again reuses all but its last token, evaluated once more.
+    _req, resp = await app.asgi_client.post("/api/chat", json={
+        "model": "chat", "messages": asked("28"), "stream": False,
+        "options": {"num_predict": 4, "temperature": 0}})
+    assert resp.status == 200, resp.text
+    answer = resp.json
+    assert answer["hypnos_telemetry"]["cached_from"]["slot"] > 0
+    reused = answer["hypnos_telemetry"]["engine"]["cached_tokens"]
+    assert answer["prompt_eval_count"] == second["usage"]["prompt_tokens"] - reused
+    assert answer["prompt_eval_count"] < 8
+    await app.ctx.scheduler.shutdown()
