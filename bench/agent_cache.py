@@ -17,8 +17,9 @@ llama-server prefill ratio (medians of ``--runs``):
   restart    its next turn after both servers were restarted (Hypnos keeps its state folder)
 
 "reusable" is the longest token prefix the step's prompt shares with any prompt sent
-before it in that run, counted on llama-server's tokenizer and template (``/apply-template``,
-``/tokenize``) for both servers, since both render the GGUF's own template.
+before it in that run, counted as each server renders it: Hypnos's by its own engine loaded
+in this process (``render_prompt``), llama-server's by a llama-server (``/apply-template``,
+``/tokenize``). The two render tools differently, so their prompts differ in length.
 
     python bench/agent_cache.py [--runs 3] [--prefix-words 2000] [--tools 14] [--others 3]
                                 [--hybrid] [--threads N]
@@ -101,12 +102,15 @@ class Agent:
 
 
 class Side:
-    """One server kind: how to start it fresh, and what it reported for a chat."""
+    """One server kind: how to start it fresh, how it renders a chat body into tokens, and
+    what it reported for each step."""
 
-    def __init__(self, name: str, start):
+    def __init__(self, name: str, start, tokens=None):
         self.name = name
         self.start = start            # (run_dir, restart: bool) -> process with .base, .stop
-        self.steps: dict[str, list[tuple[int, float, int]]] = {s: [] for s in STEPS}
+        self.tokens = tokens          # chat body -> prompt tokens, as this server renders it
+        # Per step, per run: (reused, prefill ms, reusable, prompt tokens).
+        self.steps: dict[str, list[tuple[int, float, int, int]]] = {s: [] for s in STEPS}
 
 
 def hypnos_side(weights: Path) -> Side:
@@ -147,6 +151,16 @@ def chat(base: str, body: dict) -> dict:
     return r.json()
 
 
+class EngineTokens:
+    """Prompt tokens of a chat body as Hypnos renders it: its engine, in this process."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __call__(self, body: dict) -> list[int]:
+        return self.engine.render_prompt(body["messages"], body.get("tools"))
+
+
 class Tokens:
     """Prompt tokens of a chat body, rendered and counted by a llama-server."""
 
@@ -175,7 +189,7 @@ def common(a: list[int], b: list[int]) -> int:
 # --------------------------------------------------------------------------- one run
 
 
-def run_once(side: Side, agent: Agent, run_dir: Path, others: int, tokens: Tokens) -> None:
+def run_once(side: Side, agent: Agent, run_dir: Path, others: int) -> None:
     """The steps on a fresh server of ``side``, recording (reused, prefill ms, reusable) for
     each on ``side``. A step's reusable prefix is counted on this run's own prompts (the
     answers, which later turns carry, may differ between servers)."""
@@ -183,11 +197,11 @@ def run_once(side: Side, agent: Agent, run_dir: Path, others: int, tokens: Token
 
     def step(base: str, name: str | None, body: dict, record: bool = True) -> dict:
         reply = chat(base, body)
-        toks = tokens(body)
+        toks = side.tokens(body)
         if name is not None and record:
-            cached, ms, _ = reported(reply)
+            cached, ms, prompt = reported(reply)
             side.steps[name].append((cached, ms, max((common(toks, s) for s in sent),
-                                                     default=0)))
+                                                     default=0), prompt))
         sent.append(toks)
         return reply
 
@@ -234,22 +248,25 @@ def run_once(side: Side, agent: Agent, run_dir: Path, others: int, tokens: Token
 def report(sides: list[Side], model: str, runs: int, target: float) -> None:
     print(f"model {model}, {SLOTS} slots, context {CONTEXT}, median of {runs} runs; "
           f"target: >= {target:.0%} of the reusable prefix reused, prefill <= 1.05x")
-    print(f"{'step':9} | {'hypnos reused / reusable':>24} {'prefill ms':>10} | "
-          f"{'llama-server reused / reusable':>30} {'prefill ms':>10} | ratio")
+    print("reusable: the longest prefix shared with an earlier prompt of the run (the answer "
+          "a slot also holds can add a few tokens: a share above 100 %)")
+    print(f"{'step':9} | {'hypnos reused / reusable of prompt':>36} {'ms':>7} | "
+          f"{'llama-server reused / reusable of prompt':>42} {'ms':>7} | ratio")
     for name in STEPS:
         line, ms = f"{name:9} |", []
-        for side, width in zip(sides, (24, 30), strict=True):
+        for side, width in zip(sides, (36, 42), strict=True):
             rows = side.steps[name]
             if not rows:
-                line += f" {'-':>{width}} {'-':>10} |"
+                line += f" {'-':>{width}} {'-':>7} |"
                 ms.append(None)
                 continue
             cached = statistics.median(r[0] for r in rows)
             share = statistics.median(r[0] / max(r[2], 1) for r in rows)
             reusable = statistics.median(r[2] for r in rows)
+            prompt = statistics.median(r[3] for r in rows)
             ms.append(statistics.median(r[1] for r in rows))
-            cell = f"{cached:.0f} / {reusable:.0f} ({share:.0%})"
-            line += f" {cell:>{width}} {ms[-1]:10.0f} |"
+            cell = f"{cached:.0f} / {reusable:.0f} of {prompt:.0f} ({share:.0%})"
+            line += f" {cell:>{width}} {ms[-1]:7.0f} |"
         if ms[0] is not None and ms[1]:
             line += f" {ms[0] / ms[1]:.2f}"
         print(line)
@@ -284,20 +301,26 @@ def main() -> None:
             target = 0.95
         agent = Agent(args.prefix_words, args.tools)
         sides = [hypnos_side(weights), llama_side(binary, weights, threads)]
+        from hypnos.engines.llama.engine import LlamaChatEngine
+        from hypnos.engines.records import LoadSpec
         counter = LlamaServer(binary, weights, 1, tmp / "tokens.log", context=CONTEXT,
                               slots=1, extra=("--jinja",))
+        engine = LlamaChatEngine()
+        engine.load(LoadSpec("count", weights, context_len=CONTEXT, slots=1, threads=1))
         try:
-            tokens = Tokens(counter.base)
+            sides[0].tokens = EngineTokens(engine)
+            sides[1].tokens = Tokens(counter.base)
             for run in range(args.runs):
                 order = sides if run % 2 == 0 else sides[::-1]
                 for side in order:
                     run_dir = tmp / f"{side.name}-{run}"
                     run_dir.mkdir()
-                    run_once(side, agent, run_dir, args.others, tokens)
+                    run_once(side, agent, run_dir, args.others)
                     print(f"run {run + 1} {side.name}: " + json.dumps(
                         {k: v[-1] for k, v in side.steps.items() if v}), flush=True)
         finally:
             counter.stop()
+            engine.unload()
         report(sides, weights.name, args.runs, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -220,8 +220,6 @@ def chat_body(wire: InputFields, history: list[dict]) -> tuple[dict, list[dict],
     tools, ignored = tool_fields(wire)
     chat: dict = {"model": wire.model, "messages": system + history + new,
                   **tools, **format_field(wire.text)}
-    if wire.prompt_cache_key is not None:       # its instructions are a cached prefix
-        chat["prompt_cache_key"] = wire.prompt_cache_key
     effort = wire.reasoning.effort if wire.reasoning is not None else None
     if effort is not None:
         chat["reasoning_effort"] = EFFORTS[effort]
@@ -233,6 +231,8 @@ def to_chat_body(wire: ResponsesBody, history: list[dict]
     """``chat_body`` plus the sampling fields of a create request."""
     chat, new, ignored = chat_body(wire, history)
     chat["stream"] = bool(wire.stream)
+    if wire.prompt_cache_key is not None:       # its instructions are a cached prefix
+        chat["prompt_cache_key"] = wire.prompt_cache_key
     for key, value in (("max_tokens", wire.max_output_tokens),
                        ("temperature", wire.temperature), ("top_p", wire.top_p)):
         if value is not None:
