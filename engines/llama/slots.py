@@ -48,6 +48,7 @@ class Job:
     sampler: object = None
     started: bool = False
     session_key: str | None = None
+    tag: str | None = None                      # its conversation, unbound: the cache's tag
     target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
     think: ThinkBudget | None = None          # closes the thinking block at its budget
