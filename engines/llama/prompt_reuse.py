@@ -37,22 +37,24 @@ class CachedPrefixes:
     def _stash(self, slot: Slot, keep: int) -> None:
         """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
         about to start keeps only ``keep`` of its tokens, the slot holds at least the cache's
-        minimum, and no entry holds them already; tagged with the slot's session (bound, the
-        one last unbound from it, or the tag of the job that made it), so releasing or
-        deleting that conversation drops it. The slot then carries the new job's tag.
+        minimum, and no entry holds them already; tagged with the session whose
+        conversation the KV holds (``Slot.released_key``: the session or tag of the job that
+        made it, a session imported into it), so releasing or deleting that conversation
+        drops it. The slot then carries the new job's.
         Blocks ~1 ms per MB (one state copy)."""
         cache, tokens = self.cache, slot.tokens
-        # The slot serves another job: its KV is that job's conversation's from now on (a
-        # soft binding's tag, ``Job.tag``: the slot is not reserved for it).
-        tag = slot.released_key
-        slot.released_key = slot.job.tag if slot.job is not None else None
+        # The slot serves another job: its KV is that job's conversation's from now on (its
+        # bound session, or a soft binding's tag, ``Job.tag``: no slot reserved for it). Not
+        # ``slot.key``: a session bound at submit is the new job's, not the old KV's.
+        tag, job = slot.released_key, slot.job
+        slot.released_key = (job.session_key or job.tag) if job is not None else None
         if cache is None or len(tokens) < cache.min_tokens or \
                 len(tokens) - keep < MIN_LOST_TOKENS or tokens[0] == -1 or \
                 cache.holds(slot.partition, tokens):
             return
         state = read_seq(self.ll, self.ctx, slot.seq_id)
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
-        cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
+        cache.put(slot.partition, list(tokens), state, checkpoints, tag)
 
     def _parting(self, job: Job) -> dict | None:
         """Where ``job``'s prompt parts from the best prefix its partition has cached, in a
@@ -101,8 +103,7 @@ class CachedPrefixes:
             state = read_seq(self.ll, self.ctx, slot.seq_id)
             checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
             if cache is not None and tokens[0] != -1 and cache.put(
-                    slot.partition, tokens, state, checkpoints,
-                    slot.key or slot.released_key) is not None:
+                    slot.partition, tokens, state, checkpoints, slot.released_key) is not None:
                 parked.cached.append(CachedSlot(slot.seq_id, tokens, slot.partition))
             else:
                 parked.entries.append(ParkedSlot(slot.seq_id, tokens, state, slot.partition,

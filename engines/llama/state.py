@@ -213,6 +213,7 @@ def import_slot(ll, ctx, loop, key: str, session: SessionBlob, partition: str = 
             slot.key = None
         raise SessionMismatch("llama.cpp refused the session's KV state")
     slot.tokens[:] = session.tokens
+    slot.released_key = key                 # the conversation its KV holds (the cache's tag)
     loop.claim(slot, partition)
     loop.kv_replaced(slot)
     return len(slot.tokens)
