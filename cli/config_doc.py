@@ -48,7 +48,9 @@ EXTRA_HELP = {
     "hardware": "Memory tiers and machine overrides.",
     "hardware.kv_park_max_bytes": "Host memory the parked KV states may hold; the least "
                                   "recently parked go first. Unset: 4 GiB, at most an "
-                                  "eighth of the (simulated) RAM.",
+                                  "eighth of the (simulated) RAM. Unused with "
+                                  "hardware.prompt_cache on: parking then goes into the "
+                                  "prompt cache, within its RAM tier.",
     "hardware.prompt_cache_ram_bytes": "Host RAM the prompt cache may hold, booked in tier "
                                        "2. Unset: 2 GiB, at most a sixteenth of the "
                                        "(simulated) RAM.",

@@ -91,7 +91,8 @@ def move(model: str, target: str, context_len: int | None, client, as_json: bool
 @click.option("--enable/--disable", "enabled", default=None,
               help="Turn KV parking on or off (not written to the config).")
 @click.option("--max-bytes", type=BYTE_SIZE, default=None,
-              help="Cap on the host memory parked KV states may hold, e.g. 4G.")
+              help="Cap on the host memory parked KV states may hold (with the prompt "
+              "cache: its RAM tier), e.g. 4G.")
 @server_options
 @json_option
 def kv_park(enabled: bool | None, max_bytes: int | None, client, as_json: bool) -> None:

@@ -89,6 +89,10 @@ class ChatRequest:
     grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
     response_format: dict | None = None       # OpenAI's; the engine builds its grammar
     session_key: str | None = None            # binds the conversation to one slot
+    #: The conversation the prompt continues, without binding a slot (a stored Responses
+    #: conversation that cannot have one): its prefix is kept in the prompt cache under
+    #: this session, so releasing it or deleting the stored response drops it.
+    cache_tag: str | None = None
     #: Indices of messages that end a prefix the client marked for caching (Anthropic's
     #: cache_control; the instructions before a prompt_cache_key's conversation): a model
     #: that takes checkpoints (hybrid, recurrent) takes one where each ends.

@@ -369,7 +369,7 @@ class LlamaChatEngine(SessionsMixin):
         if sampling.grammar:
             self._check_grammar(sampling.grammar)
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                  stop=threading.Event(), session_key=req.session_key,
+                  stop=threading.Event(), session_key=req.session_key, tag=req.cache_tag,
                   logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
                   repetition_bound=req.repetition_bound, prefill=built.prefill,
                   group=req.group, events=TokenEvents(), partition=req.partition)

@@ -254,6 +254,24 @@ class PromptCache:
             self._trim_locked(ram_target=max(0, target), wait_for_disk=False)
             return before - self.ram_used
 
+    def set_ram_cap(self, ram_bytes: int) -> None:
+        """A new cap on the RAM tier (POST /v1/memory/kv-park's ``max_bytes``): entries
+        over it spill to disk or go at once."""
+        with self.lock:
+            self.ram_cap = max(0, ram_bytes)
+            self._trim_locked(wait_for_disk=False)
+
+    def model_totals(self) -> dict[str, tuple[int, int, int, float]]:
+        """Model id -> (entries, tokens, bytes, when its newest entry was made), either
+        tier: what /v1/memory/kv-park lists."""
+        with self.lock:
+            out: dict[str, tuple[int, int, int, float]] = {}
+            for e in self.entries:
+                n, tokens, size, newest = out.get(e.model, (0, 0, 0, e.created))
+                out[e.model] = (n + 1, tokens + len(e.tokens), size + e.size,
+                                max(newest, e.created))
+            return out
+
     def _candidates_locked(self, identity: str, partition: str) -> list[Entry]:
         return [e for e in self.entries if e.identity == identity and e.partition == partition]
 

@@ -1,11 +1,13 @@
 """The decode loop's half of the prompt cache (`prompt_cache`): a slot's prefix is kept
 before another conversation overwrites it (``_stash``), and a job starts from the longest
 cached prefix of its partition when that beats what its slot holds (``_restore_cached``).
+KV parking is a use of the same cache: before an unload every slot goes there
+(``park_in_cache``) and after the next load back into its own slot (``restore_parked``).
 
 A mixin over ``DecodeLoop`` (``ll``, ``ctx``, ``n_ctx_seq``, ``cache``, ``forget``,
-``kv_replaced``); both run on the decode thread, in ``_start``. A full state is written into
-the slot and then trimmed to the common prefix by ``DecodeLoop._trim``, the one place that
-knows how much a trim really keeps (on a hybrid model: its checkpoint).
+``kv_replaced``); all run on the decode thread (in ``_start``, or through ``call``). A full
+state is written into the slot and then trimmed to the common prefix by ``DecodeLoop._trim``,
+the one place that knows how much a trim really keeps (on a hybrid model: its checkpoint).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from hypnos.engines.llama.checkpoints import Checkpoint
 from hypnos.engines.llama.parting import parting
 from hypnos.engines.llama.prompt_cache import RESTORE_MARGIN, ModelCache
 from hypnos.engines.llama.slots import Job, Slot
-from hypnos.engines.llama.state import read_seq, write_seq
+from hypnos.engines.llama.state import CachedSlot, ParkedKV, ParkedSlot, read_seq, write_seq
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +37,24 @@ class CachedPrefixes:
     def _stash(self, slot: Slot, keep: int) -> None:
         """Put the slot's KV state and tokens (and checkpoints) in the cache when the job
         about to start keeps only ``keep`` of its tokens, the slot holds at least the cache's
-        minimum, and no entry holds them already; tagged with the slot's session (bound, or
-        the one last unbound from it), so releasing or deleting that conversation drops it.
+        minimum, and no entry holds them already; tagged with the session whose
+        conversation the KV holds (``Slot.released_key``: the session or tag of the job that
+        made it, a session imported into it), so releasing or deleting that conversation
+        drops it. The slot then carries the new job's.
         Blocks ~1 ms per MB (one state copy)."""
         cache, tokens = self.cache, slot.tokens
-        tag, slot.released_key = slot.released_key, None     # the slot serves another job
+        # The slot serves another job: its KV is that job's conversation's from now on (its
+        # bound session, or a soft binding's tag, ``Job.tag``: no slot reserved for it). Not
+        # ``slot.key``: a session bound at submit is the new job's, not the old KV's.
+        tag, job = slot.released_key, slot.job
+        slot.released_key = (job.session_key or job.tag) if job is not None else None
         if cache is None or len(tokens) < cache.min_tokens or \
                 len(tokens) - keep < MIN_LOST_TOKENS or tokens[0] == -1 or \
                 cache.holds(slot.partition, tokens):
             return
         state = read_seq(self.ll, self.ctx, slot.seq_id)
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
-        cache.put(slot.partition, list(tokens), state, checkpoints, slot.key or tag)
+        cache.put(slot.partition, list(tokens), state, checkpoints, tag)
 
     def _parting(self, job: Job) -> dict | None:
         """Where ``job``'s prompt parts from the best prefix its partition has cached, in a
@@ -77,6 +85,58 @@ class CachedPrefixes:
         for slot in self.slots:
             if slot.job is None:
                 self._stash(slot, 0)
+
+    def park_in_cache(self, parked: ParkedKV) -> None:
+        """KV parking as a use of the prompt cache (an unload comes next): every slot holding
+        tokens goes to the cache however short (below its minimum too), tagged as ``_stash``
+        tags, and ``parked.cached`` names it; a slot the cache cannot take (its RAM tier is
+        full) is copied into ``parked.entries`` as parking without a cache does. Call on the
+        decode thread while no job runs; blocks ~1 ms per MB of what is not cached yet."""
+        cache = self.cache
+        for slot in self.slots:
+            tokens = list(slot.tokens)
+            if not tokens:
+                continue
+            if cache is not None and tokens[0] != -1 and cache.holds(slot.partition, tokens):
+                parked.cached.append(CachedSlot(slot.seq_id, tokens, slot.partition))
+                continue
+            state = read_seq(self.ll, self.ctx, slot.seq_id)
+            checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
+            if cache is not None and tokens[0] != -1 and cache.put(
+                    slot.partition, tokens, state, checkpoints, slot.released_key) is not None:
+                parked.cached.append(CachedSlot(slot.seq_id, tokens, slot.partition))
+            else:
+                parked.entries.append(ParkedSlot(slot.seq_id, tokens, state, slot.partition,
+                                                 list(slot.checkpoints)))
+
+    def restore_parked(self, parked: list[CachedSlot]) -> int:
+        """Write each slot ``park_in_cache`` parked back into the same sequence from the
+        cache (its entry, or a longer one of the same partition holding all its tokens),
+        with its checkpoints and its tag; the tokens restored. A slot this context lacks or
+        that is busy, an entry gone or too long for a slot, one llama.cpp refuses: left out
+        (its conversation finds its prefix by lookup, or prefills). Decode thread."""
+        cache, restored = self.cache, 0
+        for ref in parked:
+            if cache is None or ref.seq_id >= len(self.slots):
+                continue
+            slot = self.slots[ref.seq_id]
+            found = cache.best(ref.partition, ref.tokens)
+            if slot.job is not None or found is None or found[1] < len(ref.tokens) or \
+                    len(found[0].tokens) >= self.n_ctx_seq:
+                continue
+            loaded = cache.load(found[0])
+            if loaded is None:
+                continue
+            if not write_seq(self.ll, self.ctx, slot.seq_id, loaded[0]):
+                self.forget(slot)
+                continue
+            slot.tokens[:] = found[0].tokens
+            slot.partition = ref.partition
+            self.kv_replaced(slot)
+            self._restore_checkpoints(slot, loaded[1])
+            slot.released_key = found[0].session
+            restored += len(slot.tokens)
+        return restored
 
     def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
         """Write the longest cached prefix of ``job``'s partition into the slot when it beats

@@ -1,5 +1,6 @@
 """Sessions of ``LlamaChatEngine`` and its KV parking: export / import of a session blob,
-binding keys to slots, ``park`` / ``restore`` of every slot across an unload. Every per-slot
+binding keys to slots, ``park`` / ``restore`` of every slot across an unload (through the
+prompt cache when the engine has one: ``prompt_reuse.park_in_cache``). Every per-slot
 KV state move runs on the decode thread through ``state`` (``_call``). A mixin over the
 engine's ``_loop``, ``_ll``, ``_ctx``, ``layout``, ``fingerprint``, ``model_id``, ``slots``
 and ``n_ctx_per_slot``."""
@@ -19,29 +20,35 @@ class SessionsMixin:
     # ------------------------------------------------------------------ KV parking
 
     def park(self) -> ParkedKV | None:
-        """Copy every slot that holds tokens (KV state + token list) into host memory, to be
-        given to ``restore`` after the next ``load``. Call while no request runs, before
+        """Keep every slot that holds tokens (KV state + token list), to be given to
+        ``restore`` after the next ``load``: with a prompt cache in the cache (what it cannot
+        take is copied), else copied into host memory. Call while no request runs, before
         ``unload``; blocks for about 1 ms per MB. None when nothing is loaded or cached."""
         if self._loop is None:
             return None
         parked = ParkedKV(self.model_id, self.layout, self.fingerprint)
-        self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
-        return parked if parked.entries else None
+        if self._loop.cache is not None:    # parked in the prompt cache, not copied twice
+            self._call(lambda loop: loop.park_in_cache(parked))
+        else:
+            self._call(lambda loop: llama_state.park_slots(self._ll, self._ctx, loop, parked))
+        return parked if parked.slots else None
 
     def restore(self, parked: ParkedKV) -> tuple[int, float]:
-        """Load a ``park`` result into the same slots, right after ``load``; returns (tokens
-        restored, ms). Only a state parked from the same weights (fingerprint) with the same
+        """Load a ``park`` result into the same slots, right after ``load`` (the slots parked
+        in the prompt cache from the cache, when their entries are still there); returns
+        (tokens restored, ms). Only a state parked from the same weights (fingerprint) with the same
         KV types is used (a context rebuilt larger takes its slots: the rebuild keeps every
         cached prefix); anything else gives (0, 0.0), so the conversations prefill as
         before. ``parked`` is emptied either way (single use). Blocks."""
-        if (self._loop is None or not parked.entries
+        if (self._loop is None or not parked.slots
                 or not self.layout.takes_parked(parked.layout)
                 or parked.fingerprint != self.fingerprint):
             parked.drop()
             return 0, 0.0
         t0 = time.perf_counter()
         restored = self._call(
-            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked))
+            lambda loop: llama_state.restore_slots(self._ll, self._ctx, loop, parked)
+            + (loop.restore_parked(parked.cached) if parked.cached else 0))
         parked.drop()
         return restored, (time.perf_counter() - t0) * 1e3
 

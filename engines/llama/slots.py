@@ -48,6 +48,7 @@ class Job:
     sampler: object = None
     started: bool = False
     session_key: str | None = None
+    tag: str | None = None                      # its conversation, unbound: the cache's tag
     target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
     think: ThinkBudget | None = None          # closes the thinking block at its budget
@@ -90,7 +91,7 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot
-    #: The session last unbound from it while its KV stays (the prompt cache's tag).
+    #: The session whose conversation its KV holds, bound, unbound or a tag (the cache's).
     released_key: str | None = None
     #: The partition whose tokens the KV holds: only a job of the same one reuses them.
     partition: str = ""

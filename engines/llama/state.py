@@ -85,24 +85,35 @@ class ParkedSlot:
     checkpoints: list = field(default_factory=list)   # the slot's ``Checkpoint``s, likewise
 
 
+@dataclass(frozen=True)
+class CachedSlot:
+    """A slot parked in the prompt cache: which sequence it was, and the tokens and partition
+    that find its entry again (the state itself is the cache's)."""
+    seq_id: int
+    tokens: list[int]
+    partition: str = ""
+
+
 @dataclass
 class ParkedKV:
     """Every used slot of one engine, taken before an unload. Single use: ``restore`` empties
-    it whether or not it restored anything. ``slots``, ``tokens`` and ``bytes`` are what
-    /v1/memory/kv-park reports."""
+    it whether or not it restored anything. With a prompt cache a slot is parked in the cache
+    (``cached``: no copy here) and only a slot the cache refused is copied (``entries``).
+    ``slots`` and ``tokens`` count both; ``bytes`` is the copies' (the cache books its own)."""
     model_id: str
     layout: KVLayout
     fingerprint: str
     entries: list[ParkedSlot] = field(default_factory=list)
     parked_at: float = field(default_factory=time.monotonic)
+    cached: list[CachedSlot] = field(default_factory=list)
 
     @property
     def slots(self) -> int:
-        return len(self.entries)
+        return len(self.entries) + len(self.cached)
 
     @property
     def tokens(self) -> int:
-        return sum(len(e.tokens) for e in self.entries)
+        return sum(len(e.tokens) for e in self.entries) + sum(len(c.tokens) for c in self.cached)
 
     @property
     def bytes(self) -> int:
@@ -110,6 +121,7 @@ class ParkedKV:
 
     def drop(self) -> None:
         self.entries.clear()
+        self.cached.clear()
 
 
 # ------------------------------------------------------------- C calls (decode thread)
@@ -201,6 +213,7 @@ def import_slot(ll, ctx, loop, key: str, session: SessionBlob, partition: str = 
             slot.key = None
         raise SessionMismatch("llama.cpp refused the session's KV state")
     slot.tokens[:] = session.tokens
+    slot.released_key = key                 # the conversation its KV holds (the cache's tag)
     loop.claim(slot, partition)
     loop.kv_replaced(slot)
     return len(slot.tokens)

@@ -160,8 +160,9 @@ class RpcWorkerConfig:
 
 @dataclass
 class HardwareConfig:
-    # Park KV state of chat slots in host memory when a model leaves tier 1 (on by default:
-    # the next turn of a conversation then prefills only its new tokens).
+    # Park KV state of chat slots when a model leaves tier 1 (on by default: the next turn of
+    # a conversation then prefills only its new tokens). With prompt_cache on, parked slots go
+    # into the prompt cache (kv_park_max_bytes is then unused: its RAM tier bounds them).
     kv_park: bool = True
     kv_park_max_bytes: int | None = None
     # Keep the prefixes chat slots lose to other conversations (their KV state) in host RAM

@@ -327,7 +327,8 @@ def session_plan(bound: dict[str, int], slots: int, key: str,
     Pure. A conversation never takes the last unbound slot (plain requests and explicit
     sessions keep one), so it never makes a request fail for capacity: it releases the
     conversations' least recent keys (those no longer stored first) to keep one free, and
-    binds nothing when it cannot (the prefix cache still serves it, unprotected).
+    binds nothing when it cannot (`bind_conversation` then tags it softly: the prompt cache
+    keeps its prefix under its key).
     ``recency``: every stored conversation's session key -> its rank (higher: newer); a bound
     key is a conversation's when it is there or is named like one (`is_conversation_key`)."""
     if key in bound:
@@ -376,10 +377,13 @@ def previous_turn(store: ResponseStore, owns: Callable[[str], bool], response_id
 
 
 async def bind_conversation(store: ResponseStore, engine: KVChatEngine, owner: str,
-                            conversation: str) -> str | None:
+                            conversation: str) -> tuple[str, bool]:
     """The stored conversation's session key on ``engine`` (a chat engine with sessions), in
-    ``owner``'s namespace, or None when `session_plan` binds nothing; the plan's releases
-    run in a worker thread."""
+    ``owner``'s namespace, and whether `session_plan` binds it to a slot; the plan's
+    releases run in a worker thread. Unbound (a one-slot model, every other slot bound), the
+    key still tags the conversation's prefix (``ChatRequest.cache_tag``): a soft binding
+    that reserves no slot, under which the prompt cache keeps the prefix when other traffic
+    takes the slot, and which deleting the stored response drops."""
     key = owned_session(owner, SESSION_PREFIX + conversation)
     recency = {owned_session(who, SESSION_PREFIX + conv): rank
                for (who, conv), rank in store.recency().items()}
@@ -389,4 +393,4 @@ async def bind_conversation(store: ResponseStore, engine: KVChatEngine, owner: s
         for old in release:
             engine.release_session(old)
         return bind
-    return key if await asyncio.to_thread(plan) else None
+    return key, await asyncio.to_thread(plan)

@@ -195,7 +195,8 @@ async def move_tier(request: Request) -> HTTPResponse:
 
 
 @bp.get("/v1/memory/kv-park")
-@endpoint("KV parking: state and parked conversations")
+@endpoint("KV parking: state and parked conversations (with the prompt cache, a view of "
+          "its entries per model)")
 async def kv_park_status(request: Request) -> HTTPResponse:
     return json_response(state_of(request).scheduler.kv_park.snapshot())
 
@@ -217,7 +218,8 @@ class KvParkBody(Wire):
 
 
 @bp.post("/v1/memory/kv-park")
-@endpoint("Turn KV parking on or off, or change its cap", body=KvParkBody)
+@endpoint("Turn KV parking on or off, or change its cap (with the prompt cache, max_bytes is "
+          "the cache's RAM tier)", body=KvParkBody)
 async def kv_park_configure(request: Request) -> HTTPResponse:
     body = read_body(request, KvParkBody)
     enabled, max_bytes = body.enabled, body.max_bytes

@@ -7,8 +7,10 @@ Errors take OpenAI's envelope.
 
 A stored response (``store`` true, the default) keeps its turn in the app's `ResponseStore`
 (SQLite: it survives a restart); ``previous_response_id`` continues it (404 when unknown),
-under the conversation's session key when the engine has a slot to spare (`session_plan`), and
-with KV parking its KV survives a swap: the next turn prefills only its new tokens.
+under the conversation's session key: bound to a slot when the engine has one to spare
+(`session_plan`), else (a one-slot model) as the prompt cache's tag, so the prefix the slot
+loses to other traffic comes back from the cache; with KV parking its KV survives a swap: the
+next turn prefills only its new tokens.
 
 Ownership: a stored response, its input items, its conversation's KV binding and its
 continuation belong to the key that stored it; another key gets the 404 an unknown id gets,
@@ -45,15 +47,17 @@ RESPONSE = json_object("id", "object", "status", "output", "model",
                        object={"const": "response"}, output={"type": "array"})
 
 
-async def _bind_conversation(request: Request, call: LeasedCall, conversation: str
-                             ) -> str | None:
-    """The stored conversation's session key on the leased engine, or None (no sessions, or
-    `session_plan` binds nothing)."""
+async def _bind_conversation(request: Request, call: LeasedCall, conversation: str,
+                             chat: ChatRequest) -> None:
+    """Put ``chat`` under the stored conversation's session key on the leased engine: bound
+    to a slot when `session_plan` spares one, else as the prompt cache's tag only (a soft
+    binding); nothing on an engine without sessions."""
     cfg = call.model.cfg
     if registry.SESSIONS not in registry.capabilities(cfg.engine, cfg.modality):
-        return None
-    return await bind_conversation(state_of(request).responses, call.sessions,
-                                   record_of(request).owner, conversation)
+        return
+    key, bound = await bind_conversation(state_of(request).responses, call.sessions,
+                                         record_of(request).owner, conversation)
+    chat.cache_tag, chat.session_key = key, key if bound else None
 
 
 def _previous(request: Request, response_id: str | None
@@ -110,9 +114,9 @@ async def create(request: Request) -> HTTPResponse | None:
 
     async def bound(call: LeasedCall) -> ChatRequest:
         """The request, under the conversation's session when it has one to keep."""
-        params.request.session_key = turn.session or (
-            await _bind_conversation(request, call, turn.conversation)
-            if turn.stored or turn.prev is not None else None)
+        params.request.session_key = turn.session
+        if turn.session is None and (turn.stored or turn.prev is not None):
+            await _bind_conversation(request, call, turn.conversation, params.request)
         return params.request
 
     codec = ResponsesCodec(turn.render, turn.parallel,

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from hypnos.planner.types import MoeOffload, Tier
-from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.kv_park import Parking
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.refusals import Busy
 from hypnos.service.scheduling.residency import Residency
@@ -26,7 +26,7 @@ from hypnos.service.scheduling.wakeup import Wakeup
 
 class PoolChanges:
     def __init__(self, *, models: dict[str, ModelState], get: Callable[..., ModelState],
-                 residency: Residency, kv_park: KvParkStore, released: Wakeup):
+                 residency: Residency, kv_park: Parking, released: Wakeup):
         """``models``: the scheduler's pool (shared); ``get``: the scheduler's lookup
         (`UnknownModel`); ``residency`` unloads; ``released`` wakes a drain when a lease or
         hold ends."""

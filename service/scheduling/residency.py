@@ -44,7 +44,7 @@ from hypnos.planner.workers import WorkerBudget
 from hypnos.service.config.schema import Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.swap_gates import SwapGates, gated
-from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.kv_park import Parking
 from hypnos.service.scheduling.lease import LoadOutcome
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
 from hypnos.service.refusals import (LoadFailed, LoadRefused, NotServable, Refusal,
@@ -55,7 +55,7 @@ from hypnos.service.scheduling.wakeup import Wakeup
 
 class Residency:
     def __init__(self, *, config: Config, hardware: Hardware, budgets: Budgets,
-                 accelerated: frozenset[str], effects: Effects, kv_park: KvParkStore,
+                 accelerated: frozenset[str], effects: Effects, kv_park: Parking,
                  models: dict[str, ModelState], released: Wakeup,
                  rss: Callable[[], int], rpc: RpcWorkers | None = None,
                  prompt_cache: PromptCache | None = None):
@@ -107,7 +107,7 @@ class Residency:
         tier1 = [m.placement for m in self.models.values()
                  if m.tier is Tier.GPU and m.placement]
         return process_memory(self.rss(), self.hardware.topology, tier1, self.tier2_booked(),
-                              self.kv_park.used_bytes)
+                              self.kv_park.booked_bytes)
 
     # ------------------------------------------------------------------ requests to the planner
 

@@ -41,7 +41,7 @@ from hypnos.planner.types import Budgets, Hardware, NoFit, Placement, Tier
 from hypnos.service.config.schema import PROFILES, Config
 from hypnos.service.scheduling.effects import Effects
 from hypnos.service.scheduling.hardware import process_rss
-from hypnos.service.scheduling.kv_park import KvParkStore
+from hypnos.service.scheduling.kv_park import CacheParking, KvParkStore, Parking
 from hypnos.service.scheduling.lease import Lease
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.pool_changes import PoolChanges
@@ -73,11 +73,14 @@ class Scheduler:
         self.config = config
         self.accelerated = ACCELERATED_ENGINES[hardware.accelerator] if accelerated is None \
             else accelerated
-        self.kv_park = KvParkStore(config.hardware.kv_park, kv_park_cap(
-            config.hardware.kv_park_max_bytes, hardware.ram_bytes))
         self.hardware = hardware
         self.prompt_cache = prompt_cache if prompt_cache is not None else \
             build_prompt_cache(config, hardware, None)
+        # KV parking: a use of the prompt cache when there is one, else its own store.
+        park_cap = kv_park_cap(config.hardware.kv_park_max_bytes, hardware.ram_bytes)
+        self.kv_park: Parking = (CacheParking(config.hardware.kv_park, self.prompt_cache)
+                                 if self.prompt_cache is not None
+                                 else KvParkStore(config.hardware.kv_park, park_cap))
         self.budgets: Budgets = derive_budgets(hardware)
         self.effects = effects
         self.models: dict[str, ModelState] = {}
