@@ -37,17 +37,18 @@ from hypnos.engines.llama.prompt_cache import ModelCache
 from hypnos.engines.llama.prompt_reuse import CachedPrefixes
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
-from hypnos.engines.llama.speculative.verify import SpeculativeSteps
+from hypnos.engines.llama.speculative.verify import Speculative
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
+class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
-    A job with a ``drafter`` gets its drafts checked in the same batches (``verify``);
-    ``observer`` (an ``MtpDrafter``, or None) is shown every batch the target decoded.
+    A job with ``drafting`` gets its drafts checked in the same batches by ``spec`` (a
+    ``verify.Speculative``); ``observer`` (an ``MtpDrafter``, or None) is shown every batch
+    the target decoded.
     ``drafts`` (a ``DraftModel`` or ``MtpDrafter``: ``rollback(seq_id, keep)``, or None) keeps
     rows of its own per slot; they are emptied when the slot passes to another partition.
     ``swa_full``: the context's sliding-window cache is full-sized (llama.cpp's default);
@@ -78,7 +79,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         self.steps = 0
         self.evaluated = 0
         self.batch = ll.llama_batch_init(n_batch, 0, 1)
-        self._init_speculative(observer)
+        self.spec = Speculative(self, observer)
         self._init_checkpoints(swa_full)
         self.drafts = drafts
         self.cache = cache
@@ -89,6 +90,11 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         self._logits_row = ctypes.c_float * ll.llama_vocab_n_tokens(vocab)
         self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
         self.thread.start()
+
+    @property
+    def observer(self):
+        """What every decoded target batch is shown to (``spec.observer``), or None."""
+        return self.spec.observer
 
     # ------------------------------------------------------------ any thread
 
@@ -198,7 +204,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
                 self._finish(slot, error=f"llama_decode returned {rc}")
             return
         self.evaluated += self.batch.n_tokens
-        self._observe()
+        self.spec.observe(self.batch)
         for slot, n_taken, logits_at, draft in entries:
             job = slot.job
             slot.tokens.extend(job.pending[:n_taken])
@@ -207,15 +213,43 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
                 self._checkpoint_due(slot)
             job.concurrent = max(job.concurrent, len(entries))
             if draft:
-                self._verify(slot, logits_at, draft, step_s)
+                self.spec.verify(slot, logits_at, draft, step_s)
             elif logits_at is not None:
-                drafter = job.drafter if n_taken == 1 else None
+                drafter = (job.drafting.drafter
+                           if job.drafting is not None and n_taken == 1 else None)
                 token = self._sample(job, logits_at)
                 logprob = (self._logprob(logits_at, token, job.logprobs)
                            if job.logprobs is not None else None)
                 self._on_token(slot, token, logprob)
                 if drafter is not None:
                     drafter.on_accept(0, 0, step_s)
+
+    def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
+        """Put each running slot's pending tokens in the batch, single tokens first, and a
+        generating slot's draft (``spec.drafts``) after its token (logits at each). Returns
+        (slot, tokens taken, batch index of its logits or None, the draft)."""
+        batch, budget, n = self.batch, self.n_batch, 0
+        order = sorted(running, key=lambda s: len(s.job.pending))
+        drafts = self.spec.drafts(order)
+        entries = []
+        for slot in order:
+            pending = slot.job.pending
+            take = min(len(pending), budget - n, self._prefill_room(slot))
+            if take <= 0:
+                continue
+            draft = drafts.get(slot.seq_id, []) if take == 1 else []
+            pos0 = len(slot.tokens)
+            for i, token in enumerate(pending[:take] + draft):
+                batch.token[n + i] = token
+                batch.pos[n + i] = pos0 + i
+                batch.n_seq_id[n + i] = 1
+                batch.seq_id[n + i][0] = slot.seq_id
+                batch.logits[n + i] = int(i >= take - 1 and take == len(pending))
+            last = take == len(pending)
+            entries.append((slot, take, n + take - 1 if last else None, draft))
+            n += take + len(draft)
+        batch.n_tokens = n
+        return entries
 
     def _start(self, slot: Slot) -> None:
         """Trim the slot's KV to the reusable prefix (none of another partition's: the
@@ -240,15 +274,17 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         job.pending = list(job.prompt[keep:])
         job.started = True
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, job.prompt)
-        if job.drafter is None and job.drafter_for is not None:
-            job.drafter = job.drafter_for(slot.seq_id)
+        drafting = job.drafting
+        if drafting is not None and drafting.drafter is None \
+                and drafting.drafter_for is not None:
+            drafting.drafter = drafting.drafter_for(slot.seq_id)
 
     def _start_prefilled(self, slot: Slot) -> None:
         """A prompt with media: evaluated whole by ``job.prefill`` (the other slots wait
         for it), then the first token is sampled from its last logits."""
         job = slot.job
         self.forget(slot)
-        job.drafter = job.drafter_for = None       # its positions are not its tokens
+        job.drafting = None                        # its positions are not its tokens
         job.sampler = build_sampler(self.ll, self.vocab, job.sampling, [])
         n_past = job.prefill(self.ctx, slot.seq_id)
         slot.tokens = [-1] * n_past              # placeholders: never a prefix match
@@ -268,8 +304,9 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         if eog:
             self._finish(slot, "stop")
             return
-        if job.closer is not None:
-            closing = job.closer.offer(self._piece(token, special=True), job.generated)
+        rules = job.rules
+        if rules.closer is not None:
+            closing = rules.closer.offer(self._piece(token, special=True), job.generated)
             if closing is not None:
                 self._close_call(slot, closing)
                 return
@@ -277,17 +314,18 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         piece = self._piece(token)
         job.events.put(("token", piece, logprob))
         job.pending = [token]
-        if job.think is not None and job.think.must_close(piece.decode("utf-8", "ignore")):
+        think = rules.think
+        if think is not None and think.must_close(piece.decode("utf-8", "ignore")):
             # The thinking budget is spent: the server writes the closing delimiter and
             # the model goes on with the answer.
-            for forced in job.think.close_tokens:
+            for forced in think.close_tokens:
                 self.ll.llama_sampler_accept(job.sampler, forced)
                 job.events.put(("token", self._piece(forced), None))
-            job.generated += len(job.think.close_tokens)
-            job.pending = [token, *job.think.close_tokens]
-        if job.repetition_bound:
-            job.history.append(token)
-            if job.generated % 4 == 0 and repeating(job.history, job.repetition_bound):
+            job.generated += len(think.close_tokens)
+            job.pending = [token, *think.close_tokens]
+        if rules.repetition_bound:
+            rules.history.append(token)
+            if job.generated % 4 == 0 and repeating(rules.history, rules.repetition_bound):
                 self._finish(slot, "repetition_loop")
                 return
         if job.generated >= job.max_tokens:
@@ -302,7 +340,7 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         for token in closing:
             job.events.put(("token", self._piece(token), None))
         job.generated += len(closing)
-        job.closed_call = True
+        job.rules.closed_call = True
         self._finish(slot, "length")
 
     def _sample(self, job: Job, index: int) -> int:
@@ -376,18 +414,18 @@ class DecodeLoop(SlotQueue, SpeculativeSteps, Trimming, CachedPrefixes):
         imported, a cached prefix loaded): its checkpoints describe the old text and go (a
         caller that has the new text's sets ``slot.checkpoints`` after this call)."""
         slot.checkpoints.clear()
-        super().kv_replaced(slot)
+        self.spec.kv_replaced(slot)
 
     def _finish(self, slot: Slot, reason: str | None = None, error: str | None = None) -> None:
         """Free the slot at once (the next waiting job gets it) and tell the caller."""
-        self._settle_held(slot)
+        self.spec.settle_held(slot)
         job = slot.job
         job.t_done = time.perf_counter()
         if job.sampler is not None:
             self.ll.llama_sampler_free(job.sampler)
             job.sampler = None
-        if job.drafter is not None:
-            job.drafter.close()
+        if job.drafting is not None and job.drafting.drafter is not None:
+            job.drafting.drafter.close()
         with self.cond:
             slot.job = None
             slot.last_used = job.t_done

@@ -38,7 +38,7 @@ from hypnos.engines.llama.prompt_cache_file import cache_identity
 from hypnos.engines.llama.reader import AnswerReader, TokenEvents, collect, timings
 from hypnos.engines.llama.sampling import Sampling, grammar_sampler
 from hypnos.engines.llama.sessions import SessionsMixin
-from hypnos.engines.llama.slots import Job
+from hypnos.engines.llama.slots import Job, JobRules
 from hypnos.engines.llama.speculative.choose import (Speculation, build_speculation,
                                                      rs_snapshots, setup_job, uses_mtp)
 from hypnos.engines.llama.state import KVLayout
@@ -368,20 +368,21 @@ class LlamaChatEngine(SessionsMixin):
                             tuple((req.logit_bias or {}).items()))
         if sampling.grammar:
             self._check_grammar(sampling.grammar)
-        job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                  stop=threading.Event(), session_key=req.session_key, tag=req.cache_tag,
-                  logprobs=req.top_logprobs if req.logprobs else None, think=built.think,
-                  repetition_bound=req.repetition_bound, prefill=built.prefill,
-                  group=req.group, events=TokenEvents(), partition=req.partition)
-        setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
-        if req.cache_marks and loop.checkpointing:      # a checkpoint where each mark ends
-            job.boundaries = prompts.mark_positions(req, prompt, self._build)
+        rules = JobRules(think=built.think, repetition_bound=req.repetition_bound)
         if built.splitter.forced and sampling.grammar:
             # A forced call ends as a whole call whenever its shortest form fits. Its closing
             # is tokenized as plain text, so the reader sees every character of it (a control
             # token would render as nothing).
-            job.closer = CallCloser.start(sampling.grammar,
-                                          lambda text: self._tokenize(text, False), max_tokens)
+            rules.closer = CallCloser.start(sampling.grammar,
+                                            lambda text: self._tokenize(text, False), max_tokens)
+        job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                  stop=threading.Event(), session_key=req.session_key, tag=req.cache_tag,
+                  logprobs=req.top_logprobs if req.logprobs else None, rules=rules,
+                  prefill=built.prefill, group=req.group, events=TokenEvents(),
+                  partition=req.partition)
+        setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
+        if req.cache_marks and loop.checkpointing:      # a checkpoint where each mark ends
+            job.boundaries = prompts.mark_positions(req, prompt, self._build)
         # A forced call is the whole answer under its grammar: stop strings do not cut it.
         stops = [] if built.splitter.forced else req.stop
         reader = AnswerReader(built.splitter, StopMatcher(stops), on_text, req.logprobs)
@@ -412,8 +413,9 @@ class LlamaChatEngine(SessionsMixin):
                           kv_used=len(prompt) + delivered, kv_cap=self.n_ctx_per_slot,
                           response_format_status=built.format_status,
                           stop_sequence=reader.stopper.matched,
-                          tool_call_truncated=job.closed_call,
-                          speculative=job.spec.to_wire() if job.spec else None,
+                          tool_call_truncated=job.rules.closed_call,
+                          speculative=(job.drafting.stats.to_wire()
+                                       if job.drafting is not None else None),
                           cached_from=job.cached_from or None, parting=job.parting)
 
     def prompt_tokens(self, req: ChatRequest) -> int:

@@ -1,7 +1,8 @@
 """The slots of a ``DecodeLoop`` and the queue in front of them: ``Job`` (one chat request as
-the decode thread sees it), ``Slot`` (one KV sequence and the tokens in it), ``pick_slot``
-(which free slot serves a prompt best) and ``SlotQueue``, which gives waiting jobs their slots:
-FIFO, a session's own slot, the choices of one request together and in order.
+the decode thread sees it), ``JobRules`` (what its answer must obey beyond sampling),
+``Slot`` (one KV sequence and the tokens in it), ``pick_slot`` (which free slot serves a
+prompt best) and ``SlotQueue``, which gives waiting jobs their slots: FIFO, a session's own
+slot, the choices of one request together and in order.
 
 ``SlotQueue`` is the half of ``DecodeLoop`` that decides, never decodes; every ``*_locked``
 method is called holding the loop's ``cond``.
@@ -19,13 +20,26 @@ from hypnos.engines.chat_format.closing import CallCloser
 from hypnos.engines.errors import SessionCapacity
 from hypnos.engines.llama.checkpoints import Checkpoint
 from hypnos.engines.llama.sampling import Sampling, ThinkBudget
-from hypnos.engines.llama.speculative import Drafter, SpecStats
+from hypnos.engines.llama.speculative import Drafting
 from hypnos.engines.records import ChoiceGroup
 
 
 @dataclass(eq=False)
+class JobRules:
+    """What a job's answer must obey beyond its sampler, checked on the decode thread at
+    every delivered token (``DecodeLoop._on_token``), and the state those checks keep."""
+    think: ThinkBudget | None = None          # closes the thinking block at its budget
+    closer: CallCloser | None = None          # a forced call: closes it within max_tokens
+    closed_call: bool = False                   # the closer ended the call (set before "done")
+    repetition_bound: int = 0                   # 0: no loop detection
+    history: list[int] = field(default_factory=list)   # generated token ids (loop detection)
+
+
+@dataclass(eq=False)
 class Job:
-    """One chat request as the decode thread sees it."""
+    """One chat request as the decode thread sees it: the prompt, its limits, the events
+    its caller reads, its timings and what its slot did with it; its ``rules`` and its
+    ``drafting`` (speculative decoding; None: it does not draft) are their own types."""
     prompt: list[int]
     max_tokens: int
     sampling: Sampling
@@ -51,21 +65,13 @@ class Job:
     tag: str | None = None                      # its conversation, unbound: the cache's tag
     target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
-    think: ThinkBudget | None = None          # closes the thinking block at its budget
-    closer: CallCloser | None = None          # a forced call: closes it within max_tokens
-    closed_call: bool = False                   # the closer ended the call (set before "done")
-    repetition_bound: int = 0                   # 0: no loop detection
-    history: list[int] = field(default_factory=list)   # generated token ids
+    rules: JobRules = field(default_factory=JobRules)
     # Evaluates the whole prompt (text and media) into a KV sequence on the decode thread:
     # (ctx, seq_id) -> positions filled. Set for prompts with images or audio.
     prefill: Callable | None = None
     group: ChoiceGroup | None = None            # one of n choices: wait for the others
     group_ready: bool = False                   # every member of its group was submitted
-    # Speculative decoding (``speculative``): the job's drafter, or a maker of one for the
-    # slot's sequence (a draft model's), given at start; what it drafted and got accepted.
-    drafter: Drafter | None = None
-    drafter_for: Callable[[int], Drafter] | None = None
-    spec: SpecStats | None = None
+    drafting: Drafting | None = None
     #: Whose cached prefixes it may reuse (``ChatRequest.partition``).
     partition: str = ""
     #: Token counts where a prefix the caller wants kept ends (the system prompt and tools,

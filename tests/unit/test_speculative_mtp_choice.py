@@ -1,9 +1,9 @@
 """``speculative = "mtp"`` as a setting, and which drafts are asked together (issue 30), pure: the
 value parses (string and table) and bad tables are refused in the config's words; an ``mtp``
 engine hands its jobs the MTP heads' per-sequence drafters (``auto`` over them says
-``auto:mtp``); the target context keeps recurrent snapshots only with MTP heads; and
-``verify.batch_request`` sends a model drafter's draft (also inside ``auto``, capped by its
-policy) to the shared source, an n-gram one alone."""
+``auto:mtp``); the target context keeps recurrent snapshots only with MTP heads; and a model
+drafter's ``plan`` asks the shared source (also inside ``auto``, capped by its policy, and
+behind prompt lookup where it does not copy), an n-gram one drafts alone."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,10 +12,10 @@ import pytest
 
 from hypnos.engines.llama.speculative.choose import (N_MAX, SpecConfig, Speculation,
                                                      parse_spec, rs_snapshots, uses_mtp)
+from hypnos.engines.llama.speculative import Batched
 from hypnos.engines.llama.speculative.draft_model import DraftSeq
-from hypnos.engines.llama.speculative.drafts import NgramDrafter
+from hypnos.engines.llama.speculative.drafts import LookupFirst, NgramDrafter
 from hypnos.engines.llama.speculative.tuning import WARMUP, AutoDrafter, KindStats
-from hypnos.engines.llama.speculative.verify import batch_request
 from hypnos.engines.records import LoadSpec
 from hypnos.service.config.load import ConfigError, load_config
 
@@ -89,13 +89,21 @@ def test_only_mtp_heads_keep_recurrent_snapshots():
 
 
 def test_model_drafts_go_to_the_shared_source_and_ngrams_alone():
-    seq = DraftSeq(None, 2)                        # its model: whatever ``batched`` names
-    assert batch_request(seq, 3) == (None, 2, 3)
-    assert batch_request(NgramDrafter(), 3) is None
-    assert batch_request(AutoDrafter(NgramDrafter(), KindStats(4)), 3) is None
+    seq = DraftSeq(None, 2)                        # its model: whatever the ask names
+    context = list(range(20))
+    assert seq.plan(context, 3) == ([], Batched(None, 2, 3))
+    assert NgramDrafter().plan(context, 3) == ([], None)
+    assert AutoDrafter(NgramDrafter(), KindStats(4)).plan(context, 3) == ([], None)
     stats = KindStats(4)
-    assert batch_request(AutoDrafter(seq, stats), 3) == (None, 2, 3)   # warming up: drafts
+    assert AutoDrafter(seq, stats).plan(context, 3) == ([], Batched(None, 2, 3))  # warming up
     # Figures that say drafting does not pay: the policy's 0 (a plain step) is kept.
     stats.plain_steps = stats.draft_steps = WARMUP
     stats.plain_s, stats.per_draft_s, stats.rejections = 0.01, 0.05, 10.0
-    assert batch_request(AutoDrafter(seq, stats), 3) == (None, 2, 0)
+    assert AutoDrafter(seq, stats).plan(context, 3) == ([], Batched(None, 2, 0))
+
+
+def test_lookup_in_front_copies_now_and_asks_the_shared_source_elsewhere():
+    copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
+    front = LookupFirst(DraftSeq(None, 1), n_model=2)
+    assert front.plan(copy, 64) == ([6, 7, 8, 9, 0, 1, 2, 3, 4, 5], None)
+    assert front.plan(list(range(20)), 64) == ([], Batched(None, 1, 2))   # at most n_model

@@ -3,13 +3,41 @@ verifies them in the same batch as every other slot (``decode_loop``), and the a
 is kept.
 
 ``Drafter`` is the one interface every method implements (n-grams and predicted outputs in
-``drafts``, a draft model in ``draft_model``; MTP heads later). ``accept`` holds the pure
+``drafts``, a draft model in ``draft_model``, MTP heads in ``mtp``; ``auto``'s policy and
+prompt lookup in front wrap another drafter). Its ``plan`` says what it wants for a step:
+tokens drafted now, or a ``Batched`` ask that a shared ``BatchDrafter`` answers together
+with every other slot asking it (one draft decode per drafted position for all of them).
+The decode loop reads only that answer, never a drafter's type. ``accept`` holds the pure
 acceptance rules; ``tuning`` the ``auto`` policy. ``SpecStats`` is what a job reports.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+#: (sequence id, its context: the slot's tokens plus its pending one, the draft length cap)
+DraftRequest = tuple[int, Sequence[int], int]
+
+
+class BatchDrafter(Protocol):
+    """A drafter of several sequences at once (``DraftModel``, ``MtpDrafter``): the drafts of
+    ``requests`` (distinct sequences), in order, each at most its cap."""
+
+    def propose_many(self, requests: Sequence[DraftRequest]) -> list[list[int]]: ...
+
+
+@dataclass(frozen=True)
+class Batched:
+    """A step's draft asked of ``source`` for its sequence ``seq``, at most ``n_max`` tokens
+    (0: none this step), made together with the other slots asking ``source``."""
+    source: BatchDrafter
+    seq: int
+    n_max: int
+
+
+#: What a drafter wants for one step: (tokens drafted now, None), or ([], a ``Batched`` ask).
+Plan = tuple[list[int], "Batched | None"]
 
 
 class Drafter(Protocol):
@@ -24,11 +52,18 @@ class Drafter(Protocol):
 
     ``on_accept(drafted, accepted, step_s)`` follows every step the job generated in: how
     many drafted tokens the target checked (0: none were proposed) and kept, and the seconds
-    the step's ``llama_decode`` took. ``close`` frees what it holds (a draft model's sequence)."""
+    the step's ``llama_decode`` took. ``close`` frees what it holds (a draft model's sequence).
+
+    ``plan(context, n_max)`` is what the decode loop calls once per step: ``propose``'s
+    tokens now, or a ``Batched`` ask (a model drafter's shared source), with the same
+    bookkeeping ``propose`` would do (``auto``'s policy is consulted once either way). With
+    ``n_max`` 0 it drafts nothing (no tokens, or a ``Batched`` ask for 0)."""
 
     method: str
 
     def propose(self, context: list[int], n_max: int) -> list[int]: ...
+
+    def plan(self, context: list[int], n_max: int) -> Plan: ...
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None: ...
 
@@ -61,3 +96,13 @@ class SpecStats:
     def to_wire(self) -> dict:
         return {"method": self.method, "drafted": self.drafted, "accepted": self.accepted,
                 "n_max": self.n_max}
+
+
+@dataclass(eq=False)
+class Drafting:
+    """One job's speculative decoding: its ``drafter``, or ``drafter_for``, a maker of one
+    for the slot's sequence (a draft model's, MTP heads'), called when the job starts; and
+    ``stats``, what it drafted and got accepted."""
+    stats: SpecStats
+    drafter: Drafter | None = None
+    drafter_for: Callable[[int], Drafter] | None = None

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hypnos.engines.llama.speculative import Drafter, SpecStats
+from hypnos.engines.llama.speculative import Drafter, Drafting, SpecStats
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
                                                      PredictionDrafter)
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
@@ -127,43 +127,72 @@ class Speculation:
                                               SpecStats | None]:
         """(drafter, per-sequence drafter maker, stats) for one request; all None when it
         does not draft. ``kind``: "tools", "structured" or "text". Prompt lookup drafts from
-        ``partition``'s answers only, and ``auto`` weighs that partition's figures only."""
+        ``partition``'s answers only, and ``auto`` weighs that partition's figures only.
+        Which drafter: the first row of ``RECIPES`` that the setting and the engine match."""
         if not self.can_rollback:
             return None, None, None
         if prediction:
             n = max(self.config.n_max, PREDICTION_N_MAX)
             return PredictionDrafter(prediction, prompt_len), None, SpecStats("prediction", n)
-        mode, n = self.config.mode, self.config.n_max
-        if mode == "off":
+        if self.config.mode == "off":
             return None, None, None
         learnt = self.of(partition)
-        pool = learnt.pool
-        if mode == "ngram":
-            return NgramDrafter(pool=pool, prompt_len=prompt_len), None, SpecStats("ngram", n)
+        recipe = self.recipe()
+        if recipe is None:
+            return None, None, None
+        method, layers = recipe
+        n = self.config.n_max
+        stats = (learnt.kinds.setdefault(kind, KindStats(n)) if "auto" in layers
+                 else None)
+        wrap = {"auto": lambda d: AutoDrafter(d, stats),
+                "lookup": lambda d: LookupFirst(d, n, learnt.pool, prompt_len)}
+        wrappers = [wrap[layer] for layer in layers[1:]]
+        figures = SpecStats(method, n, lookup_max=NGRAM_N_MAX if "lookup" in layers else 0)
+        if layers[0] == "ngram":
+            return compose(NgramDrafter(pool=learnt.pool, prompt_len=prompt_len),
+                           wrappers), None, figures
         source = self.draft_source
-        if mode == "draft" and source is not None and not self.config.lookup:
-            return None, source, SpecStats("draft", n)
-        if mode == "draft" and source is not None:
-            return None, (lambda seq: LookupFirst(source(seq), n, pool, prompt_len)), \
-                SpecStats("draft", n, lookup_max=NGRAM_N_MAX)
-        if mode == "auto":
-            stats = learnt.kinds.setdefault(kind, KindStats(n))
-            if source is not None and self.observer is not None:
-                return None, (lambda seq: AutoDrafter(source(seq), stats)), \
-                    SpecStats("auto:mtp", n)
-            if source is not None and not self.config.lookup:
-                return None, (lambda seq: AutoDrafter(source(seq), stats)), \
-                    SpecStats("auto:draft", n)
-            if source is not None:
-                # The lookup drafts where it copies; ``auto`` weighs the model's drafts only.
-                return None, (lambda seq: LookupFirst(AutoDrafter(source(seq), stats), n,
-                                                     pool, prompt_len)), \
-                    SpecStats("auto:draft", n, lookup_max=NGRAM_N_MAX)
-            lookup = NgramDrafter(pool=pool, prompt_len=prompt_len)
-            return AutoDrafter(lookup, stats), None, SpecStats("auto:ngram", n)
-        if mode == "mtp" and self.draft_source is not None:
-            return None, self.draft_source, SpecStats("mtp", n)
-        return None, None, None
+        assert source is not None               # a "model" row needs one (``recipe``)
+        if not wrappers:
+            return None, source, figures
+        return None, (lambda seq: compose(source(seq), wrappers)), figures
+
+    def recipe(self) -> tuple[str, tuple[str, ...]] | None:
+        """The engine's row of ``RECIPES`` (method, layers), or None: it does not draft."""
+        config = self.config
+        facts = (config.mode, self.draft_source is not None, self.observer is not None,
+                 config.lookup)
+        for want, method, layers in RECIPES:
+            if all(w is None or w == f for w, f in zip(want, facts, strict=True)):
+                return method, layers
+        return None
+
+
+#: Which drafter a request without a prediction gets: the first row whose conditions hold,
+#: (mode, a draft source, MTP heads (the source is theirs), lookup in front (the setting);
+#: None: either) -> (the method it reports, its layers, innermost first). "ngram": prompt
+#: lookup over the partition's answers; "model": the draft source's drafter for the slot's
+#: sequence (made when the job starts); "auto": ``auto``'s policy for the kind of request
+#: over what is inside; "lookup": prompt lookup in front of it (``LookupFirst``), which
+#: drafts where it copies so ``auto`` weighs the model's drafts only. No row: no drafting.
+RECIPES: tuple[tuple[tuple[str, bool | None, bool | None, bool | None], str,
+                     tuple[str, ...]], ...] = (
+    (("ngram", None, None, None), "ngram", ("ngram",)),
+    (("draft", True, None, False), "draft", ("model",)),
+    (("draft", True, None, True), "draft", ("model", "lookup")),
+    (("auto", True, True, None), "auto:mtp", ("model", "auto")),
+    (("auto", True, False, False), "auto:draft", ("model", "auto")),
+    (("auto", True, False, True), "auto:draft", ("model", "auto", "lookup")),
+    (("auto", False, None, None), "auto:ngram", ("ngram", "auto")),
+    (("mtp", True, None, None), "mtp", ("model",)),
+)
+
+
+def compose(drafter: Drafter, wrappers: list[Callable[[Drafter], Drafter]]) -> Drafter:
+    """``drafter`` inside ``wrappers``, the first innermost."""
+    for wrap in wrappers:
+        drafter = wrap(drafter)
+    return drafter
 
 
 def request_kind(req) -> str:
@@ -177,13 +206,16 @@ def request_kind(req) -> str:
 
 
 def setup_job(job, speculation: Speculation | None, req, tokenize) -> None:
-    """Give ``job`` (a ``slots.Job``) its drafter for ``req`` (a ``ChatRequest``);
-    ``tokenize(text)`` tokenizes the prediction as plain text. Media prompts never draft."""
+    """Give ``job`` (a ``slots.Job``) its ``Drafting`` for ``req`` (a ``ChatRequest``), if
+    it drafts; ``tokenize(text)`` tokenizes the prediction as plain text. Media prompts
+    never draft."""
     if speculation is None or job.prefill is not None:
         return
     prediction = tokenize(req.prediction) if req.prediction else None
-    job.drafter, job.drafter_for, job.spec = speculation.for_job(
+    drafter, drafter_for, stats = speculation.for_job(
         prediction, len(job.prompt), request_kind(req), req.partition)
+    if stats is not None:
+        job.drafting = Drafting(stats, drafter, drafter_for)
 
 
 def uses_mtp(spec) -> bool:

@@ -8,7 +8,7 @@ accepted tokens are added), then decodes up to ``n_max`` tokens one by one, taki
 argmax each time and stopping early when the draft's own top probability falls under
 ``P_MIN`` (a guess the target would likely refuse costs a verified position for nothing).
 ``DraftModel.propose_many`` does that for every drafting slot at once (the decode loop's
-way, ``verify.BatchDrafter``): one draft decode per draft step, a row per slot. Decode
+way, ``speculative.BatchDrafter``): one draft decode per draft step, a row per slot. Decode
 thread only. ``check_vocab`` refuses a draft whose tokens are not the target's.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from hypnos.engines.errors import EngineError
 from hypnos.engines.llama.slots import common_prefix
+from hypnos.engines.llama.speculative import Batched, Plan
 from hypnos.engines.llama.speculative.shared_weights import DRAFT_WEIGHTS
 
 #: Stop drafting when the draft model's top probability is below this.
@@ -200,10 +201,10 @@ class DraftSeq:
     def propose(self, context: list[int], n_max: int) -> list[int]:
         return self.model.draft(self.seq_id, context, n_max) if n_max > 0 else []
 
-    def batched(self) -> tuple[DraftModel, int]:
-        """(the shared model, this sequence): the decode loop drafts every slot at once
-        through ``DraftModel.propose_many`` (``verify.BatchDrafter``)."""
-        return self.model, self.seq_id
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        """A batched ask: the decode loop drafts every slot at once through
+        ``DraftModel.propose_many``."""
+        return [], Batched(self.model, self.seq_id, n_max)
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass

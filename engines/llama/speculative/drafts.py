@@ -4,6 +4,8 @@ Both are deterministic (a point-mass draft), and both are pure: token lists in, 
 """
 from __future__ import annotations
 
+from hypnos.engines.llama.speculative import Plan
+
 #: Prompt lookup drafts only where the context's last ``MATCH_MIN`` tokens occurred before.
 #: A short match is a guess on free text ("of the" is followed by anything), a long one is
 #: a copy in progress (code being returned, a quote): measured on Qwen2.5-Coder-1.5B's greedy
@@ -157,6 +159,9 @@ class NgramDrafter:
             return []
         return context[start:start + min(n_max, DRAFT_PER_MATCH * m)]
 
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        return self.propose(context, n_max), None
+
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         if drafted:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
@@ -217,6 +222,9 @@ class PredictionDrafter:
                 return ahead[0] if ahead else ends[-1]
         return None
 
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        return self.propose(context, n_max), None
+
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         if drafted:
             self.window = (min(2 * self.window, PREDICTION_WINDOW_MAX) if accepted == drafted
@@ -231,9 +239,10 @@ class LookupFirst:
     where the context is being copied (an ``NgramDrafter`` match) the copy is the draft, up
     to the lookup's long cap and at no cost; elsewhere the model guesses, at most ``n_model``
     tokens. A model's drafted token costs a draft decode, a copied one nothing, so code edits
-    run at prompt lookup's speed and the model fills the gaps between copies. ``first`` is
-    the lookup alone (the decode loop asks a batched model for the rest); what a step's
-    figures say goes back to the part that drafted it, a plain step's to the model."""
+    run at prompt lookup's speed and the model fills the gaps between copies (``plan``: the
+    copy now, else what the model wants, a batched ask for a shared draft model or MTP
+    heads); what a step's figures say goes back to the part that drafted it, a plain step's
+    to the model."""
 
     def __init__(self, model, n_model: int, pool: AnswerPool | None = None,
                  prompt_len: int = 0):
@@ -250,6 +259,10 @@ class LookupFirst:
     def propose(self, context: list[int], n_max: int) -> list[int]:
         return self.first(context, n_max) or self.model.propose(context,
                                                                 min(n_max, self.n_model))
+
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        copy = self.first(context, n_max)
+        return (copy, None) if copy else self.model.plan(context, min(n_max, self.n_model))
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         part = self.lookup if self.copied and drafted else self.model

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypnos.engines.errors import EngineError, MtpUnavailable
+from hypnos.engines.llama.speculative import Batched, Plan
 from hypnos.engines.llama.speculative.mtp_state import SeqState, group_rows, plan_feed
 
 
@@ -361,10 +362,10 @@ class MtpSeqDrafter:
     def propose(self, context: list[int], n_max: int) -> list[int]:
         return self.drafter.propose(self.seq, context, n_max)
 
-    def batched(self) -> tuple[MtpDrafter, int]:
-        """(the shared drafter, this sequence): the decode loop drafts every slot at once
-        through ``MtpDrafter.propose_many`` (``verify.BatchDrafter``)."""
-        return self.drafter, self.seq
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        """A batched ask: the decode loop drafts every slot at once through
+        ``MtpDrafter.propose_many``."""
+        return [], Batched(self.drafter, self.seq, n_max)
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         pass                        # the next propose cuts the rejected rows

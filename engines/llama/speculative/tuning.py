@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypnos.engines.llama.speculative import Drafter
+from hypnos.engines.llama.speculative import Drafter, Plan
 
 #: Drafting must promise this much more speed than plain steps.
 MARGIN = 1.05
@@ -104,6 +104,11 @@ class AutoDrafter:
     def propose(self, context: list[int], n_max: int) -> list[int]:
         k = min(n_max, self.stats.n_for_next())
         return self.inner.propose(context, k) if k > 0 else []
+
+    def plan(self, context: list[int], n_max: int) -> Plan:
+        """The inner drafter's plan within the policy's length (0 on a step it keeps plain:
+        no tokens, or a batched ask for none)."""
+        return self.inner.plan(context, min(n_max, self.stats.n_for_next()))
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         self.stats.record(drafted, accepted, step_s)
