@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from hypnos.engines.llama.checkpoints import Checkpoint
 from hypnos.engines.llama.parting import parting
+from hypnos.engines.llama.prompt_cache_entries import common_prefix
 from hypnos.engines.llama.prompt_cache import RESTORE_MARGIN, ModelCache
 from hypnos.engines.llama.slots import Job, Slot
 from hypnos.engines.llama.state import CachedSlot, ParkedKV, ParkedSlot, read_seq, write_seq
@@ -139,14 +140,25 @@ class CachedPrefixes:
         return restored
 
     def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
-        """Write the longest cached prefix of ``job``'s partition into the slot when it beats
-        the slot's own ``own`` tokens by ``RESTORE_MARGIN``; the prompt tokens the slot then
-        serves (before the trim) and where they came from: "slot", "ram" or "disk". The
-        slot's partition is ``job``'s already (``claim``)."""
+        """Write the longest prefix of ``job``'s partition held elsewhere into the slot when
+        it beats the slot's own ``own`` tokens by ``RESTORE_MARGIN``: another slot's KV (one
+        bound to another session, or busy with another request of the same prefix, which
+        the job could not take) or the prompt cache's best entry. Returns the prompt tokens
+        the slot then serves (before the trim) and where they came from: "slot" (its own or
+        another slot's), "ram" or "disk". The slot's partition is ``job``'s already
+        (``claim``)."""
         cache = self.cache
+        sibling, near = self._sibling(slot, job)
+        found = cache.best(job.partition, job.prompt) \
+            if cache is not None and len(job.prompt) >= cache.min_tokens else None
+        if sibling is not None and near >= own + RESTORE_MARGIN and \
+                (found is None or near >= min(found[1], len(job.prompt) - 1)) and \
+                self._copy_slot(sibling, slot):
+            if cache is not None:
+                cache.count("slot")
+            return near, "slot"
         if cache is None or len(job.prompt) < cache.min_tokens:
             return own, "slot"
-        found = cache.best(job.partition, job.prompt)
         common = min(found[1], len(job.prompt) - 1) if found is not None else 0
         if found is None or common < own + RESTORE_MARGIN or \
                 len(found[0].tokens) >= self.n_ctx_seq:
@@ -168,6 +180,33 @@ class CachedPrefixes:
         self._restore_checkpoints(slot, checkpoints)
         cache.count(tier, common)
         return common, tier
+
+    def _sibling(self, slot: Slot, job: Job) -> tuple[Slot | None, int]:
+        """The other slot of ``job``'s partition sharing the longest prefix with its prompt,
+        and how many prompt tokens it can serve (at least one is left to evaluate)."""
+        best, near = None, 0
+        for other in self.slots:
+            if other is slot or other.partition != job.partition or not other.tokens or \
+                    other.tokens[0] == -1:
+                continue
+            n = min(common_prefix(other.tokens, job.prompt), len(job.prompt) - 1)
+            if n > near:
+                best, near = other, n
+        return best, near
+
+    def _copy_slot(self, source: Slot, slot: Slot) -> bool:
+        """Copy ``source``'s KV state, tokens and checkpoints into ``slot`` (one state copy,
+        ~1 ms per MB, on the decode thread between two steps, when both are consistent);
+        False, and ``slot`` emptied, when llama.cpp refuses it."""
+        if not write_seq(self.ll, self.ctx, slot.seq_id,
+                         read_seq(self.ll, self.ctx, source.seq_id)):
+            self.forget(slot)
+            return False
+        slot.tokens[:] = source.tokens
+        self.kv_replaced(slot)
+        slot.checkpoints[:] = [Checkpoint(c.n_tokens, bytearray(c.state))
+                               for c in source.checkpoints]
+        return True
 
     def _restore_checkpoints(self, slot: Slot, checkpoints: list[tuple[int, bytes]]) -> None:
         """Give the slot the checkpoints cached with its state (after ``kv_replaced``, which

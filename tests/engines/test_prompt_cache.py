@@ -209,3 +209,37 @@ def test_an_unloaded_models_slots_come_back_from_the_cache(tmp_path):
     finally:
         engine.unload()
         cache.close()
+
+
+@pytest.mark.real
+def test_a_prefix_in_a_slot_bound_to_another_session_is_copied_over():
+    """Codex's case: each session sends its own prompt_cache_key, so a new session binds
+    a slot of its own while the previous session's slot holds the shared instructions. The
+    new session's slot gets them copied from that slot (one state copy) instead of reading
+    them again (before: 3 of 6,066 tokens reused, measured with Codex 0.171)."""
+    require_smollm2()
+    engine = new_engine(None)
+
+    def asked(messages, key):
+        req = ChatRequest(messages=messages, max_tokens=6, temperature=0, logprobs=True,
+                          top_logprobs=2, session_key=key)
+        before = engine.evaluated_positions
+        return engine.chat(req, None, threading.Event()), engine.evaluated_positions - before
+    try:
+        first, _ = asked(turn1(), "session-1")
+        asked([{"role": "system", "content": OTHERS[0]},
+               {"role": "user", "content": "Where do we start?"}], None)
+        other = [turn1()[0], {"role": "user", "content": "When do you open on Sundays?"}]
+        copied, evaluated = asked(other, "session-2")
+        assert copied.cached_from == {"slot": copied.cached_tokens, "ram": 0, "disk": 0}
+        assert copied.cached_tokens >= 0.9 * first.prompt_tokens - 16
+        assert_not_evaluated(copied, evaluated)
+    finally:
+        engine.unload()
+    cold_engine = new_engine(None)
+    try:
+        cold, cold_evaluated = ask(cold_engine, other, partition="")
+    finally:
+        cold_engine.unload()
+    assert cold.cached_tokens == 0 and cold_evaluated >= cold.prompt_tokens
+    assert_same_or_a_near_tie(cold, copied)
