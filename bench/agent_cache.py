@@ -147,7 +147,8 @@ def reported(reply: dict) -> tuple[int, float, int]:
 
 def chat(base: str, body: dict) -> dict:
     r = httpx.post(base + "/v1/chat/completions", json=body, timeout=1800)
-    r.raise_for_status()
+    if r.status_code != 200:
+        raise RuntimeError(f"{base}: {r.status_code} {r.text[:500]}")
     return r.json()
 
 
