@@ -20,7 +20,7 @@ from hypnos.service.wire.model import Says, Wire, refuse
 from hypnos.service.scheduling import prompt_cache
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.rpc_workers import STATUS_PROBE_AGE_S
-from hypnos.service.http.openapi import endpoint, needs_ready
+from hypnos.service.http.openapi import admin_only, endpoint, needs_ready
 from hypnos.service.state import state, state_of
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.planner.types import Placement
@@ -218,6 +218,7 @@ class KvParkBody(Wire):
 
 
 @bp.post("/v1/memory/kv-park")
+@admin_only     # the cache's RAM cap is every key's: a user key does not shrink another's
 @endpoint("Turn KV parking on or off, or change its cap (with the prompt cache, max_bytes is "
           "the cache's RAM tier)", body=KvParkBody)
 async def kv_park_configure(request: Request) -> HTTPResponse:

@@ -145,3 +145,21 @@ async def test_app_state_takes_no_stray_attribute():
     assert isinstance(app.ctx, AppState) and state(app) is app.ctx
     with pytest.raises(AttributeError):
         app.ctx.ready = True
+
+
+async def test_a_user_key_cannot_resize_the_shared_prompt_cache():
+    """POST /v1/memory/kv-park sets the prompt cache's RAM cap, which every key's cached
+    prefixes share: a user key gets 403 (it could otherwise evict the others' entries with
+    max_bytes 0); the admin key changes it; reading it stays open to both."""
+    keys = '[server]\napi_keys = ["root-key"]\n[[server.keys]]\nkey = "user-key"\n'
+    app = create_app(config(keys), catalog=load_catalog(), stage=False)
+    body = {"max_bytes": 0}
+    user = await call(app, "post", "/v1/memory/kv-park", json=body,
+                      headers={"authorization": "Bearer user-key"})
+    assert user.status == 403 and user.json["error"]["type"] == "permission_denied"
+    root = await call(app, "post", "/v1/memory/kv-park", json=body,
+                      headers={"authorization": "Bearer root-key"})
+    assert root.status == 200 and root.json["max_bytes"] == 0
+    seen = await call(app, "get", "/v1/memory/kv-park",
+                      headers={"authorization": "Bearer user-key"})
+    assert seen.status == 200
