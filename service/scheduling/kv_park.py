@@ -26,7 +26,34 @@ class _Parked:
     parked_at: float
 
 
-class KvParkStore:
+class _Handles:
+    """What both stores do alike: the parked handles by model, most recently parked last."""
+
+    _items: OrderedDict[str, _Parked]
+
+    def _trim(self) -> None:
+        raise NotImplementedError
+
+    def _keep(self, model_id: str, state, admitted: bool) -> bool:
+        """Replace ``model_id``'s handle with ``state`` when ``admitted`` (else drop it);
+        whether it is still kept after the store trimmed itself to its cap."""
+        self._items.pop(model_id, None)
+        if not admitted:
+            return False
+        self._items[model_id] = _Parked(state, time.monotonic())
+        self._trim()
+        return model_id in self._items
+
+    def take(self, model_id: str):
+        """Remove and return the parked state of ``model_id`` (None when there is none)."""
+        item = self._items.pop(model_id, None)
+        return item.state if item is not None else None
+
+    def drop(self, model_id: str) -> None:
+        self._items.pop(model_id, None)
+
+
+class KvParkStore(_Handles):
     def __init__(self, enabled: bool, max_bytes: int):
         self.enabled = enabled
         self.max_bytes = max_bytes
@@ -53,20 +80,8 @@ class KvParkStore:
     def put(self, model_id: str, state) -> bool:
         """Keep ``state``; False (nothing kept) when parking is off or it alone exceeds the
         cap."""
-        self._items.pop(model_id, None)
-        if not self.enabled or state is None or state.bytes > self.max_bytes:
-            return False
-        self._items[model_id] = _Parked(state, time.monotonic())
-        self._trim()
-        return model_id in self._items
-
-    def take(self, model_id: str):
-        """Remove and return the parked state of ``model_id`` (None when there is none)."""
-        item = self._items.pop(model_id, None)
-        return item.state if item is not None else None
-
-    def drop(self, model_id: str) -> None:
-        self._items.pop(model_id, None)
+        return self._keep(model_id, state, self.enabled and state is not None
+                          and state.bytes <= self.max_bytes)
 
     def _trim(self) -> None:
         while self._items and self.used_bytes > self.max_bytes:
@@ -82,7 +97,7 @@ class KvParkStore:
                            for mid, p in self._items.items()]}
 
 
-class CacheParking:
+class CacheParking(_Handles):
     """KV parking as a use of the prompt cache. An engine with the cache parks its slots in
     it (`ParkedKV.cached` names them; only a slot the cache refused is copied, in
     ``entries``); this keeps those handles until the model's next load restores them.
@@ -132,20 +147,8 @@ class CacheParking:
     def put(self, model_id: str, state) -> bool:
         """Keep the engine's handle ``state`` for the next load; False (nothing kept) when
         parking is off, nothing was parked, or its copies alone exceed the cap."""
-        self._items.pop(model_id, None)
-        if not self.enabled or state is None or not state.slots or \
-                _copied(state)[2] > self.max_bytes:
-            return False
-        self._items[model_id] = _Parked(state, time.monotonic())
-        self._trim()
-        return model_id in self._items
-
-    def take(self, model_id: str):
-        item = self._items.pop(model_id, None)
-        return item.state if item is not None else None
-
-    def drop(self, model_id: str) -> None:
-        self._items.pop(model_id, None)
+        return self._keep(model_id, state, self.enabled and state is not None
+                          and bool(state.slots) and _copied(state)[2] <= self.max_bytes)
 
     def _trim(self) -> None:
         """The least recently parked copies go while the RAM tier and the copies exceed the
