@@ -260,13 +260,14 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
         partition replaces the slot's KV (``prompt_reuse``)."""
         job = slot.job
         keep = min(slot.prefix_for(job.prompt, job.partition), len(job.prompt) - 1)
-        job.parting = self._parting(job)
+        found = self._cache_best(job)
+        job.parting = self._parting(job, found)
         self._stash(slot, 0 if job.prefill is not None else keep)    # the prompt cache
         self.claim(slot, job.partition)
         if job.prefill is not None:
             self._start_prefilled(slot)
             return
-        keep, source = self._restore_cached(slot, job, keep)
+        keep, source = self._restore_cached(slot, job, keep, found)
         keep = self._trim(slot, keep)
         self._plan_checkpoints(slot, job)
         job.cached = keep

@@ -18,6 +18,7 @@ from hypnos.engines.llama.checkpoints import Checkpoint
 from hypnos.engines.llama.parting import parting
 from hypnos.engines.llama.prompt_cache_entries import common_prefix
 from hypnos.engines.llama.prompt_cache import RESTORE_MARGIN, ModelCache
+from hypnos.engines.llama.prompt_cache_entries import Entry
 from hypnos.engines.llama.slots import Job, Slot
 from hypnos.engines.llama.state import CachedSlot, ParkedKV, ParkedSlot, read_seq, write_seq
 
@@ -57,16 +58,23 @@ class CachedPrefixes:
         checkpoints = [(c.n_tokens, bytes(c.state)) for c in slot.checkpoints]
         cache.put(slot.partition, list(tokens), state, checkpoints, tag)
 
-    def _parting(self, job: Job) -> dict | None:
+    def _cache_best(self, job: Job) -> tuple[Entry, int] | None:
+        """The prompt cache's entry of ``job``'s partition sharing the longest prefix with
+        its prompt, and that length (None without a cache or a match): looked up once per
+        job, for the miss report and the restore."""
+        if self.cache is None or job.prefill is not None:
+            return None
+        return self.cache.best(job.partition, job.prompt)
+
+    def _parting(self, job: Job, found: tuple[Entry, int] | None) -> dict | None:
         """Where ``job``'s prompt parts from the best prefix its partition has cached, in a
-        slot or in the prompt cache (``parting``); call before the slot is trimmed."""
+        slot or in the prompt cache (``found``, `_cache_best`); call before the slot is
+        trimmed."""
         if job.prefill is not None:
             return None
         candidates = [s.tokens for s in self.slots if s.partition == job.partition]
-        if self.cache is not None:
-            found = self.cache.best(job.partition, job.prompt)
-            if found is not None:
-                candidates.append(found[0].tokens)
+        if found is not None:
+            candidates.append(found[0].tokens)
         return parting(job.prompt, candidates, self._text_of)
 
     def _text_of(self, tokens: list[int]) -> str:
@@ -139,7 +147,8 @@ class CachedPrefixes:
             restored += len(slot.tokens)
         return restored
 
-    def _restore_cached(self, slot: Slot, job: Job, own: int) -> tuple[int, str]:
+    def _restore_cached(self, slot: Slot, job: Job, own: int,
+                        found: tuple[Entry, int] | None) -> tuple[int, str]:
         """Write the longest prefix of ``job``'s partition held elsewhere into the slot when
         it beats the slot's own ``own`` tokens by ``RESTORE_MARGIN``: another slot's KV (one
         bound to another session, or busy with another request of the same prefix, which
@@ -149,8 +158,8 @@ class CachedPrefixes:
         (``claim``)."""
         cache = self.cache
         sibling, near = self._sibling(slot, job)
-        found = cache.best(job.partition, job.prompt) \
-            if cache is not None and len(job.prompt) >= cache.min_tokens else None
+        if cache is None or len(job.prompt) < cache.min_tokens:
+            found = None        # ``found``: `_cache_best`, looked up before the stash
         if sibling is not None and near >= own + RESTORE_MARGIN and \
                 (found is None or near >= min(found[1], len(job.prompt) - 1)) and \
                 self._copy_slot(sibling, slot):
