@@ -180,6 +180,7 @@ class TierBody(Wire):
 
 @bp.post("/v1/memory/tier")
 @needs_ready
+@admin_only     # a demotion evicts a model every key may be using; a promotion evicts others
 @endpoint("Move a model to a tier", body=TierBody, errors=(404, 429, 500, 503, 507))
 async def move_tier(request: Request) -> HTTPResponse:
     body = read_body(request, TierBody)

@@ -70,7 +70,7 @@ async def test_every_family_parses_with_help_and_per_model_and_tier_labels():
     _req, resp = await app.asgi_client.post("/v1/chat/completions", json=body, headers=headers)
     assert resp.status == 200, resp.text
     tokens = resp.json["usage"]["total_tokens"]
-    await app.asgi_client.post("/v1/memory/tier", headers=headers,
+    await app.asgi_client.post("/v1/memory/tier", headers={"authorization": "Bearer root"},
                                json={"model": "spare", "target_tier": "tier2_pinned_ram"})
     fams = await scrape(app)
     missing = [n for n in SECTION_16 if n not in fams]

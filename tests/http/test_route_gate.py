@@ -163,3 +163,18 @@ async def test_a_user_key_cannot_resize_the_shared_prompt_cache():
     seen = await call(app, "get", "/v1/memory/kv-park",
                       headers={"authorization": "Bearer user-key"})
     assert seen.status == 200
+
+
+async def test_a_user_key_cannot_move_a_model_between_tiers():
+    """POST /v1/memory/tier evicts what every key shares (a demotion drops a model others
+    use, a promotion pushes others out of VRAM): a user key gets 403 and nothing moves;
+    the admin key moves it."""
+    keys = '[server]\napi_keys = ["root-key"]\n[[server.keys]]\nkey = "user-key"\n'
+    app = create_app(config(keys), catalog=load_catalog(), stage=False)
+    body = {"model": "chat", "target_tier": "tier3_nvme_ssd"}
+    user = await call(app, "post", "/v1/memory/tier", json=body,
+                      headers={"authorization": "Bearer user-key"})
+    assert user.status == 403 and user.json["error"]["type"] == "permission_denied"
+    root = await call(app, "post", "/v1/memory/tier", json=body,
+                      headers={"authorization": "Bearer root-key"})
+    assert root.status == 200 and root.json["current_tier"] == "tier3_nvme_ssd"
