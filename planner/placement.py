@@ -6,9 +6,10 @@ Conventions (see also the spec's LayerPlacementPlan):
 
 - Everything fixed is booked in tier 1: non-layer weights (embeddings, output head), the
   projector, the compute workspace and the whole KV cache (llama.cpp keeps the KV of CPU
-  layers in host memory, so booking all of it in VRAM errs on the safe side), with the
-  slots' context checkpoints (`ModelShape.checkpoints_booked`; host copies, booked with the
-  KV on the same safe side).
+  layers in host memory, so booking all of it in VRAM errs on the safe side). The slots'
+  context checkpoints (`ModelShape.checkpoints_booked`) are copies in host memory: beside a
+  discrete GPU they are booked in ``pinned_ram_bytes``, not in VRAM; on a CPU-only host or
+  unified memory, where tier 1 is that memory, with the KV.
 - Layers left off the GPU are ``pinned_ram_layers``; ``ssd_layers`` is always 0: llama.cpp
   mmaps the weights file, so a layer is either in VRAM or in host memory while running.
 - ``cpu_expert_layers`` counts layers on the GPU whose Mixture-of-Experts expert tensors run
@@ -87,14 +88,22 @@ def place(req: PlacementRequest) -> Placement | NoFit:
     smallest tier-1 free memory with which the model would have been placed.
     """
     ctx = allocated_context(req)
-    kv = req.shape.kv_bytes_per_token * ctx + req.shape.checkpoints_booked(req.slots)
+    kv = req.shape.kv_bytes_per_token * ctx
+    checkpoints = req.shape.checkpoints_booked(req.slots)
     if not req.shape.gpu_capable and req.discrete_gpu:
-        return with_draft(_place_on_host(req, ctx, kv), req.shape, ctx, in_tier1=False)
+        return with_draft(_place_on_host(req, ctx, kv + checkpoints), req.shape, ctx,
+                          in_tier1=False)
+    in_host = checkpoints if req.discrete_gpu else 0      # host copies beside VRAM
+    kv += checkpoints - in_host
     if req.shape.num_layers <= 0 or not req.shape.gpu_capable:
         placed = _place_whole(req, ctx, kv)
     else:
         placed = _place_layers(req, ctx, kv)
-    return placed if isinstance(placed, NoFit) else with_draft(placed, req.shape, ctx)
+    if isinstance(placed, NoFit):
+        return placed
+    if in_host:
+        placed = replace(placed, pinned_ram_bytes=placed.pinned_ram_bytes + in_host)
+    return with_draft(placed, req.shape, ctx)
 
 
 def draft_bytes(shape: ModelShape, ctx: int) -> tuple[int, int]:

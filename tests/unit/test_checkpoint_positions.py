@@ -127,3 +127,19 @@ def test_the_planner_books_every_slots_checkpoints_with_the_kv():
         assert isinstance(plain, Placement) and isinstance(booked, Placement)
         assert (booked.vram_kv_and_workspace_bytes - plain.vram_kv_and_workspace_bytes
                 == 4 * CHECKPOINTS_PER_SLOT * 3 * MIB)
+
+
+def test_beside_a_discrete_gpu_the_checkpoints_are_booked_in_host_memory():
+    """The checkpoints are host copies: beside a discrete GPU the VRAM figure is the plain
+    one and ``pinned_ram_bytes`` carries them; the same fit (they take no VRAM)."""
+    with_cp = dataclasses.replace(SHAPE, checkpoint_bytes=3 * MIB)
+    booked = 4 * CHECKPOINTS_PER_SLOT * 3 * MIB
+    for shape_free in (40, 6):                   # whole, then a layer split
+        common = dict(tier1_free_bytes=shape_free * GIB, slots=4, context_len=8192,
+                      discrete_gpu=True)
+        plain = place(PlacementRequest(shape=SHAPE, **common))
+        host = place(PlacementRequest(shape=with_cp, **common))
+        assert isinstance(plain, Placement) and isinstance(host, Placement)
+        assert host.vram_kv_and_workspace_bytes == plain.vram_kv_and_workspace_bytes
+        assert host.gpu_layers == plain.gpu_layers
+        assert host.pinned_ram_bytes - plain.pinned_ram_bytes == booked
