@@ -180,7 +180,7 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | {403} | \
-        ({401, 429} if path.startswith(("/v1", "/api/")) else set()) | \
+        ({401, 429} if path.startswith(("/v1", "/api/")) or path == "/rerank" else set()) | \
         ({503} if spec.needs_ready else set())
     envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):
