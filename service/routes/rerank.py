@@ -1,5 +1,6 @@
-"""POST /v1/rerank and POST /rerank (llama-server's two names): one query against documents,
-in llama-server's shape (Jina's and Cohere's result fields), plus hypnos_telemetry.
+"""POST /v1/rerank, /rerank (llama-server's two names) and /v2/rerank (Cohere's, for its SDK
+with a base URL): one query against documents, in llama-server's shape (Jina's and Cohere's
+result fields), plus hypnos_telemetry.
 
 ``documents`` are strings or ``{"text": ...}`` objects; ``top_n`` cuts the sorted results;
 ``return_documents`` adds each one's ``document: {"text"}``. ``instruction`` (ours) says what
@@ -77,3 +78,4 @@ async def rerank_documents(request: Request) -> HTTPResponse:
 
 bp.add_route(rerank_documents, "/v1/rerank", methods=["POST"])
 bp.add_route(rerank_documents, "/rerank", methods=["POST"], name="rerank_short")
+bp.add_route(rerank_documents, "/v2/rerank", methods=["POST"], name="rerank_cohere")
