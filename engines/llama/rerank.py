@@ -190,9 +190,10 @@ class LlamaReranker:
                     batch.logits[n] = True          # pooling reads every output
                     n += 1
             batch.n_tokens = n
-            rc = ll.llama_decode(ctx, batch)
+            # An encoder (no KV memory) is encoded; a decoder reranker (Qwen3) is decoded.
+            rc = (ll.llama_decode if mem else ll.llama_encode)(ctx, batch)
             if rc != 0:
-                raise EngineError(f"llama_decode failed ({rc})")
+                raise EngineError(f"llama.cpp could not evaluate the batch ({rc})")
             out = []
             for k in range(len(seqs)):
                 ptr = ll.llama_get_embeddings_seq(ctx, k)
