@@ -28,8 +28,8 @@ IMAGES = "generate_images"       # /v1/images: ImageGenerator.generate
 PARK = "park"                    # KV state parked across a swap: KVChatEngine.park, restore
 SESSIONS = "sessions"            # /v1/sessions: KVChatEngine.export_session, import_session...
 
-CAPABILITIES = frozenset({CHAT, COMPLETE, VISION, EMBED, RERANK, TRANSCRIBE, SPEAK, CONVERT, EXTRACT,
-                          IMAGES, PARK, SESSIONS})
+CAPABILITIES = frozenset({CHAT, COMPLETE, VISION, EMBED, RERANK, TRANSCRIBE, SPEAK, CONVERT,
+                          EXTRACT, IMAGES, PARK, SESSIONS})
 
 #: capability -> the methods an engine that has it must have.
 METHODS: dict[str, tuple[str, ...]] = {

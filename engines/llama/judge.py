@@ -93,7 +93,8 @@ def judge(ll, model, prompts: list[list[int]], answers: tuple[int, int], *, cap:
                 ll.llama_memory_seq_cp(mem, 0, k, -1, -1)
                 last = len(suffixes[i]) - 1
                 rows += [(t, prefix + j, k, j == last) for j, t in enumerate(suffixes[i])]
-            for i, (l_yes, l_no) in zip(group, _decode(ll, ctx, rows, n_batch, answers)):
+            logits = _decode(ll, ctx, rows, n_batch, answers)
+            for i, (l_yes, l_no) in zip(group, logits, strict=True):
                 scores[i] = yes_share(l_yes, l_no)
             for k in range(1, len(group) + 1):
                 ll.llama_memory_seq_rm(mem, k, -1, -1)

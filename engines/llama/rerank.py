@@ -167,7 +167,7 @@ class LlamaReranker:
             for group in pack([len(s) for s in seqs], self.n_ctx, PARALLEL):
                 if cancel.is_set():
                     raise EngineError("cancelled")
-                for i, score in zip(group, self._score([seqs[i] for i in group])):
+                for i, score in zip(group, self._score([seqs[i] for i in group]), strict=True):
                     scores[i] = score
         return RerankResult(scores=scores, prompt_tokens=sum(len(s) for s in seqs))
 

@@ -9,5 +9,5 @@ from hypnos.service.routes import (chat, completions, documents, embeddings, ent
 
 ROUTES = [status.bp, memory.bp, chat.bp, messages.bp, responses.bp, responses_stored.bp,
           completions.bp, embeddings.bp, rerank.bp, transcriptions.bp, speech.bp, sessions.bp,
-          metrics.bp, pool.bp, logs.bp, documents.bp, entities.bp, images.bp, ollama.bp, ollama_models.bp,
-          ollama_pool.bp, playground.bp, openapi.bp]
+          metrics.bp, pool.bp, logs.bp, documents.bp, entities.bp, images.bp, ollama.bp,
+          ollama_models.bp, ollama_pool.bp, playground.bp, openapi.bp]
