@@ -299,3 +299,25 @@ async def test_keys_guard_every_rerank_path(models):
         _req, resp = await app.asgi_client.post(path, json=body,
                                                 headers={"authorization": "Bearer k1"})
         bad(resp, "documents")
+
+
+def test_a_rerank_leaves_the_chat_slots_warm():
+    """The judging runs in a scratch context: the conversation in the model's only slot is
+    still cached after a rerank (its next turn reuses the whole earlier prompt)."""
+    from hypnos.engines.llama.engine import LlamaChatEngine
+    from hypnos.engines.records import ChatRequest
+    engine = LlamaChatEngine()
+    engine.load(LoadSpec("qwen", QWEN, context_len=2048, slots=1, threads=2))
+    try:
+        turn = [{"role": "user", "content": "Name three rivers in Europe, one line each."}]
+        first = engine.chat(ChatRequest(messages=turn, max_tokens=4, temperature=0), None,
+                            threading.Event())
+        before = engine.evaluated_positions
+        ranked = engine.rerank(RerankRequest(JUDGED[0][0], JUDGED[0][1] * 3), threading.Event())
+        assert len(ranked.scores) == 12
+        assert engine.evaluated_positions == before          # the slot's context untouched
+        again = engine.chat(ChatRequest(messages=turn, max_tokens=4, temperature=0), None,
+                            threading.Event())
+        assert again.cached_tokens >= first.prompt_tokens - 1
+    finally:
+        engine.unload()
