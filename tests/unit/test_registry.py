@@ -37,7 +37,8 @@ LIBRARY = {
 PROTOCOL = {
     CHAT: protocols.ChatEngine, COMPLETE: protocols.ChatEngine, VISION: protocols.ChatEngine,
     PARK: protocols.KVChatEngine, SESSIONS: protocols.KVChatEngine,
-    EMBED: protocols.Embedder, RERANK: protocols.Reranker, TRANSCRIBE: protocols.Transcriber, SPEAK: protocols.Speaker,
+    EMBED: protocols.Embedder, RERANK: protocols.Reranker, TRANSCRIBE: protocols.Transcriber,
+    SPEAK: protocols.Speaker,
     CONVERT: protocols.Converter, EXTRACT: protocols.Extractor, IMAGES: protocols.ImageGenerator,
 }
 HEAVY = ("llama_cpp", "torch", "onnxruntime", "docling", "faster_whisper", "gliner",
