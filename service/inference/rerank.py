@@ -55,7 +55,7 @@ def rankers(sched: Scheduler) -> list[str]:
 
 def check(sched: Scheduler, params: RerankParams, max_documents: int) -> None:
     """The 400s before anything loads: a model that cannot rank (naming those that can),
-    no documents or too many, ``top_n`` out of range; an unknown model is a 404."""
+    no documents or too many, ``top_n`` below 1; an unknown model is a 404."""
     n = len(params.documents)
     if n == 0:
         raise errors.InvalidRequest("'documents' must hold at least one document",
@@ -64,9 +64,11 @@ def check(sched: Scheduler, params: RerankParams, max_documents: int) -> None:
         raise errors.InvalidRequest(f"'documents' holds {n} documents, above "
                                     f"max_rerank_documents ({max_documents})",
                                     param="documents")
-    if params.top_n is not None and not 1 <= params.top_n <= n:
-        raise errors.InvalidRequest(f"'top_n' must be 1..{n} (the number of documents), "
-                                    f"got {params.top_n}", param="top_n")
+    # Past the number of documents it means all of them, as llama-server and Cohere read it
+    # (LangChain's CohereRerank sends top_n=3 whatever the count).
+    if params.top_n is not None and params.top_n < 1:
+        raise errors.InvalidRequest(f"'top_n' must be at least 1, got {params.top_n}",
+                                    param="top_n")
     with errors.refusals_as_http():
         st = sched.get(params.model)
     if not any(m in st.cfg.all_modalities for m in RERANK.modalities) or (
