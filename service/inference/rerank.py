@@ -54,8 +54,19 @@ def rankers(sched: Scheduler) -> list[str]:
 
 
 def check(sched: Scheduler, params: RerankParams, max_documents: int) -> None:
-    """The 400s before anything loads: a model that cannot rank (naming those that can),
-    no documents or too many, ``top_n`` below 1; an unknown model is a 404."""
+    """Before anything loads: an unknown model is a 404; a model that cannot rank (naming
+    those that can), no documents or too many, ``top_n`` below 1 are 400s."""
+    with errors.refusals_as_http():
+        st = sched.get(params.model)
+    if not any(m in st.cfg.all_modalities for m in RERANK.modalities) or (
+            registry.is_available(st.cfg.engine, st.cfg.modality) and RERANK.capability
+            not in registry.capabilities(st.cfg.engine, st.cfg.modality)):
+        can = rankers(sched)
+        raise errors.InvalidRequest(
+            f"The model '{params.model}' (modality {st.cfg.modality}) cannot rank documents; "
+            + (f"models that can: {', '.join(can)}" if can else
+               "no model in the pool can (add a reranker GGUF with modality \"rerank\", or a "
+               "chat model)"), param="model")
     n = len(params.documents)
     if n == 0:
         raise errors.InvalidRequest("'documents' must hold at least one document",
@@ -69,17 +80,6 @@ def check(sched: Scheduler, params: RerankParams, max_documents: int) -> None:
     if params.top_n is not None and params.top_n < 1:
         raise errors.InvalidRequest(f"'top_n' must be at least 1, got {params.top_n}",
                                     param="top_n")
-    with errors.refusals_as_http():
-        st = sched.get(params.model)
-    if not any(m in st.cfg.all_modalities for m in RERANK.modalities) or (
-            registry.is_available(st.cfg.engine, st.cfg.modality) and RERANK.capability
-            not in registry.capabilities(st.cfg.engine, st.cfg.modality)):
-        can = rankers(sched)
-        raise errors.InvalidRequest(
-            f"The model '{params.model}' (modality {st.cfg.modality}) cannot rank documents; "
-            + (f"models that can: {', '.join(can)}" if can else
-               "no model in the pool can (add a reranker GGUF with modality \"rerank\", or a "
-               "chat model)"), param="model")
 
 
 def order(scores: list[float], top_n: int | None) -> list[tuple[int, float]]:

@@ -38,7 +38,7 @@ class RerankBody(Wire):
     documents: Annotated[list[str | TextDocument], Field(min_length=1),
                          Says("'documents' must be a non-empty array of strings or "
                               "{\"text\": string} objects")]
-    top_n: Annotated[int, Says("'top_n' must be an integer")] | None = None
+    top_n: Annotated[int, Field(ge=1), Says("'top_n' must be a positive integer")] | None = None
     return_documents: Annotated[bool, Says("'return_documents' must be a boolean")] = False
     instruction: Annotated[str, Field(min_length=1),
                            Says("'instruction' must be a non-empty string")] | None = None
