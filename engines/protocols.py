@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 from hypnos.engines.records import (
     ChatRequest, ChatResult, ConvertedPage, DocumentRequest, EmbedResult, ExtractRequest,
     ExtractResult, GeneratedImage, ImageRequest, LoadReport, LoadSpec, OnAudio, OnPage, OnToken,
-    OpenedDocument, SpeechRequest, TranscribeRequest, TranscribeResult,
+    OpenedDocument, RerankRequest, RerankResult, SpeechRequest, TranscribeRequest, TranscribeResult,
 )
 
 if TYPE_CHECKING:                                  # pure, but only the type is needed
@@ -203,6 +203,16 @@ class Embedder(Engine, Protocol):
     def embed(self, texts: list[str], cancel: threading.Event) -> EmbedResult:
         """Embed every text (batched inside). Raises ContextOverflow when one text is longer
         than the model accepts and cannot be truncated by the model's own rules."""
+        ...
+
+
+# ------------------------------------------------------------------------ rerank
+
+class Reranker(Engine, Protocol):
+    def rerank(self, req: RerankRequest, cancel: threading.Event) -> RerankResult:
+        """One relevance score per document, in input order. Raises ContextOverflow naming
+        ``documents[i]`` when the query with that document does not fit the context.
+        ``cancel`` is checked between batches; a cancelled call raises EngineError."""
         ...
 
 

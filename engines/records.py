@@ -194,6 +194,24 @@ class EmbedResult:
     prompt_tokens: int
 
 
+# ---------------------------------------------------------------------------- rerank
+
+@dataclass
+class RerankRequest:
+    """One query against documents (``Reranker.rerank``)."""
+    query: str
+    documents: list[str]
+    #: What relevance means, for a chat model judging (the Qwen3-Reranker "Instruct" line);
+    #: None: a generic search instruction. A reranker GGUF ignores it.
+    instruction: str | None = None
+
+
+@dataclass
+class RerankResult:
+    scores: list[float]                 # one per document, in input order (higher: closer)
+    prompt_tokens: int                  # tokens evaluated, the shared prefix counted once
+
+
 # ------------------------------------------------------------------------- transcription
 
 @dataclass

@@ -19,6 +19,7 @@ COMPLETE = "complete"            # /v1/completions: ChatEngine.chat with a raw p
 VISION = "vision"                # chat with image / audio parts (with the model's projector,
                                  # ``aux_path``): picture descriptions
 EMBED = "embed"                  # /v1/embeddings: Embedder.embed
+RERANK = "rerank"                # /v1/rerank: Reranker.rerank
 TRANSCRIBE = "transcribe"        # /v1/audio/transcriptions: Transcriber.transcribe
 SPEAK = "speak"                  # /v1/audio/speech: Speaker.synthesize
 CONVERT = "convert"              # /v1/documents: Converter.open, convert_pages
@@ -27,8 +28,8 @@ IMAGES = "generate_images"       # /v1/images: ImageGenerator.generate
 PARK = "park"                    # KV state parked across a swap: KVChatEngine.park, restore
 SESSIONS = "sessions"            # /v1/sessions: KVChatEngine.export_session, import_session...
 
-CAPABILITIES = frozenset({CHAT, COMPLETE, VISION, EMBED, TRANSCRIBE, SPEAK, CONVERT, EXTRACT,
-                          IMAGES, PARK, SESSIONS})
+CAPABILITIES = frozenset({CHAT, COMPLETE, VISION, EMBED, RERANK, TRANSCRIBE, SPEAK, CONVERT,
+                          EXTRACT, IMAGES, PARK, SESSIONS})
 
 #: capability -> the methods an engine that has it must have.
 METHODS: dict[str, tuple[str, ...]] = {
@@ -36,6 +37,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     COMPLETE: ("chat", "count_tokens", "prompt_tokens"),
     VISION: ("chat", "prompt_tokens"),
     EMBED: ("embed",),
+    RERANK: ("rerank",),
     TRANSCRIBE: ("transcribe",),
     SPEAK: ("synthesize",),
     CONVERT: ("open", "convert_pages"),
@@ -56,9 +58,11 @@ class Entry(NamedTuple):
 # (kind, primary modality) -> Entry; modality None matches any.
 ENGINES: dict[tuple[str, str | None], Entry] = {
     ("ggml_llama", None): Entry("hypnos.engines.llama.engine", "LlamaChatEngine", "llama",
-                                frozenset({CHAT, COMPLETE, VISION, PARK, SESSIONS})),
+                                frozenset({CHAT, COMPLETE, VISION, PARK, SESSIONS, RERANK})),
     ("ggml_llama", "embeddings"): Entry("hypnos.engines.llama.embed", "LlamaEmbedder", "llama",
                                         frozenset({EMBED})),
+    ("ggml_llama", "rerank"): Entry("hypnos.engines.llama.rerank", "LlamaReranker", "llama",
+                                    frozenset({RERANK})),
     ("onnx_runtime", "embeddings"): Entry("hypnos.engines.onnx_embed", "OnnxEmbedder",
                                           "embeddings", frozenset({EMBED})),
     ("onnx_runtime", "text_to_speech"): Entry("hypnos.engines.kokoro", "KokoroSpeaker", "tts",

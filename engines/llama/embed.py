@@ -69,7 +69,8 @@ class LlamaEmbedder:
         elif llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_RANK:
             llm.close()
             raise EngineError(f"{spec.model_id}: {spec.weights_path.name} is a reranker "
-                              "(rank pooling), not an embedding model")
+                              "(rank pooling), not an embedding model: give it "
+                              "modality = \"rerank\"")
         with self._lock:
             self._llm, self._np = llm, np
             self.pooling = pooling

@@ -42,7 +42,8 @@ from hypnos.engines.llama.slots import Job, JobRules
 from hypnos.engines.llama.speculative.choose import (Speculation, build_speculation,
                                                      rs_snapshots, setup_job, uses_mtp)
 from hypnos.engines.llama.state import KVLayout
-from hypnos.engines.records import ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken
+from hypnos.engines.records import (ChatRequest, ChatResult, LoadReport, LoadSpec, OnToken,
+                                    RerankRequest, RerankResult)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class LlamaChatEngine(SessionsMixin):
         self._draft = None                     # its draft model (``DraftModel``), if any
         self._swa_full = True                  # the context's window cache is full-sized
         self._cache: ModelCache | None = None  # the prompt cache (``spec.options``), if any
+        self._threads = 1
+        self._judging = threading.Lock()       # one rerank's scratch context at a time
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,6 +148,7 @@ class LlamaChatEngine(SessionsMixin):
                     self._template_key = spec.chat_template
                     self.fingerprint = llama_state.weights_fingerprint(spec.weights_path)
                 self.slots = spec.slots
+                self._threads = spec.threads or len(os.sched_getaffinity(0))
                 self.n_ctx_per_slot = ll.llama_n_ctx_seq(self._ctx)
                 self.model_id = spec.model_id
                 n_batch = self._n_batch = ll.llama_n_batch(self._ctx)
@@ -437,6 +441,31 @@ class LlamaChatEngine(SessionsMixin):
         if smpl is None:
             raise InvalidGrammar("the grammar is not valid GBNF with a 'root' rule")
         self._ll.llama_sampler_free(smpl)
+
+    def rerank(self, req: RerankRequest, cancel: threading.Event) -> RerankResult:
+        """Each document's relevance by this model's judgement (``judge``): p(yes) /
+        (p(yes) + p(no)) after the rendered judging prompt. Runs in the caller's thread in
+        a scratch context of at most one slot's size, freed after the call; the slots and
+        the prompt cache are not touched. Rerank calls are serialised."""
+        from hypnos.engines.llama import judge
+        if self._loop is None:
+            raise EngineError("model not loaded")
+        prompts = []
+        for i, doc in enumerate(req.documents):
+            prompt = self._build(ChatRequest(
+                messages=judge.judge_messages(req.query, doc, req.instruction))).prompt
+            if len(prompt) >= self.n_ctx_per_slot:
+                raise ContextOverflow(f"documents[{i}] in the judging prompt is "
+                                      f"{len(prompt)} tokens; a slot of this model holds "
+                                      f"{self.n_ctx_per_slot}", len(prompt),
+                                      self.n_ctx_per_slot)
+            prompts.append(prompt)
+        answers = judge.answer_tokens(lambda text: self._tokenize(text, False))
+        with self._judging:
+            scores, evaluated = judge.judge(
+                self._ll, self._model, prompts, answers, cap=self.n_ctx_per_slot,
+                n_batch=self._n_batch, threads=self._threads, cancel=cancel)
+        return RerankResult(scores=scores, prompt_tokens=evaluated)
 
     # ------------------------------------------------------------------ prompt
 

@@ -12,7 +12,7 @@ from hypnos.planner.types import MoeOffload, Priority, Tier
 
 MODALITIES = (
     "text_generation", "vision", "speech_to_text", "text_to_speech", "embeddings",
-    "image_generation", "document_conversion", "entity_extraction",
+    "image_generation", "document_conversion", "entity_extraction", "rerank",
 )
 ENGINES = ("ggml_llama", "ggml_whisper", "faster_whisper", "ggml_diffusion", "onnx_runtime",
            "docling", "gliner")
@@ -115,6 +115,8 @@ class LimitsConfig:
     max_image_bytes: int = 32 * 1024**2
     max_document_bytes: int = 100 * 1024**2
     max_prompt_chars: int = 1_000_000
+    # Most documents one POST /v1/rerank may score.
+    max_rerank_documents: int = 1000
     max_tokens_cap: int = 8192
     max_images_per_request: int = 4
     request_timeout_secs: int = 900

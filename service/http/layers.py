@@ -12,7 +12,7 @@ from sanic.response import empty
 
 from hypnos.service.http import browser
 from hypnos.service import errors
-from hypnos.service.http.openapi import endpoint_of
+from hypnos.service.http.openapi import UNVERSIONED, endpoint_of, keyed
 from hypnos.service.scheduling.readiness import Readiness
 from hypnos.service.observe.record import (RequestRecord, open_record, opened_record,
                                            record_of)
@@ -50,7 +50,7 @@ def _check_key(request: Request) -> None:
     cfg = state_of(request).config.server
     path = request.path
     if not ring.enabled or path in OPEN_PATHS or not (
-            path.startswith(("/v1", "/api/")) or (
+            keyed(path) or (
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()
@@ -149,7 +149,7 @@ def after_handler(request: Request) -> None:
 def _logged(request: Request) -> bool:
     """Inference and pool calls go to the request log; polling (GET, the log routes) not."""
     path = request.path
-    return (path.startswith("/v1/") and not path.startswith("/v1/logs")
+    return ((path.startswith("/v1/") or path in UNVERSIONED) and not path.startswith("/v1/logs")
             and request.method not in ("GET", "HEAD", "OPTIONS"))
 
 

@@ -83,6 +83,15 @@ def json_object(*required: str, **properties) -> dict:
                                  "properties": properties}}
 
 
+#: Inference paths outside /v1 and /api/: llama-server's and Cohere's names for rerank.
+UNVERSIONED = ("/rerank", "/v2/rerank")
+
+
+def keyed(path: str) -> bool:
+    """Whether API keys (401) and their limits (429) apply to ``path``."""
+    return path.startswith(("/v1", "/api/")) or path in UNVERSIONED
+
+
 # What a route that leases a model can answer besides a 400 (spec section 4).
 INFERENCE_ERRORS = (404, 429, 500, 503, 507)
 
@@ -180,7 +189,7 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
         **({"content": {k: {"schema": v} for k, v in spec.ok.items()}} if spec.ok else {})}}
     checked = content or spec.query or spec.websocket     # anything parsed can be a 400
     statuses = set(spec.errors) | ({400} if checked else set()) | {403} | \
-        ({401, 429} if path.startswith(("/v1", "/api/")) else set()) | \
+        ({401, 429} if keyed(path) else set()) | \
         ({503} if spec.needs_ready else set())
     envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):

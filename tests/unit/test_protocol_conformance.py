@@ -9,12 +9,13 @@ from hypnos.engines.gliner_ner import GlinerExtractor
 from hypnos.engines.kokoro import KokoroSpeaker
 from hypnos.engines.llama.embed import LlamaEmbedder
 from hypnos.engines.llama.engine import LlamaChatEngine
+from hypnos.engines.llama.rerank import LlamaReranker
 from hypnos.engines.llama.split import SplitChatEngine
 from hypnos.engines.onnx_embed import OnnxEmbedder
 from hypnos.engines.protocols import (ChatEngine, Converter, Embedder, Engine, Extractor,
                                       ImageGenerator, KeepsWeights, KVChatEngine,
-                                      OffloadsLayers, ReportsDevice, Speaker, SplitsLayers,
-                                      Transcriber)
+                                      OffloadsLayers, Reranker, ReportsDevice, Speaker,
+                                      SplitsLayers, Transcriber)
 from hypnos.engines.sd_diffusion import DiffusionGenerator
 from hypnos.engines.whisper import WhisperTranscriber
 
@@ -28,6 +29,7 @@ def test_each_engine_is_its_protocol() -> None:
     split: SplitsLayers = SplitChatEngine()
     split_offload: OffloadsLayers = SplitChatEngine()
     embedders: list[Embedder] = [LlamaEmbedder(), OnnxEmbedder()]
+    rerankers: list[Reranker] = [LlamaReranker(), LlamaChatEngine()]
     speaker: Speaker = KokoroSpeaker()
     transcriber: Transcriber = WhisperTranscriber()
     converter: Converter = DoclingConverter()
@@ -35,8 +37,8 @@ def test_each_engine_is_its_protocol() -> None:
     generator: ImageGenerator = DiffusionGenerator()
     reporting: list[ReportsDevice] = [OnnxEmbedder(), KokoroSpeaker(), WhisperTranscriber(),
                                       DoclingConverter(), GlinerExtractor(), LlamaChatEngine()]
-    engines: list[Engine] = [chat, kv, split_chat, *embedders, speaker, transcriber,
-                             converter, extractor, generator]
+    engines: list[Engine] = [chat, kv, split_chat, *embedders, *rerankers, speaker,
+                             transcriber, converter, extractor, generator]
     for engine in engines:
         assert callable(engine.load) and callable(engine.unload)
     assert chat.format is None and chat.n_ctx_per_slot == 0          # before load

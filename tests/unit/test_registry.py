@@ -11,12 +11,13 @@ import pytest
 from conftest import ROOT
 from hypnos.engines import protocols, registry
 from hypnos.engines.registry import (CAPABILITIES, CHAT, COMPLETE, CONVERT, EMBED, ENGINES,
-                                     EXTRACT, IMAGES, METHODS, PARK, SESSIONS, SPEAK, TRANSCRIBE,
-                                     VISION, capabilities)
+                                     EXTRACT, IMAGES, METHODS, PARK, RERANK, SESSIONS, SPEAK,
+                                     TRANSCRIBE, VISION, capabilities)
 
 EXPECTED = {
-    ("ggml_llama", None): {CHAT, COMPLETE, VISION, PARK, SESSIONS},
+    ("ggml_llama", None): {CHAT, COMPLETE, VISION, PARK, SESSIONS, RERANK},
     ("ggml_llama", "embeddings"): {EMBED},
+    ("ggml_llama", "rerank"): {RERANK},
     ("onnx_runtime", "embeddings"): {EMBED},
     ("onnx_runtime", "text_to_speech"): {SPEAK},
     ("faster_whisper", None): {TRANSCRIBE},
@@ -27,6 +28,7 @@ EXPECTED = {
 #: The library each engine module imports when it loads.
 LIBRARY = {
     "hypnos.engines.llama.engine": "llama_cpp", "hypnos.engines.llama.embed": "llama_cpp",
+    "hypnos.engines.llama.rerank": "llama_cpp",
     "hypnos.engines.onnx_embed": "onnxruntime", "hypnos.engines.kokoro": "kokoro_onnx",
     "hypnos.engines.whisper": "faster_whisper", "hypnos.engines.docling_convert": "docling",
     "hypnos.engines.gliner_ner": "gliner", "hypnos.engines.sd_diffusion": "stable_diffusion_cpp",
@@ -35,7 +37,8 @@ LIBRARY = {
 PROTOCOL = {
     CHAT: protocols.ChatEngine, COMPLETE: protocols.ChatEngine, VISION: protocols.ChatEngine,
     PARK: protocols.KVChatEngine, SESSIONS: protocols.KVChatEngine,
-    EMBED: protocols.Embedder, TRANSCRIBE: protocols.Transcriber, SPEAK: protocols.Speaker,
+    EMBED: protocols.Embedder, RERANK: protocols.Reranker, TRANSCRIBE: protocols.Transcriber,
+    SPEAK: protocols.Speaker,
     CONVERT: protocols.Converter, EXTRACT: protocols.Extractor, IMAGES: protocols.ImageGenerator,
 }
 HEAVY = ("llama_cpp", "torch", "onnxruntime", "docling", "faster_whisper", "gliner",
