@@ -88,8 +88,8 @@ class ChatLoop:
         elif cmd.name == "model":
             self.model(cmd.arg)
         elif cmd.name == "tier":
-            from hypnos.cli.tier_view import tier_picture
-            self.out.print(tier_picture(self.status()))
+            self.out.print(view.tiers_table(self.status()))
+            self.note("(hypnos tier draws the whole picture)")
         elif cmd.name == "file":
             self.file(Path(cmd.arg))
 
@@ -160,6 +160,7 @@ class ChatLoop:
             return
         finally:
             events.close()
+            answer.done = True
             if live is not None:
                 live.update(answer.renderable(), refresh=True)
                 live.stop()
@@ -171,10 +172,10 @@ class ChatLoop:
             return
         line = view.footer(finish.usage, finish.telemetry, time.perf_counter() - started)
         if finish.reason == "length":
-            line += " · cut at max_tokens"
+            line += " (cut at max_tokens)"
         self.note(line)
 
 
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return text if len(text) <= n else text[: n - 3] + "..."

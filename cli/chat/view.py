@@ -23,18 +23,18 @@ def tier_move(telemetry: dict) -> str:
     switch_s = (telemetry.get("tier_switch_latency_ms") or 0) / 1000
     parts = []
     if before and after and before != after:
-        parts.append(f"{TIERS.get(before, before)} -> {TIERS.get(after, after)} "
+        parts.append(f"moved {TIERS.get(before, before)} -> {TIERS.get(after, after)} "
                      f"in {switch_s:.2f} s")
     elif switch_s > 0:
         parts.append(f"loaded in {switch_s:.2f} s")
     evicted = telemetry.get("evicted_models") or []
     if evicted:
-        parts.append("evicted " + ", ".join(evicted))
-    return ", ".join(parts) if parts else "no tier move"
+        parts.append("evicted " + " ".join(evicted))
+    return "; ".join(parts) if parts else "no tier move"
 
 
 def footer(usage: dict, telemetry: dict, elapsed_s: float) -> str:
-    """``12.3 tok/s · 40 tokens · 31 cached · no tier move``: decode speed (the engine's,
+    """``12.3 tok/s, 40 tokens, 31 cached, no tier move``: decode speed (the engine's,
     else completion tokens over the wall time), the answer's tokens, the prompt tokens the
     slot cache served, the tier move."""
     engine = telemetry.get("engine") or {}
@@ -43,15 +43,14 @@ def footer(usage: dict, telemetry: dict, elapsed_s: float) -> str:
     if speed is None:
         speed = tokens / elapsed_s if elapsed_s > 0 else 0.0
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return (f"{speed:.1f} tok/s · {tokens} tokens · {cached} cached · "
-            f"{tier_move(telemetry)}")
+    return f"{speed:.1f} tok/s, {tokens} tokens, {cached} cached, {tier_move(telemetry)}"
 
 
 def thought_line(thinking: str, secs: float | None) -> Text:
     """The collapsed thinking block: one dim line."""
     words = len(thinking.split())
     took = f" for {secs:.1f} s" if secs is not None else ""
-    return Text(f"▸ thought{took} ({words} words; /think show expands)", style="dim")
+    return Text(f"[thought{took}, {words} words; /think show expands]", style="dim")
 
 
 def thoughts(thinking: str) -> Text:
@@ -67,6 +66,7 @@ class AnswerView:
         self.thinking = ""
         self.content = ""
         self.thought_secs: float | None = None
+        self.done = False           # the stream ended: the thoughts fold even without answer
 
     def add(self, content: str, reasoning: str, elapsed_s: float) -> None:
         self.thinking += reasoning
@@ -76,14 +76,31 @@ class AnswerView:
 
     def renderable(self) -> RenderableType:
         parts: list[RenderableType] = []
-        if self.thinking and not self.content:
+        if self.thinking and not self.content and not self.done:
             tail = self.thinking.strip().splitlines()[-THINKING_TAIL:]
-            parts.append(Text("thinking…\n" + "\n".join(tail), style="dim italic"))
+            parts.append(Text("thinking...\n" + "\n".join(tail), style="dim italic"))
         elif self.thinking:
             parts.append(thought_line(self.thinking, self.thought_secs))
         if self.content:
             parts.append(Markdown(self.content))
         return Group(*parts)
+
+
+def tiers_table(status: dict) -> Table:
+    """Every model of a /v1/memory/status body, by tier: where it is, its layers per tier,
+    its leases and queue (``hypnos tier`` draws the whole picture)."""
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("model", "tier", "layers gpu/ram/ssd", "context", "leases", "queued"):
+        table.add_column(col, no_wrap=True)
+    models = sorted(status.get("models", []), key=lambda m: m.get("current_tier", ""))
+    for m in models:
+        p = m.get("placement") or {}
+        layers = f"{p.get('gpu_layers', 0)}/{p.get('pinned_ram_layers', 0)}/" \
+                 f"{p.get('ssd_layers', 0)}"
+        table.add_row(m["id"], TIERS.get(m.get("current_tier", ""), "-"), layers,
+                      str(p.get("allocated_context_len") or "-"),
+                      str(m.get("active_leases", 0)), str(m.get("queued", 0)))
+    return table
 
 
 def models_table(status: dict, current: str) -> Table:
