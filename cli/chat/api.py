@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -69,7 +69,7 @@ def events_of(chunk: dict) -> list[Delta | Finish]:
     return out
 
 
-def stream_chat(client: Client, body: dict) -> Iterator[Delta | Finish]:
+def stream_chat(client: Client, body: dict) -> Generator[Delta | Finish, None, None]:
     """POST /v1/chat/completions with ``stream`` and yield its events. Closing the iterator
     (or an exception in the consumer) closes the connection, which cancels the generation.
     Raises ServerSaidNo for an error status, Unreachable when no connection is made."""

@@ -51,7 +51,7 @@ def attach(client: Client, status: dict, model: str, path: Path) -> Attachment:
         raise AttachError(f"{path}: no such file")
     kind = kind_of(path)
     if kind == "image":
-        current = next((m for m in status.get("models", []) if m["id"] == model), {})
+        current: dict = next((m for m in status.get("models", []) if m["id"] == model), {})
         if not api.serves(current, "vision"):
             seeing = [m["id"] for m in api.chat_models(status) if api.serves(m, "vision")]
             hint = (f"switch with /model {seeing[0]}" if seeing
