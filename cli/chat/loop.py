@@ -19,6 +19,7 @@ from hypnos.cli.chat.session import Session
 from hypnos.cli.client import Client
 
 PROMPT, MORE = "> ", ". "
+REDRAW_SECS = 0.05      # the Markdown is parsed again at most this often while it streams
 
 
 class ChatLoop:
@@ -140,14 +141,16 @@ class ChatLoop:
         try:
             if self.out.is_terminal:
                 from rich.live import Live
-                live = Live(answer.renderable(), console=self.out, refresh_per_second=10,
-                            vertical_overflow="visible")
+                live = Live(answer.renderable(), console=self.out, refresh_per_second=10)
                 live.start()
+            rows, shown = self.out.height - 1, 0.0
             for ev in events:
                 if isinstance(ev, api.Delta):
-                    answer.add(ev.content, ev.reasoning, time.perf_counter() - started)
-                    if live is not None:
-                        live.update(answer.renderable())
+                    now = time.perf_counter()
+                    answer.add(ev.content, ev.reasoning, now - started)
+                    if live is not None and now - shown >= REDRAW_SECS:
+                        live.update(view.Tail(answer.renderable(), rows))
+                        shown = now
                 else:
                     finish = ev
         except KeyboardInterrupt:
@@ -161,8 +164,8 @@ class ChatLoop:
         finally:
             events.close()
             answer.done = True
-            if live is not None:
-                live.update(answer.renderable(), refresh=True)
+            if live is not None:       # stopping prints the whole answer once
+                live.update(answer.renderable())
                 live.stop()
         if not self.out.is_terminal:
             self.out.print(answer.renderable())

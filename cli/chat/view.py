@@ -4,8 +4,9 @@ no I/O; the loop prints them.
 """
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markdown import Markdown
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -56,6 +57,21 @@ def thought_line(thinking: str, secs: float | None) -> Text:
 def thoughts(thinking: str) -> Text:
     """The whole thinking block, dim (``/think show``)."""
     return Text(thinking.strip() or "(no thoughts)", style="dim italic")
+
+
+class Tail:
+    """The last ``rows`` lines of a renderable: what a live view of a growing answer shows,
+    so the newest words stay on screen once the answer is taller than the terminal (the
+    whole answer is printed when it ends)."""
+
+    def __init__(self, renderable: RenderableType, rows: int):
+        self.renderable, self.rows = renderable, max(1, rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = console.render_lines(self.renderable, options, pad=False)
+        for line in lines[-self.rows:]:
+            yield from line
+            yield Segment.line()
 
 
 class AnswerView:

@@ -17,7 +17,9 @@ from hypnos.cli.chat.commands import (
     Command, CommandError, Message, help_lines, parse, read_input,
 )
 from hypnos.cli.chat.session import Attachment, Session
-from hypnos.cli.chat.view import AnswerView, footer, models_table, tier_move, tiers_table
+from hypnos.cli.chat.view import (
+    AnswerView, Tail, footer, models_table, tier_move, tiers_table,
+)
 from hypnos.cli.client import Client, ServerSaidNo, Unreachable
 from hypnos.cli.main import cli
 
@@ -271,6 +273,13 @@ def test_thoughts_show_while_thinking_then_fold_to_one_line():
     only.add("", "no answer came", 0.1)
     only.done = True
     assert render(only.renderable()).strip() == "[thought, 3 words; /think show expands]"
+
+
+def test_a_tall_answer_streams_its_last_lines():
+    text = "\n".join(f"line {i}" for i in range(30))
+    shown = render(Tail(text, 4)).splitlines()
+    assert shown == ["line 26", "line 27", "line 28", "line 29"]
+    assert render(Tail("short", 4)).splitlines() == ["short"]
 
 
 def test_model_and_tier_tables():
