@@ -17,14 +17,13 @@ import re
 import sys
 
 import httpx
+import pexpect
 import pytest
 
 from conftest import MODELS_DIR, ROOT
 from model_dirs import models_dir
 
-pexpect = pytest.importorskip("pexpect")
-
-from harness import ServerProcess  # noqa: E402  (bench/, put on the path by model_dirs)
+from harness import ServerProcess  # bench/, put on the path by model_dirs
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 KEY = "chat-test-key"
