@@ -65,11 +65,14 @@ class Client:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def request(self, method: str, path: str, *, body: dict | None = None,
-                params: dict | None = None, timeout: float | None = None) -> httpx.Response:
-        """The raw response of a 2xx answer; raises ServerSaidNo or Unreachable otherwise."""
+                params: dict | None = None, timeout: float | None = None,
+                files: dict | None = None, data: dict | None = None) -> httpx.Response:
+        """The raw response of a 2xx answer; raises ServerSaidNo or Unreachable otherwise.
+        ``files`` and ``data`` send a multipart form instead of the JSON ``body``."""
         params = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             resp = httpx.request(method, self.base + path, json=body, params=params,
+                                 files=files, data=data,
                                  headers=self.headers(), timeout=timeout or self.timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
             raise Unreachable(f"cannot reach the server at {self.base}: {exc}") from None

@@ -12,6 +12,7 @@ import click
 
 from hypnos.cli.advise_cmd import advise
 from hypnos.cli.bench_cmd import bench
+from hypnos.cli.chat_cmd import chat
 from hypnos.cli.fleet_cmd import fleet_config
 from hypnos.cli.logs_cmd import logs
 from hypnos.cli.models_cmd import catalog_block, models
@@ -36,6 +37,7 @@ def cli() -> None:
 
 
 cli.add_command(serve)
+cli.add_command(chat)
 cli.add_command(advise)
 cli.add_command(models)
 cli.add_command(catalog_block)
