@@ -1,0 +1,130 @@
+"""POST /mcp: the pool as MCP tools over Streamable HTTP (service/mcp/).
+
+The request has passed the HTTP layers every route passes (browser Host/Origin checks, the
+API key and its limits, the body size) when the handler hands it to the MCP SDK's ASGI app:
+the Sanic request becomes an ASGI scope carrying the request's `ToolContext`, its body the
+one ``http.request`` message, and what the SDK sends becomes the response (a whole body
+returned to the response layers, or a stream through ``request.respond``). A GET (the
+stream a stateful server would push on) is 405, as the protocol allows.
+
+``RANKER`` is the rerank tool's scorer (`mcp.tools.Ranker`): None lists no rerank tool.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from sanic import Blueprint, HTTPResponse, Request, Sanic
+from sanic.response import raw
+
+from hypnos.service.http.caller import caller_of
+from hypnos.service.http.openapi import endpoint, hypnos_version, needs_ready
+from hypnos.service.mcp.server import SCOPE_KEY, McpService
+from hypnos.service.mcp.tools import Ranker, ToolContext
+from hypnos.service.state import state, state_of
+
+bp = Blueprint("mcp")
+PATH = "/mcp"
+RANKER: Ranker | None = None
+
+
+async def _service(app: Sanic) -> McpService:
+    """The app's running MCP service, started at the first /mcp request."""
+    app_state = state(app)
+    if app_state.mcp is None:
+        service = McpService(hypnos_version(), app_state.config.limits.max_body_bytes)
+        app_state.mcp = service
+        try:
+            await service.start()
+        except BaseException:
+            app_state.mcp = None
+            raise
+    service = app_state.mcp
+    assert isinstance(service, McpService)
+    return service
+
+
+@bp.before_server_stop
+async def _stop(app: Sanic) -> None:
+    service = state(app).mcp
+    if isinstance(service, McpService):
+        state(app).mcp = None
+        await service.stop()
+
+
+def asgi_scope(request: Request, context: ToolContext) -> dict:
+    conn = request.conn_info
+    client = (conn.client_ip, conn.client_port) if conn is not None else None
+    server = (conn.server, conn.server_port) if conn is not None else None
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.version, "method": request.method,
+            "scheme": request.scheme, "path": request.path, "root_path": "",
+            "raw_path": request.path.encode(), "query_string": request.query_string.encode(),
+            "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                        for k, v in request.headers.items()],
+            "client": client, "server": server, SCOPE_KEY: context}
+
+
+class Reply:
+    """What the SDK sends, as the Sanic response: kept whole when it comes in one body
+    message, streamed through ``request.respond`` when it comes in several."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.status = 500
+        self.headers: dict[str, str] = {}
+        self.whole: HTTPResponse | None = None
+        self.stream: HTTPResponse | None = None
+
+    async def send(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = message["status"]
+            for k, v in message.get("headers", ()):
+                self.headers[k.decode("latin-1").lower()] = v.decode("latin-1")
+            return
+        if kind != "http.response.body":
+            return
+        body, more = message.get("body", b""), message.get("more_body", False)
+        if self.stream is None and not more:
+            ctype = self.headers.pop("content-type", "application/json")
+            self.headers.pop("content-length", None)
+            self.whole = raw(body, status=self.status, headers=self.headers,
+                             content_type=ctype)
+            return
+        if self.stream is None:
+            ctype = self.headers.pop("content-type", "text/event-stream")
+            self.headers.pop("content-length", None)
+            self.stream = await self.request.respond(status=self.status, headers=self.headers,
+                                                     content_type=ctype)
+        if body:
+            await self.stream.send(body)
+        if not more:
+            await self.stream.eof()
+
+
+@bp.post(PATH)
+@needs_ready
+@endpoint("MCP (Model Context Protocol, Streamable HTTP, stateless): the pool's models as "
+          "tools and resources (docs/clients.md)", errors=(400, 406, 413, 429),
+          ok={"application/json": {"type": "object", "description": "A JSON-RPC response"},
+              "text/event-stream": {"type": "string"}})
+async def mcp(request: Request) -> HTTPResponse | None:
+    service = await _service(request.app)
+    context = ToolContext(caller=caller_of(request), config=state_of(request).config,
+                          ranker=RANKER)
+    sent = False
+    never = asyncio.Event()
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": request.body or b"", "more_body": False}
+        await never.wait()          # the client's hang-up cancels the handler instead
+        return {"type": "http.disconnect"}
+
+    reply = Reply(request)
+    await service.handle(asgi_scope(request, context), receive, reply.send)
+    if reply.stream is not None:
+        return None
+    return reply.whole or HTTPResponse(status=reply.status, headers=reply.headers)
