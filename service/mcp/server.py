@@ -26,6 +26,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.types import Receive, Scope, Send
 
 from hypnos.service.mcp.refusal import ToolRefused
 from hypnos.service.mcp.tools import ToolContext, ToolSpec, call_spec, listed, serving
@@ -157,7 +158,7 @@ class McpService:
         if self._task is not None:
             await asyncio.wait({self._task})
 
-    async def handle(self, scope: dict, receive, send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One HTTP exchange, as the SDK's ASGI app."""
         await self.manager.handle_request(scope, receive, send)
 

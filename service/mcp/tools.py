@@ -24,7 +24,7 @@ import mcp_types as types
 
 from hypnos.planner.types import Tier
 from hypnos.service import errors
-from hypnos.service.config.schema import Config
+from hypnos.service.config.schema import Config, LimitsConfig
 from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import Family, require
 from hypnos.service.mcp.files import read_allowed, roots_of
@@ -58,7 +58,7 @@ class ToolContext:
     ranker: Ranker | None = None
 
     @property
-    def limits(self):
+    def limits(self) -> LimitsConfig:
         return self.caller.limits
 
     def file_roots(self) -> list[Path]:

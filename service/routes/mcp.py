@@ -12,6 +12,8 @@ stream a stateful server would push on) is 405, as the protocol allows.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
+from typing import Any
 
 from sanic import Blueprint, HTTPResponse, Request, Sanic
 from sanic.response import raw
@@ -75,7 +77,7 @@ class Reply:
         self.whole: HTTPResponse | None = None
         self.stream: HTTPResponse | None = None
 
-    async def send(self, message: dict) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             self.status = message["status"]
