@@ -12,6 +12,7 @@ stream a stateful server would push on) is 405, as the protocol allows.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -90,6 +91,8 @@ class Reply:
         if self.stream is None and not more:
             ctype = self.headers.pop("content-type", "application/json")
             self.headers.pop("content-length", None)
+            if self.status >= 400 and not _json_rpc_error(body):
+                body, ctype = _envelope(self.status, body), "application/json"
             self.whole = raw(body, status=self.status, headers=self.headers,
                              content_type=ctype)
             return
@@ -102,6 +105,24 @@ class Reply:
             await self.stream.send(body)
         if not more:
             await self.stream.eof()
+
+
+def _json_rpc_error(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("error"), dict)
+
+
+def _envelope(status: int, body: bytes) -> bytes:
+    """The error envelope for what the SDK refused over HTTP without a JSON-RPC error (a
+    wrong Content-Type or Accept, a GET): its words, or the status's."""
+    said = body.decode("utf-8", "replace").strip() or {
+        405: "Method not allowed", 406: "Not acceptable: send Accept: application/json, "
+        "text/event-stream", 413: "The request body is too large"}.get(status, "Refused")
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps({"error": {"message": f"MCP: {said}", "type": kind}}).encode()
 
 
 @bp.post(PATH)
