@@ -129,6 +129,10 @@ def _envelope(status: int, body: bytes) -> bytes:
 @needs_ready
 @endpoint("MCP (Model Context Protocol, Streamable HTTP, stateless): the pool's models as "
           "tools and resources (docs/clients.md)", errors=(400, 406, 413, 429),
+          meanings={400: "not a JSON-RPC message (a JSON-RPC error body) or not "
+                         "Content-Type: application/json",
+                    406: "Accept lacks application/json and text/event-stream",
+                    413: "a body over limits.max_body_bytes"},
           ok={"application/json": {"type": "object", "description": "A JSON-RPC response"},
               "text/event-stream": {"type": "string"}})
 async def mcp(request: Request) -> HTTPResponse | None:
