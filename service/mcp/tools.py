@@ -88,11 +88,13 @@ class ToolSpec:
 # --------------------------------------------------------------------- the pool
 
 def serving(ctx: ToolContext, family: Family) -> list[str]:
-    """The enabled pool models that can serve ``family``, those already loaded first."""
+    """The enabled pool models that can serve ``family``, those already loaded first; a
+    model known not to load here (its ``problem``: an engine this build lacks, an unreadable
+    file) is left out."""
     sched = ctx.caller.sched
     found: list[ModelState] = []
     for st in sched.models.values():
-        if not st.enabled:
+        if not st.enabled or st.problem is not None:
             continue
         try:
             require(sched, st.id, family)
