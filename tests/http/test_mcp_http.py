@@ -16,7 +16,7 @@ WHISPER = """
 id = "whisper"
 modality = "speech_to_text"
 engine = "faster_whisper"
-weights_path = "nowhere/whisper"
+weights_path = "whisper-tiny.en"
 """
 ACCEPT = {"accept": "application/json, text/event-stream"}
 
