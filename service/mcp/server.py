@@ -9,9 +9,9 @@ handler reads it back from the SDK's request context. Host and Origin are the HT
 checks (http/browser.py), done before the SDK sees the request, so the SDK's own DNS
 rebinding check is off.
 
-`McpService` owns the session manager's run: `start` enters it in a task of its own (the
-SDK keeps its task group there), `stop` leaves it. A manager runs once; a new service is
-made after a stop.
+`McpService` owns the session manager's run: `ready` enters it once in a task of its own
+(the SDK keeps its task group there), `stop` leaves it. A manager runs once; a new service
+is made after a stop.
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def build_server(version: str) -> Server:
 # --------------------------------------------------------------------- the service
 
 class McpService:
-    """The SDK's session manager, run in a task of its own between `start` and `stop`.
+    """The SDK's session manager, run in a task of its own between `ready` and `stop`.
     ``max_body_bytes``: the largest request body it reads (limits.max_body_bytes)."""
 
     def __init__(self, version: str, max_body_bytes: int):
@@ -134,10 +134,17 @@ class McpService:
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=max_body_bytes)
         self._stop = asyncio.Event()
+        self._started: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Enter the manager's run; returns once it accepts requests."""
+    async def ready(self) -> None:
+        """Enter the manager's run once (every caller waits for the same start); returns
+        once it accepts requests, or raises what stopped it."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
         running = asyncio.Event()
 
         async def hold() -> None:

@@ -31,18 +31,19 @@ RANKER: Ranker | None = None
 
 
 async def _service(app: Sanic) -> McpService:
-    """The app's running MCP service, started at the first /mcp request."""
+    """The app's running MCP service, started at the first /mcp request (requests that
+    come meanwhile wait for the same start)."""
     app_state = state(app)
     if app_state.mcp is None:
-        service = McpService(hypnos_version(), app_state.config.limits.max_body_bytes)
-        app_state.mcp = service
-        try:
-            await service.start()
-        except BaseException:
-            app_state.mcp = None
-            raise
+        app_state.mcp = McpService(hypnos_version(), app_state.config.limits.max_body_bytes)
     service = app_state.mcp
     assert isinstance(service, McpService)
+    try:
+        await service.ready()
+    except Exception:
+        if app_state.mcp is service:
+            app_state.mcp = None        # the next request tries a new one
+        raise
     return service
 
 
