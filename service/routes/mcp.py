@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from sanic import Blueprint, HTTPResponse, Request, Sanic
 from sanic.response import raw
 
 from hypnos.service.http.caller import caller_of
-from hypnos.service.http.openapi import endpoint, hypnos_version, needs_ready
+from hypnos.service.http.openapi import ENVELOPE, endpoint, hypnos_version, needs_ready
 from hypnos.service.mcp.server import SCOPE_KEY, McpService
 from hypnos.service.mcp.tools import Ranker, ToolContext
 from hypnos.service.state import state, state_of
@@ -126,15 +127,36 @@ def _envelope(status: int, body: bytes) -> bytes:
     return json.dumps({"error": {"message": f"MCP: {said}", "type": kind}}).encode()
 
 
+class JsonRpcBody(BaseModel):
+    """One MCP message: a JSON-RPC 2.0 request (with ``id``) or notification (without)."""
+    model_config = ConfigDict(extra="allow")
+    jsonrpc: Literal["2.0"]
+    method: str = Field(description="initialize, tools/list, tools/call, resources/list, "
+                                    "resources/read, ping, notifications/...")
+    id: Any = Field(None, description="A request's id (a number or a string); none on a "
+                                      "notification")
+    params: Any = Field(None, description="The method's parameters (an object)")
+
+
+JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properties": {
+    "jsonrpc": {"const": "2.0"}, "id": {"type": ["integer", "string", "null"]},
+    "error": {"type": "object", "required": ["code", "message"],
+              "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}}
+REFUSED = {"anyOf": [ENVELOPE, JSON_RPC_ERROR]}
+
+
 @bp.post(PATH)
 @needs_ready
 @endpoint("MCP (Model Context Protocol, Streamable HTTP, stateless): the pool's models as "
-          "tools and resources (docs/clients.md)", errors=(400, 406, 413, 429),
-          meanings={400: "not a JSON-RPC message (a JSON-RPC error body) or not "
-                         "Content-Type: application/json",
-                    406: "Accept lacks application/json and text/event-stream",
-                    413: "a body over limits.max_body_bytes"},
-          ok={"application/json": {"type": "object", "description": "A JSON-RPC response"},
+          "tools and resources (docs/clients.md)", body=JsonRpcBody, errors=(401, 429),
+          meanings={400: "not a JSON-RPC message (a JSON-RPC error) or not Content-Type: "
+                         "application/json",
+                    202: "a notification, accepted (no body)",
+                    406: "Accept lacks application/json and text/event-stream (a JSON-RPC "
+                         "error)"},
+          other={202: None, 400: REFUSED, 406: REFUSED},
+          ok={"application/json": {"type": "object", "description": "A JSON-RPC response "
+                                   "(a tool's refusal is a result with isError)"},
               "text/event-stream": {"type": "string"}})
 async def mcp(request: Request) -> HTTPResponse | None:
     service = await _service(request.app)
