@@ -29,11 +29,11 @@ from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 
 from hypnos.service.mcp.refusal import ToolRefused
-from hypnos.service.mcp.tools import ToolContext, ToolSpec, call_spec, listed, serving
+from hypnos.service.mcp.context import SCOPE_KEY, ToolContext
+from hypnos.service.mcp.tools import ToolSpec, call_spec, listed, serving
 from hypnos.service.mcp.tools_media import CONVERT, SPEAK, TRANSCRIBE
 from hypnos.service.mcp.tools_text import ASK, EMBED, ENTITIES_TOOL, IMAGE, RERANK
 
-SCOPE_KEY = "hypnos.mcp"
 SPECS: list[ToolSpec] = [TRANSCRIBE, SPEAK, CONVERT, ENTITIES_TOOL, EMBED, RERANK, IMAGE, ASK]
 BY_NAME = {spec.name: spec for spec in SPECS}
 POOL_URI = "hypnos://models"

@@ -18,53 +18,19 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import mcp_types as types
 
 from hypnos.planner.types import Tier
 from hypnos.service import errors
-from hypnos.service.config.schema import Config, LimitsConfig
-from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import Family, require
-from hypnos.service.mcp.files import read_allowed, roots_of
+from hypnos.service.mcp.context import ToolContext
+from hypnos.service.mcp.files import read_allowed
 from hypnos.service.mcp.refusal import ToolRefused
 from hypnos.service.scheduling.pool import ModelState
 
 TIER_ORDER = {Tier.GPU: 0, Tier.RAM: 1, Tier.SSD: 2}
-
-
-class Ranker(Protocol):
-    """Scores documents against a query with a pool model (POST /v1/rerank's scorer): the
-    `rerank` tool calls it, and is listed only when one is given and a model can rank."""
-
-    def models(self, ctx: ToolContext) -> list[str]:
-        """The ids of the pool models that can rank, best choice first."""
-        ...
-
-    async def rank(self, ctx: ToolContext, model: str, query: str,
-                   documents: list[str]) -> list[tuple[int, float]]:
-        """(index into ``documents``, relevance score) for each document, any order.
-        Raises `errors.HypnosError` (or `ToolRefused`) to refuse."""
-        ...
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a tool call may use: the request's `Caller` (scheduler, limits, metrics, record
-    and deadline: the same as an HTTP route's), the config, and the rerank scorer if any."""
-    caller: Caller
-    config: Config
-    ranker: Ranker | None = None
-
-    @property
-    def limits(self) -> LimitsConfig:
-        return self.caller.limits
-
-    def file_roots(self) -> list[Path]:
-        source = self.config.source
-        return roots_of(self.config.server.mcp_file_roots,
-                        source.parent if source is not None else None)
 
 
 Run = Callable[[ToolContext, dict, str], Awaitable[types.CallToolResult]]

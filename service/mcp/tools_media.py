@@ -15,8 +15,8 @@ from hypnos.service.inference.capabilities import DOCUMENTS, SPEECH, TRANSCRIPTI
 from hypnos.service.inference.leased import leased
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.mcp.refusal import ToolRefused
-from hypnos.service.mcp.tools import (ToolContext, ToolSpec, file_bytes, json_result,
-                                      number_arg, text_arg)
+from hypnos.service.mcp.context import ToolContext
+from hypnos.service.mcp.tools import ToolSpec, file_bytes, json_result, number_arg, text_arg
 from hypnos.service.media.markdown_join import join_pages
 from hypnos.service.wire.documents import check_document, parse_ocr, parse_pages
 from hypnos.service.wire.transcription import parse_language

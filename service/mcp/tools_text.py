@@ -15,8 +15,8 @@ from hypnos.service.inference.chat_checks import chat_lease
 from hypnos.service.inference.leased import leased
 from hypnos.service.inference.turn import FrameSink, chat_turn
 from hypnos.service.mcp.refusal import ToolRefused
-from hypnos.service.mcp.tools import (ToolContext, ToolSpec, json_result, number_arg,
-                                      text_arg)
+from hypnos.service.mcp.context import ToolContext
+from hypnos.service.mcp.tools import ToolSpec, json_result, number_arg, text_arg
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.model import input_texts
 from hypnos.service.wire.openai_out import ChatCompletionCodec

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import MutableMapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from sanic import Blueprint, HTTPResponse, Request, Sanic
@@ -22,9 +22,12 @@ from sanic.response import raw
 
 from hypnos.service.http.caller import caller_of
 from hypnos.service.http.openapi import ENVELOPE, endpoint, hypnos_version, needs_ready
-from hypnos.service.mcp.server import SCOPE_KEY, McpService
-from hypnos.service.mcp.tools import Ranker, ToolContext
+from hypnos.service import errors
+from hypnos.service.mcp.context import SCOPE_KEY, Ranker, ToolContext
 from hypnos.service.state import state, state_of
+
+if TYPE_CHECKING:
+    from hypnos.service.mcp.server import McpService
 
 bp = Blueprint("mcp")
 PATH = "/mcp"
@@ -33,7 +36,14 @@ RANKER: Ranker | None = None
 
 async def _service(app: Sanic) -> McpService:
     """The app's running MCP service, started at the first /mcp request (requests that
-    come meanwhile wait for the same start)."""
+    come meanwhile wait for the same start). The SDK is imported here: a server without
+    the ``mcp`` package answers /mcp with a 503 and serves every other route."""
+    try:
+        from hypnos.service.mcp.server import McpService
+    except ImportError as exc:
+        raise errors.ModelNotAvailable(
+            f"/mcp needs the MCP SDK, which this install lacks ({exc}); pip install "
+            "'mcp>=2.3,<3'") from None
     app_state = state(app)
     if app_state.mcp is None:
         app_state.mcp = McpService(hypnos_version(), app_state.config.limits.max_body_bytes)
@@ -51,7 +61,7 @@ async def _service(app: Sanic) -> McpService:
 @bp.before_server_stop
 async def _stop(app: Sanic) -> None:
     service = state(app).mcp
-    if isinstance(service, McpService):
+    if service is not None:
         state(app).mcp = None
         await service.stop()
 

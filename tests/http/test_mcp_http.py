@@ -116,3 +116,12 @@ async def test_keys_and_bare_http_refusals():
     resp = await call(app, "post", "/mcp", content="{nope", headers={
         **ACCEPT, "authorization": "Bearer sk-a", "content-type": "application/json"})
     assert resp.status == 400 and resp.json["error"]["code"] == -32700     # JSON-RPC's own
+
+
+async def test_without_the_sdk_mcp_is_a_503_and_the_rest_serves(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "hypnos.service.mcp.server", None)    # import fails
+    app = app_for()
+    resp = await rpc(app, "tools/list")
+    assert resp.status == 503 and "pip install" in resp.json["error"]["message"]
+    assert (await call(app, "get", "/v1/models")).status == 200
