@@ -14,6 +14,8 @@ reads it as it reads any failed tool, and the HTTP exchange itself succeeds.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -198,8 +200,6 @@ def file_bytes(ctx: ToolContext, arguments: dict, b64_name: str, max_bytes: int,
                limit_name: str) -> tuple[bytes, str | None]:
     """The bytes a tool reads: base64 in ``b64_name``, or the file ``path`` names (under
     server.mcp_file_roots); with the file's name where there is one."""
-    import base64
-    import binascii
     path = text_arg(arguments, "path")
     if path is not None:
         data = read_allowed(path, ctx.file_roots(), max_bytes, limit_name)
