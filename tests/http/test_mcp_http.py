@@ -125,3 +125,49 @@ async def test_without_the_sdk_mcp_is_a_503_and_the_rest_serves(monkeypatch):
     resp = await rpc(app, "tools/list")
     assert resp.status == 503 and "pip install" in resp.json["error"]["message"]
     assert (await call(app, "get", "/v1/models")).status == 200
+
+
+async def test_the_2026_protocol_era_is_served_too():
+    """A client of the per-request era (MCP-Protocol-Version 2026-07-28, no handshake)."""
+    app = app_for()
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"}
+    resp = await rpc(app, "tools/list", {"_meta": meta}, headers=headers)
+    assert resp.status == 200, resp.text
+    assert "embed" in {t["name"] for t in resp.json["result"]["tools"]}
+
+
+async def test_the_asgi_bridge_returns_whole_streams_and_wraps_bare_refusals():
+    from sanic import Sanic as S
+    from sanic_testing.testing import SanicASGITestClient
+    from hypnos.service.http.asgi import serve_asgi
+    toy = S("asgi-toy")
+
+    async def chunks(scope, receive, send):
+        assert (await receive())["body"] == b"ping" and scope["toy"] == 1
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain")]})
+        for part in (b"a", b"b"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"c", "more_body": False})
+
+    async def bare(scope, receive, send):
+        await send({"type": "http.response.start", "status": 406, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @toy.post("/stream")
+    async def stream(request):
+        return await serve_asgi(request, chunks, {"toy": 1}, label="Toy")
+
+    @toy.post("/bare")
+    async def refused(request):
+        return await serve_asgi(request, bare, {}, label="Toy")
+
+    client = SanicASGITestClient(toy)
+    _req, resp = await client.post("/stream", content=b"ping")
+    assert resp.status == 200 and resp.text == "abc"
+    _req, resp = await client.post("/bare", content=b"")
+    assert resp.status == 406 and resp.json["error"] == {
+        "message": "Toy: Not acceptable", "type": "invalid_request_error"}
