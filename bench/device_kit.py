@@ -39,7 +39,10 @@ CALL = 'run(command="bash bench/gpu_check.sh", carry=[".devkit"], timeout_s=560)
 
 # Hypnos's base install and llama_cpp's runtime needs that the device image lacks.
 WANTED = ("sanic", "sanic-testing", "pydantic", "pydantic-core", "tomlkit", "gguf",
-          "diskcache", "typing-extensions")
+          "diskcache", "typing-extensions",
+          # /mcp's SDK (about 6.5 MiB of wheels with its dependencies, cryptography the most);
+          # without it the server still starts and /mcp answers 503.
+          "mcp")
 # What the device image already has (issue 27), with the usual dependencies of those: their
 # wheels are left out of the kit (the image's copies satisfy the resolver there).
 IMAGE_HAS = frozenset("""numpy jinja2 markupsafe psutil rich click httpx httpcore anyio idna

@@ -51,6 +51,7 @@ class AppState:
     config_watch: asyncio.Task[None] | None = None  # set by lifecycle/config_watch.py
     pictures: PictureStore | None = None  # documents' pictures, made at the first use
     openapi: dict[str, Any] | None = None  # the /openapi.json document, built once
+    mcp: Any = None       # the /mcp endpoint's SDK session manager, made at first use
     pulls: Turns = field(default_factory=Turns)   # one /api/pull per model id at a time
 
 

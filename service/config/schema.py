@@ -76,6 +76,10 @@ class ServerConfig:
     # Host header names beyond loopback and this machine's own names and addresses that the
     # server answers (others get 403: DNS rebinding); "*" answers any (behind a reverse proxy).
     allowed_hosts: list[str] = field(default_factory=list)
+    # Folders whose files the /mcp tools may read by path on the server's side (an agent's
+    # transcribe_audio or convert_document naming a file); symlinks are resolved and a path
+    # with ".." or outside every folder is refused. Empty: no file is read by path.
+    mcp_file_roots: list[str] = field(default_factory=list)
     # Where durable server state lives (stored responses' SQLite database, responses.db;
     # read at start). Empty: a "hypnos-state" folder beside the config file, or without one
     # $XDG_DATA_HOME/hypnos (~/.local/share/hypnos); relative: from the config file's folder.

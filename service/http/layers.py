@@ -22,6 +22,7 @@ EXPOSED = ("x-request-id, x-hypnos-previous-tier, x-hypnos-gpu-layers, x-hypnos-
            "x-hypnos-inference-ms, x-hypnos-audio-secs, x-hypnos-rtf, "
            "x-hypnos-estimated-wait-ms")
 OPEN_PATHS = ("/health", "/ready")
+MCP_PATH = "/mcp"           # the MCP endpoint (routes/mcp.py): keyed as /v1 is
 
 
 def new_request_id() -> str:
@@ -50,7 +51,7 @@ def _check_key(request: Request) -> None:
     cfg = state_of(request).config.server
     path = request.path
     if not ring.enabled or path in OPEN_PATHS or not (
-            keyed(path) or (
+            keyed(path) or path == MCP_PATH or (
             path == "/metrics" and cfg.metrics_require_auth)):
         return
     header = request.headers.get("authorization", "").strip()
@@ -149,6 +150,9 @@ def after_handler(request: Request) -> None:
 def _logged(request: Request) -> bool:
     """Inference and pool calls go to the request log; polling (GET, the log routes) not."""
     path = request.path
+    if path == MCP_PATH:         # a tool call that used a model, not a listing
+        record = opened_record(request)
+        return record is not None and record.lease is not None
     return ((path.startswith("/v1/") or path in UNVERSIONED) and not path.startswith("/v1/logs")
             and request.method not in ("GET", "HEAD", "OPTIONS"))
 

@@ -109,7 +109,7 @@ class Endpoint:
     # What a status means on this route, where DESCRIPTIONS' general words are wrong.
     meanings: dict[int, str] = field(default_factory=dict)
     websocket: bool = False
-    # Statuses whose body is not the error envelope: status -> JSON Schema.
+    # Statuses whose body is not the error envelope: status -> JSON Schema (None: no body).
     other: dict = field(default_factory=dict)
     # What the route gate (http/layers.route_gate) requires before the handler runs: an
     # admin key when keys are configured (403), a READY server (503 + Retry-After).
@@ -194,9 +194,9 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
     envelope = envelope_for(path)
     for status in sorted(statuses | set(spec.other)):
         meaning = _meaning(spec, status)
-        responses[str(status)] = {"description": meaning,
-                                  "content": {"application/json": {
-                                      "schema": spec.other.get(status, envelope)}}}
+        schema = spec.other.get(status, envelope)
+        responses[str(status)] = {"description": meaning} if schema is None else {
+            "description": meaning, "content": {"application/json": {"schema": schema}}}
     if content:
         for status, text in TEXT_STATUSES.items():
             responses[str(status)] = {"description": text, "content": PLAIN}

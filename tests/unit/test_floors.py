@@ -26,6 +26,7 @@ FLOORS = (
     "inference",    # checked, leased engine calls, with narrow dependencies (Caller)
     "state",        # AppState: every store above, held by the app
     "lifecycle",    # staging, config watch, the catalog pool, shutdown
+    "mcp",          # the pool as MCP tools: tool logic over inference/, the SDK's server
     "http",         # Sanic layers, the route's Caller, the turn's sink, OpenAPI, browser safety
     "routes",       # one module per route family
     "app",          # create_app: builds the state, installs layers and routes
@@ -80,7 +81,7 @@ def test_the_checker_refuses_an_import_up_and_allows_one_down():
     up = "import os\nfrom hypnos.service.routes.chat import chat\n"
     assert climbs("service/wire/x.py", ("wire", "x"), up) == [
         "service/wire/x.py:2: imports hypnos.service.routes.chat: wire (floor 3) may not "
-        "import routes (floor 12), which stands above it"]
+        "import routes (floor 13), which stands above it"]
     # Through the package, under TYPE_CHECKING, inside a function: each counts.
     sneaky = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
               "    from hypnos.service import state\n"
