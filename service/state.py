@@ -17,6 +17,7 @@ from hypnos.engines.devices import EngineBuild
 from hypnos.service.config.schema import Config
 from hypnos.service.keys import KeyRing, Limiter
 from hypnos.service.scheduling.keep_alive import KeepAlive
+from hypnos.service.inference.realtime_book import RealtimeBook
 from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.scheduling.readiness import Lifecycle
 from hypnos.service.scheduling.turns import Turns
@@ -52,6 +53,7 @@ class AppState:
     pictures: PictureStore | None = None  # documents' pictures, made at the first use
     openapi: dict[str, Any] | None = None  # the /openapi.json document, built once
     pulls: Turns = field(default_factory=Turns)   # one /api/pull per model id at a time
+    realtime: RealtimeBook = field(default_factory=RealtimeBook)   # open /v1/realtime sessions
 
 
 def state(app: Sanic) -> AppState:

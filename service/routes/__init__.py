@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hypnos.service.routes import (chat, completions, documents, embeddings, entities, images,
                                    logs, memory, messages, metrics, ollama, ollama_models,
-                                   ollama_pool, openapi, playground, pool, responses,
+                                   ollama_pool, openapi, playground, pool, realtime, responses,
                                    responses_stored, sessions, speech, status, transcriptions)
 
 ROUTES = [status.bp, memory.bp, chat.bp, messages.bp, responses.bp, responses_stored.bp,
           completions.bp, embeddings.bp, transcriptions.bp, speech.bp, sessions.bp, metrics.bp,
           pool.bp, logs.bp, documents.bp, entities.bp, images.bp, ollama.bp, ollama_models.bp,
-          ollama_pool.bp, playground.bp, openapi.bp]
+          ollama_pool.bp, realtime.bp, playground.bp, openapi.bp]
