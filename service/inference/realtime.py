@@ -19,6 +19,7 @@ import binascii
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sanic.exceptions import WebsocketClosed
 from websockets.exceptions import ConnectionClosed
@@ -53,7 +54,7 @@ class SessionDeps:
 
 
 class RealtimeSession:
-    def __init__(self, ws, deps: SessionDeps, info: SessionInfo):
+    def __init__(self, ws: Any, deps: SessionDeps, info: SessionInfo):
         self.ws, self.deps, self.info = ws, deps, info
         self.settings = Settings()
         self.items: list[dict] = []

@@ -33,7 +33,7 @@ _offered: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "realtime_offered", default=())
 
 
-class _Negotiated:
+class _Negotiated(list[str]):
     """The route's subprotocols, read at the handshake: "realtime" when the client offers it
     (a browser must get one of those it offered back), none otherwise (the SDKs offer none,
     and a route with a fixed list would refuse them). Sanic reads a route's list once per
@@ -41,6 +41,9 @@ class _Negotiated:
 
     def __iter__(self) -> Iterator[str]:
         return iter([SUBPROTOCOL] if SUBPROTOCOL in _offered.get() else [])
+
+    def __bool__(self) -> bool:
+        return True
 
 
 def pool_model(sched: Scheduler, modality: str) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from hypnos.engines.records import ChatDelta, ToolCall
 from hypnos.service.errors import HypnosError
-from hypnos.service.media.sentences import SentenceSplitter
+from hypnos.service.wire.sentences import SentenceSplitter
 from hypnos.service.wire.codec import TurnEnd
 from hypnos.service.wire.realtime_in import RATE, new_id
 
