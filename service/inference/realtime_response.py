@@ -25,8 +25,7 @@ from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.chat_checks import chat_lease
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.inference.turn import chat_turn
-from hypnos.service.media.resample import (WIRE_RATE, StreamResampler, float_to_pcm16,
-                                           pcm16_to_float)
+from hypnos.service.media.resample import WIRE_RATE, resample_pcm16
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.realtime_in import Settings, chat_body
 from hypnos.service.wire.realtime_out import ResponseCodec, error_event, event, response_object
@@ -134,11 +133,11 @@ class Response:
             call.speaker.synthesize, req,
             lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk)))
         task.add_done_callback(lambda _t: chunks.put_nowait(None))
-        rs = StreamResampler(call.speaker.sample_rate, WIRE_RATE)
+        rate = call.speaker.sample_rate
         started = False
         try:
             while (chunk := await chunks.get()) is not None:
-                pcm = float_to_pcm16(rs.push(pcm16_to_float(chunk)))
+                pcm = resample_pcm16(chunk, rate, WIRE_RATE)     # a phrase at a time
                 if not pcm:
                     continue
                 if not started:

@@ -40,7 +40,9 @@ def resample_pcm16(data: bytes, src: int, dst: int) -> bytes:
 class StreamResampler:
     """Resamples a stream chunk by chunk with a fixed ratio: each chunk's output length is
     exact over the stream (whole ``src/g`` blocks are converted, the rest waits for the next
-    chunk), so positions in the output stay ``position * dst / src``."""
+    chunk), so positions in the output stay ``position * dst / src``. Each chunk is filtered
+    alone, so the few samples at its edges differ slightly from resampling the whole stream:
+    right for the VAD it feeds, not for audio meant to be heard."""
 
     def __init__(self, src: int, dst: int):
         g = gcd(src, dst)
