@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from typing import cast
 from collections.abc import Iterator
 
 from sanic import Blueprint, Request, Websocket
@@ -33,7 +34,7 @@ _offered: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "realtime_offered", default=())
 
 
-class _Negotiated(list[str]):
+class _Negotiated:
     """The route's subprotocols, read at the handshake: "realtime" when the client offers it
     (a browser must get one of those it offered back), none otherwise (the SDKs offer none,
     and a route with a fixed list would refuse them). Sanic reads a route's list once per
@@ -41,9 +42,6 @@ class _Negotiated(list[str]):
 
     def __iter__(self) -> Iterator[str]:
         return iter([SUBPROTOCOL] if SUBPROTOCOL in _offered.get() else [])
-
-    def __bool__(self) -> bool:
-        return True
 
 
 def pool_model(sched: Scheduler, modality: str) -> str | None:
@@ -92,8 +90,12 @@ def _deps(request: Request, model: str) -> SessionDeps:
         max_buffer_secs=float(limits.realtime_max_buffer_secs))
 
 
+# Sanic types the list as list[str] but only iterates it (at each handshake): hence the cast.
 # Sanic's Blueprint.websocket has no annotations (mypy: it makes the handler untyped).
-@bp.websocket(PATH, name="realtime", subprotocols=_Negotiated())  # type: ignore[untyped-decorator]
+NEGOTIATED = cast(list[str], _Negotiated())
+
+
+@bp.websocket(PATH, name="realtime", subprotocols=NEGOTIATED)  # type: ignore[untyped-decorator]
 @needs_ready
 @endpoint("Realtime voice (OpenAI's Realtime protocol; docs/clients.md)", websocket=True,
           ok={}, query={"model": {"type": "string"}}, required_query=("model",),

@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 from pydantic import TypeAdapter
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from conftest import lineup_config, model_block, ROOT, require_smollm2
@@ -49,7 +49,8 @@ def keyed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("realtime-keys")
     (tmp / "hypnos.toml").write_text(lineup_config(
         model_block("chat", "text_generation", context_len=2048),
-        server=f'api_keys = ["{KEY}"]', tables="[limits]\nrealtime_max_sessions = 1\n"))
+        server=f'api_keys = ["{KEY}"]', tables="[limits]\nrealtime_max_sessions = 1\n"
+        "realtime_max_buffer_secs = 1\nrealtime_idle_timeout_secs = 6\n"))
     srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log", ready_timeout=120)
     yield srv
     srv.stop()
@@ -300,3 +301,26 @@ def test_keys_and_origin_on_the_upgrade(keyed):
         connect(keyed.base.replace("http", "ws", 1) + "/v1/realtime?model=nope",
                 open_timeout=30, additional_headers={"Authorization": f"Bearer {KEY}"}).close()
     assert wrong.value.response.status_code == 404
+
+
+def test_buffer_bound_and_idle_timeout(keyed):
+    """limits.realtime_max_buffer_secs refuses audio past it (the socket stays); a session
+    with no event for limits.realtime_idle_timeout_secs gets an error event, then a close."""
+    with connect(ws_url(keyed.base), open_timeout=30, close_timeout=5,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
+        assert json.loads(ws.recv())["type"] == "session.updated"
+        second = base64.b64encode(b"\0" * 48000).decode()
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        err = json.loads(ws.recv())
+        EVENTS.validate_python(err)
+        assert err["error"]["code"] == "input_audio_buffer_full"
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert json.loads(ws.recv())["type"] == "input_audio_buffer.cleared"
+        idle = json.loads(ws.recv(timeout=30))          # nothing sent for 6 s
+        assert idle["type"] == "error" and idle["error"]["code"] == "idle_timeout"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)
