@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from sanic import Blueprint, Request, Websocket
 
 from hypnos.service import errors
+from hypnos.service.http.layers import route_gate
 from hypnos.service.http.openapi import endpoint, needs_ready
 from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.capabilities import CHAT, require
@@ -61,9 +62,11 @@ def _model(request: Request) -> str:
 
 @bp.on_request
 async def _before_upgrade(request: Request) -> None:
-    """Refusals that are HTTP errors, before the handshake."""
+    """Refusals that are HTTP errors, before the handshake (after the route's own gate,
+    which would otherwise run after this blueprint's middleware)."""
     if request.path != PATH:
         return
+    route_gate(request)
     _offered.set(tuple(p.strip() for p in
                        request.headers.get("sec-websocket-protocol", "").split(",")))
     _model(request)
