@@ -338,6 +338,9 @@ class RealtimeSession:
             response.items = list(self.items)
             codec = await response.run()
             self.info.responses += 1
+            if codec.end is not None:
+                self.info.tokens_in += codec.end.first.prompt_tokens
+                self.info.tokens_out += sum(r.completion_tokens for r in codec.end.results)
             self.items += codec.output
             if codec.message is not None and codec.audio:
                 self.spoken[codec.message["id"]] = list(codec.spoken)

@@ -15,6 +15,8 @@ class SessionInfo:
     responses: int = 0
     buffered_ms: float = 0.0
     responding: bool = False
+    tokens_in: int = 0          # the responses' prompt and completion tokens, charged to
+    tokens_out: int = 0         # the key once the session ends
 
 
 class RealtimeBook:

@@ -120,3 +120,5 @@ async def realtime(request: Request, ws: Websocket) -> None:
         await RealtimeSession(ws, deps, info).run()
     finally:
         app.realtime.close(sid)
+        record = record_of(request)     # the key is charged for every response's tokens
+        record.tokens_in, record.tokens_out = info.tokens_in, info.tokens_out
