@@ -103,6 +103,12 @@ class RealtimeSession:
         except HypnosError as exc:
             await self.send(error_event(exc.message, kind=exc.type, code=exc.code,
                                         param=exc.param, event_id=event_id))
+        except GONE:
+            raise
+        except Exception:  # noqa: BLE001 - a bug in one event's handling keeps the socket
+            log.exception("realtime event failed")
+            await self.send(error_event("The server failed on this event (its log says why)",
+                                        kind="server_error", event_id=event_id))
 
     async def send(self, frame: str) -> None:
         async with self.send_lock:
