@@ -17,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,8 @@ class SessionDeps:
     caller: Callable[[], Caller]
     idle_secs: float
     max_buffer_secs: float
+    # Records a timed span (name, started, finished; time.monotonic()) as a workflow.
+    timed: Callable[[str, float, float], None] = lambda _n, _s, _f: None
 
 
 class RealtimeSession:
@@ -66,6 +69,7 @@ class RealtimeSession:
         self.speech_item: str | None = None     # the item the VAD's current speech will be
         self.response: tuple[asyncio.Task, Response] | None = None
         self.transcribing: set[asyncio.Task] = set()
+        self.turn_end_at: float | None = None   # the last commit (the user's turn's end)
         self.send_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ the loop
@@ -233,6 +237,7 @@ class RealtimeSession:
 
     async def _commit(self, audio: bytes, item_id: str) -> None:
         """The buffer's audio becomes a user item; its transcription runs as a task."""
+        self.turn_end_at = time.monotonic()
         previous = self.items[-1]["id"] if self.items else None
         item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
                 "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
@@ -342,7 +347,11 @@ class RealtimeSession:
             if self.transcribing:               # the user's words first
                 await asyncio.wait(set(self.transcribing))
             response.items = list(self.items)
+            started, self.turn_end_at = self.turn_end_at or time.monotonic(), None
             codec = await response.run()
+            self.deps.timed("realtime_turn", started, time.monotonic())
+            if response.first_audio is not None:
+                self.deps.timed("realtime_first_audio", started, response.first_audio)
             self.info.responses += 1
             if codec.end is not None:
                 self.info.tokens_in += codec.end.first.prompt_tokens

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ class Response:
                                    speak=self.sentences.put_nowait)
         self.reason = "client_cancelled"        # set before a cancel
         self.finishing = False                  # the closing events are going out
+        self.first_audio: float | None = None   # time.monotonic() of the first audio sent
 
     async def run(self) -> ResponseCodec:
         """Returns the codec (its items and spoken sentences) once response.done is out."""
@@ -142,6 +144,7 @@ class Response:
                     continue
                 if not started:
                     started = True
+                    self.first_audio = self.first_audio or time.monotonic()
                     for frame in self.codec.sentence(text):
                         await self.send(frame)
                 await self.send(self.codec.audio_delta(pcm))

@@ -6,7 +6,9 @@ Before the upgrade (an HTTP error, no socket): the key (``Authorization``, or th
 ``openai-insecure-api-key.<key>`` subprotocol browsers send, `http.layers`), the page's
 Origin (`http.browser`), the model (a text model, 400/404) and the bound on open sessions
 (``limits.realtime_max_sessions``, 429). The session's three models are prefetched when it
-opens.
+opens; each turn is timed as the workflows ``realtime_turn`` (the user's commit to
+response.done) and ``realtime_first_audio`` (to the answer's first audio) in
+/v1/memory/status.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from hypnos.service.inference.realtime_response import Voices
 from hypnos.service.observe.record import RequestRecord, record_of
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.state import state_of
+from hypnos.service.wire.realtime_in import new_id
 
 bp = Blueprint("realtime")
 PATH = "/v1/realtime"
@@ -86,11 +89,15 @@ def _deps(request: Request, model: str) -> SessionDeps:
         record = RequestRecord(record_of(request).request_id, time.monotonic(), api_key=key)
         return Caller(sched=sched, limits=app.config.limits, metrics=app.metrics,
                       record=record)
+    def timed(name: str, started: float, finished: float) -> None:
+        key = (name, new_id("turn"))
+        app.workflows.begin(key, started)
+        app.workflows.end(key, finished, True)
     return SessionDeps(
         voices=Voices(model, pool_model(sched, "text_to_speech")),
         transcriber=pool_model(sched, "speech_to_text"), caller=caller,
         idle_secs=float(limits.realtime_idle_timeout_secs),
-        max_buffer_secs=float(limits.realtime_max_buffer_secs))
+        max_buffer_secs=float(limits.realtime_max_buffer_secs), timed=timed)
 
 
 # Sanic types the list as list[str] but only iterates it (at each handshake): hence the cast.

@@ -154,6 +154,9 @@ def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, questio
         text = [e for e in s.seen if e["type"] == "response.output_text.done"][-1]["text"]
         assert done["status"] in ("completed", "incomplete") and deltas == text and text.strip()
         assert not audio_of(s.seen, done["id"])
+    flows = server.status()["latency"]["workflows"]
+    assert flows["realtime_first_audio"]["count"] >= 1
+    assert flows["realtime_turn"]["count"] >= 2 and flows["realtime_first_audio"]["p50"] > 0
 
 
 def test_forced_function_call_round_trip(server):
