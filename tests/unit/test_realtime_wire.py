@@ -239,3 +239,13 @@ def test_silero_hears_no_speech_in_silence_or_faint_noise_and_any_chunking_agree
     chunked = np.concatenate([parts.push(audio[i:i + 700]) for i in range(0, len(audio), 700)])
     assert len(whole) == len(audio) // 512 and np.allclose(whole, chunked, atol=1e-5)
     assert whole.max() < 0.5
+
+
+@pytest.mark.parametrize("header,key", [
+    ("realtime, openai-insecure-api-key.sk-1", "sk-1"),
+    ("openai-insecure-api-key.sk-2,realtime", "sk-2"),
+    ("realtime", None), ("", None), ("realtime, openai-insecure-api-key.", None)])
+def test_a_browser_sends_its_key_as_a_subprotocol(header, key):
+    from types import SimpleNamespace
+    from hypnos.service.http.layers import subprotocol_key
+    assert subprotocol_key(SimpleNamespace(headers={"sec-websocket-protocol": header})) == key
