@@ -33,7 +33,7 @@ from hypnos.service.inference.realtime_response import Response, Voices
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.media.audio_frames import wav_bytes
 from hypnos.service.media.resample import WIRE_RATE, StreamResampler, pcm16_to_float
-from hypnos.service.media.turn_vad import VAD_RATE, SileroStream, TurnDetector
+from hypnos.service.media.turn_vad import VAD_RATE, WINDOW_MS, SileroStream, TurnDetector
 from hypnos.service.wire.realtime_in import (Settings, apply_settings, new_id, parse_event,
                                              parse_item)
 from hypnos.service.wire.realtime_out import error_event, event, pcm_ms
@@ -174,7 +174,7 @@ class RealtimeSession:
         if self.vad is None:
             self.vad = (SileroStream(), StreamResampler(WIRE_RATE, VAD_RATE),
                         TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms))
-            self.vad[2].index = int(start_ms // 32)     # positions on the session's clock
+            self.vad[2].index = int(start_ms // WINDOW_MS)  # positions on the session's clock
         stream, rs, turns = self.vad
         for turn in turns.push(stream.push(rs.push(pcm16_to_float(pcm)))):
             if turn.kind == "started":
