@@ -45,6 +45,10 @@ EXTRA_HELP = {
     "limits.live_idle_timeout_secs": "Live transcription: longest silence from the client.",
     "limits.live_max_utterance_secs": "Live transcription: longest utterance before it is "
                                       "cut and transcribed.",
+    "limits.realtime_max_buffer_secs": "Realtime voice: most audio one input buffer holds "
+                                       "before it must be committed.",
+    "limits.realtime_idle_timeout_secs": "Realtime voice: longest wait for a client event "
+                                         "before the session is closed.",
     "hardware": "Memory tiers and machine overrides.",
     "hardware.kv_park_max_bytes": "Host memory the parked KV states may hold; the least "
                                   "recently parked go first. Unset: 4 GiB, at most an "

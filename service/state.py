@@ -17,6 +17,7 @@ from hypnos.engines.devices import EngineBuild
 from hypnos.service.config.schema import Config
 from hypnos.service.keys import KeyRing, Limiter
 from hypnos.service.scheduling.keep_alive import KeepAlive
+from hypnos.service.inference.realtime_book import RealtimeBook
 from hypnos.service.inference.stored_responses import ResponseStore
 from hypnos.service.scheduling.readiness import Lifecycle
 from hypnos.service.scheduling.turns import Turns
@@ -53,6 +54,7 @@ class AppState:
     openapi: dict[str, Any] | None = None  # the /openapi.json document, built once
     mcp: Any = None       # the /mcp endpoint's SDK session manager, made at first use
     pulls: Turns = field(default_factory=Turns)   # one /api/pull per model id at a time
+    realtime: RealtimeBook = field(default_factory=RealtimeBook)   # open /v1/realtime sessions
 
 
 def state(app: Sanic) -> AppState:

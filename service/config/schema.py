@@ -134,6 +134,12 @@ class LimitsConfig:
     live_max_session_secs: int = 600
     live_idle_timeout_secs: int = 30
     live_max_utterance_secs: int = 30
+    # Realtime voice (GET /v1/realtime): sessions open at once (more are refused with 429),
+    # the most audio one session's input buffer holds before it must be committed, and the
+    # longest wait for a client event before the session is closed.
+    realtime_max_sessions: int = 4
+    realtime_max_buffer_secs: int = 120
+    realtime_idle_timeout_secs: int = 300
     # Stop a chat answer (finish_reason "repetition_loop") when its last this-many tokens are
     # one span repeated at least three times; 0 turns the check off.
     repetition_loop_tokens: int = 256

@@ -58,6 +58,8 @@ def _check_key(request: Request) -> None:
     if not header and request.headers.get("x-api-key"):
         # Anthropic's clients send the key as x-api-key: the same keys and limits.
         header = "Bearer " + request.headers["x-api-key"].strip()
+    if not header and (key := subprotocol_key(request)):
+        header = "Bearer " + key
     scheme, _, token = header.partition(" ")
     challenge = {"WWW-Authenticate": 'Bearer realm="hypnos"'}
     if not header:
@@ -69,6 +71,20 @@ def _check_key(request: Request) -> None:
     record = record_of(request)
     record.api_key = key
     record.permit = state_of(request).limiter.admit(key)
+
+
+SUBPROTOCOL_KEY = "openai-insecure-api-key."
+
+
+def subprotocol_key(request: Request) -> str | None:
+    """The key a browser's WebSocket sends as a subprotocol (it cannot set Authorization):
+    ``Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.<key>``, as OpenAI's clients
+    do."""
+    for proto in request.headers.get("sec-websocket-protocol", "").split(","):
+        proto = proto.strip()
+        if proto.startswith(SUBPROTOCOL_KEY) and len(proto) > len(SUBPROTOCOL_KEY):
+            return proto[len(SUBPROTOCOL_KEY):]
+    return None
 
 
 def require_admin(request: Request) -> None:

@@ -4,6 +4,7 @@
 // last closes the workflow.
 import { el, postJson, request, showError, showInfo, telemetryText } from "./api.js";
 import { StreamPlayer, toWav } from "./audio.js";
+import * as realtime from "./realtime.js";
 
 let ctx;
 let recorder = null;
@@ -13,6 +14,7 @@ const $ = (id) => document.getElementById(id);
 export function setup(context) {
   ctx = context;
   $("voice-record").addEventListener("click", toggleRecording);
+  realtime.setup();
   $("voice-file").addEventListener("change", () => {
     const file = $("voice-file").files[0];
     if (file) turn(file, file.name);
@@ -28,6 +30,7 @@ export async function show() {
 
 export function hide() {
   if (recorder && recorder.state === "recording") recorder.stop();
+  realtime.hide();
 }
 
 async function toggleRecording() {

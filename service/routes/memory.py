@@ -152,6 +152,7 @@ async def status(request: Request) -> HTTPResponse:
         "prompt_cache": prompt_cache.snapshot(sched.prompt_cache,
                                               record_of(request).sees_all),
         "stored_responses": _stored_responses(request),
+        "realtime": state(app).realtime.status(),
     }
     if gpu is not None:
         body["gpu"] = gpu.stats

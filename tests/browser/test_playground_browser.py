@@ -6,6 +6,7 @@ go to tests/artifacts/playground/.
 An HTML upload converts through docling in the documents view, an audio upload is
 transcribed, answered and spoken in the voice view, and the embeddings view is compared against
 the API; the entities view (no GLiNER model here) is checked to degrade."""
+import json
 import math
 import sys
 from pathlib import Path
@@ -236,6 +237,32 @@ def test_voice_recording_reaches_transcription_as_wav(tab):
     page.wait_for_function("() => ['done', 'nothing was heard', 'no answer'].some("
                            "s => document.getElementById('voice-state').textContent.includes(s))",
                            timeout=SLOW_MS)
+
+
+def test_realtime_push_to_talk_hears_answers_and_speaks(tab, server):
+    """Issue 42: the voice view's push-to-talk holds the synthetic microphone (a beep) open,
+    sends it over GET /v1/realtime on release, and plays the streamed answer."""
+    page = tab.open("voice")
+    page.wait_for_selector('#voice-chat option[value="smol"]', state="attached")
+    frames = []
+    page.on("websocket", lambda ws: "/v1/realtime" in ws.url and ws.on(
+        "framesent", lambda f: frames.append(f)))
+    page.dispatch_event("#rt-talk", "pointerdown")
+    page.wait_for_function("() => document.getElementById('rt-talk').textContent"
+                           ".startsWith('Release')", timeout=SLOW_MS)
+    page.wait_for_timeout(1500)
+    page.dispatch_event("#rt-talk", "pointerup")
+    done = page.wait_for_selector(".realtime-turn[data-status]", state="attached",
+                                  timeout=SLOW_MS)
+    assert done.get_attribute("data-status") in ("completed", "incomplete")
+    kinds = [json.loads(f)["type"] for f in frames if isinstance(f, str)]
+    assert kinds[0] == "session.update" and kinds.count("input_audio_buffer.append") >= 5
+    assert kinds[-2:] == ["input_audio_buffer.commit", "response.create"]
+    assert page.inner_text(".realtime-turn [data-stage=answer] .text").strip()
+    audio = page.wait_for_selector(".realtime-turn audio", timeout=SLOW_MS)
+    assert float(audio.get_attribute("data-seconds")) > 0.3
+    tab.screenshot("voice-realtime")
+    assert tab.console_errors == []
 
 
 def test_a_document_upload_converts_page_by_page(tab, tmp_path):

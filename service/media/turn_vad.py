@@ -1,0 +1,91 @@
+"""Turn detection for the realtime route: the Silero VAD that ships with faster-whisper
+(``faster_whisper.vad``, its ONNX file inside the wheel: no download), run on a stream, and
+`TurnDetector`, the pure rule that turns its speech probabilities into "speech started" and
+"speech stopped" at positions in the session's audio.
+
+`SileroStream` keeps the model's recurrent state and the last 64 samples between calls, so
+feeding a stream in any chunking gives the same probabilities as feeding it whole. It blocks
+(onnxruntime, about a millisecond per second of audio): run it in a worker thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+VAD_RATE = 16000
+WINDOW = 512                    # samples per probability (32 ms at 16 kHz)
+CONTEXT = 64                    # samples of the window before, as the model expects
+WINDOW_MS = WINDOW * 1000 // VAD_RATE
+
+
+class SileroStream:
+    """Speech probabilities, one per 512-sample window of 16 kHz audio."""
+
+    def __init__(self) -> None:
+        from faster_whisper.vad import get_vad_model
+        self.session = get_vad_model().session       # one ONNX session per process
+        self.h = np.zeros((1, 1, 128), np.float32)
+        self.c = np.zeros((1, 1, 128), np.float32)
+        self.context = np.zeros(CONTEXT, np.float32)
+        self.pending = np.zeros(0, np.float32)
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        """The probabilities of the windows ``samples`` completes (float32 at 16 kHz)."""
+        data = np.concatenate([self.pending, samples.astype(np.float32, copy=False)])
+        count = len(data) // WINDOW
+        self.pending = data[count * WINDOW:]
+        if count == 0:
+            return np.zeros(0, np.float32)
+        windows = data[:count * WINDOW].reshape(count, WINDOW)
+        before = np.concatenate([self.context[None, :], windows[:-1, -CONTEXT:]])
+        self.context = windows[-1, -CONTEXT:].copy()
+        batch = np.concatenate([before, windows], axis=1)
+        out, self.h, self.c = self.session.run(None, {"input": batch, "h": self.h,
+                                                      "c": self.c})
+        return np.asarray(out, np.float32).reshape(-1)
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    kind: str                   # started | stopped
+    ms: int                     # where, in the audio since the detector began
+
+
+class TurnDetector:
+    """Speech starts at the first window whose probability reaches ``threshold`` once
+    ``min_speech_ms`` of such windows came in a row; it stops once ``silence_ms`` of windows
+    stay below ``threshold - 0.15`` (hysteresis: a dip does not end a turn). Reported
+    positions: a start is the first speech window's start less ``prefix_ms`` (never below
+    0), a stop is the end of the last speech window. Pure."""
+
+    def __init__(self, threshold: float = 0.5, silence_ms: int = 500, prefix_ms: int = 300,
+                 min_speech_ms: int = 96):
+        self.threshold, self.low = threshold, max(0.0, threshold - 0.15)
+        self.silence_windows = max(1, -(-silence_ms // WINDOW_MS))
+        self.speech_windows = max(1, -(-min_speech_ms // WINDOW_MS))
+        self.prefix_ms = prefix_ms
+        self.index = 0              # windows seen
+        self.speaking = False
+        self.run = 0                # speech windows in a row (not speaking) / quiet (speaking)
+        self.last_speech = 0        # index of the last speech window
+
+    def push(self, probs: np.ndarray) -> list[TurnEvent]:
+        events = []
+        for p in probs:
+            if not self.speaking:
+                self.run = self.run + 1 if p >= self.threshold else 0
+                if self.run >= self.speech_windows:
+                    self.speaking, first = True, self.index - self.run + 1
+                    self.run, self.last_speech = 0, self.index
+                    events.append(TurnEvent("started",
+                                            max(0, first * WINDOW_MS - self.prefix_ms)))
+            elif p < self.low:
+                self.run += 1
+                if self.run >= self.silence_windows:
+                    self.speaking, self.run = False, 0
+                    events.append(TurnEvent("stopped", (self.last_speech + 1) * WINDOW_MS))
+            else:
+                self.run, self.last_speech = 0, self.index
+            self.index += 1
+        return events

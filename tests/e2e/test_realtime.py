@@ -1,0 +1,329 @@
+"""GET /v1/realtime through a real `hypnos serve` on the default lineup's voice models, driven
+by the official openai SDK's realtime client (issue 42): a spoken question heard and
+answered in audio and text, a forced function call round trip, barge-in, a bad event, the
+server VAD on noise and silence, and keys and Origin on the upgrade. Every frame the server
+sends is validated against the SDK's server-event types."""
+import base64
+import json
+import sys
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+from pydantic import TypeAdapter
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from conftest import lineup_config, model_block, ROOT, require_smollm2
+
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import ServerProcess  # noqa: E402
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+EVENTS = TypeAdapter(RealtimeServerEvent)
+KEY = "sk-realtime-test"
+VOICE = (model_block("chat", "text_generation", context_len=4096),
+         model_block("whisper", "speech_to_text"), model_block("kokoro", "text_to_speech"))
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_smollm2()
+    tmp = tmp_path_factory.mktemp("realtime")
+    (tmp / "hypnos.toml").write_text(lineup_config(*VOICE))
+    srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log", ready_timeout=180)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    """A server with a key and room for one realtime session (the upgrade's refusals)."""
+    require_smollm2()
+    tmp = tmp_path_factory.mktemp("realtime-keys")
+    (tmp / "hypnos.toml").write_text(lineup_config(
+        model_block("chat", "text_generation", context_len=2048),
+        server=f'api_keys = ["{KEY}"]', tables="[limits]\nrealtime_max_sessions = 1\n"
+        "realtime_max_buffer_secs = 1\nrealtime_idle_timeout_secs = 6\n"))
+    srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log", ready_timeout=120)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def question(server):
+    """"What is the capital of France?" as 24 kHz pcm16, spoken by the server itself."""
+    r = httpx.post(server.base + "/v1/audio/speech", timeout=300, json={
+        "model": "kokoro", "voice": "alloy", "input": "What is the capital of France?",
+        "response_format": "pcm"})
+    assert r.status_code == 200 and len(r.content) > 24000
+    return r.content
+
+
+def client(base: str, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", websocket_base_url=base.replace(
+        "http", "ws", 1) + "/v1", api_key=key, max_retries=0, timeout=300)
+
+
+class Session:
+    """The SDK's connection, each received frame validated and kept."""
+
+    def __init__(self, conn):
+        self.conn, self.seen = conn, []
+
+    def recv(self) -> dict:
+        raw = self.conn.recv_bytes()
+        EVENTS.validate_json(raw)               # the SDK's own types accept every frame
+        ev = json.loads(raw)
+        self.seen.append(ev)
+        return ev
+
+    def until(self, kind: str, limit: int = 5000) -> dict:
+        for _ in range(limit):
+            ev = self.recv()
+            if ev["type"] == kind:
+                return ev
+        raise AssertionError(f"no {kind} in {limit} events")
+
+    def send(self, event: dict) -> None:
+        self.conn.send(event)
+
+    def append(self, pcm: bytes, chunk: int = 9600) -> None:
+        for i in range(0, len(pcm), chunk):
+            self.send({"type": "input_audio_buffer.append",
+                       "audio": base64.b64encode(pcm[i:i + chunk]).decode()})
+
+
+def rms(pcm: bytes) -> float:
+    x = np.frombuffer(pcm, "<i2").astype(np.float64) / 32768
+    return float(np.sqrt(np.mean(x * x))) if len(x) else 0.0
+
+
+def audio_of(events: list[dict], rid: str) -> bytes:
+    return b"".join(base64.b64decode(e["delta"]) for e in events
+                    if e["type"] == "response.output_audio.delta" and e["response_id"] == rid)
+
+
+def manual(s: Session, **session) -> None:
+    s.until("session.created")
+    s.send({"type": "session.update", "session": {
+        "type": "realtime", "instructions": "Answer in one short sentence.",
+        "max_output_tokens": 40, "audio": {"input": {"turn_detection": None}}, **session}})
+    s.until("session.updated")
+
+
+def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, question):
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        manual(s)
+        s.append(question)
+        s.send({"type": "input_audio_buffer.commit"})
+        item = s.until("input_audio_buffer.committed")["item_id"]
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        assert heard["item_id"] == item and "france" in heard["transcript"].lower()
+        s.send({"type": "response.create"})
+        created = s.until("response.created")["response"]
+        done = s.until("response.done")["response"]
+        assert done["id"] == created["id"] and done["status"] == "completed", done
+        assert done["usage"]["output_tokens"] > 0 and done["usage"]["input_tokens"] > 0
+        audio = audio_of(s.seen, done["id"])
+        assert len(audio) > 24000 * 2 * 0.3 and rms(audio) > 0.01     # over 0.3 s, not silent
+        said = [e for e in s.seen if e["type"] == "response.output_audio_transcript.done"]
+        assert len(said) == 1 and said[0]["transcript"].strip()
+        message = [o for o in done["output"] if o["type"] == "message"][0]
+        assert message["content"][0]["transcript"] == said[0]["transcript"]
+        kinds = [e["type"] for e in s.seen]
+        assert kinds.index("response.output_item.added") < kinds.index(
+            "response.content_part.added") < kinds.index("response.output_audio.delta") < \
+            kinds.index("response.output_audio.done") < kinds.index("response.done")
+        # The same conversation, answered in text.
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Say it again."}]}})
+        s.until("conversation.item.done")
+        s.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        done = s.until("response.done")["response"]
+        deltas = "".join(e["delta"] for e in s.seen if e["type"] == "response.output_text.delta"
+                         and e["response_id"] == done["id"])
+        text = [e for e in s.seen if e["type"] == "response.output_text.done"][-1]["text"]
+        assert done["status"] in ("completed", "incomplete") and deltas == text and text.strip()
+        assert not audio_of(s.seen, done["id"])
+    flows = server.status()["latency"]["workflows"]
+    assert flows["realtime_first_audio"]["count"] >= 1
+    assert flows["realtime_turn"]["count"] >= 2 and flows["realtime_first_audio"]["p50"] > 0
+
+
+def test_forced_function_call_round_trip(server):
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        manual(s, tools=[WEATHER], output_modalities=["text"],
+               tool_choice={"type": "function", "name": "get_weather"})
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "What is the weather in Paris?"}]}})
+        s.send({"type": "response.create"})
+        args = s.until("response.function_call_arguments.done")
+        assert args["name"] == "get_weather" and isinstance(json.loads(args["arguments"]), dict)
+        done = s.until("response.done")["response"]
+        calls = [o for o in done["output"] if o["type"] == "function_call"]
+        assert done["status"] == "completed" and calls[0]["call_id"] == args["call_id"]
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "function_call_output", "call_id": args["call_id"],
+            "output": json.dumps({"city": "Paris", "sky": "sunny", "celsius": 21})}})
+        s.until("conversation.item.done")
+        s.send({"type": "response.create", "response": {"tool_choice": "none"}})
+        done = s.until("response.done")["response"]
+        assert done["status"] in ("completed", "incomplete")     # max_output_tokens may end it
+        assert [o["type"] for o in done["output"]] == ["message"]
+
+
+def test_barge_in_cancels_the_answer_and_keeps_what_was_said(server, question):
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        manual(s, max_output_tokens=300)
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{
+                "type": "input_text", "text": "Tell me a long story about a dragon."}]}})
+        s.send({"type": "response.create"})
+        rid = s.until("response.created")["response"]["id"]
+        s.until("response.output_audio.delta")
+        s.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "create_response": False}}}}})
+        s.append(question)                               # the user talks over the answer
+        done = s.until("response.done")["response"]
+        assert done["id"] == rid and done["status"] == "cancelled"
+        assert done["status_details"]["reason"] == "turn_detected"
+        kinds = [e["type"] for e in s.seen]
+        assert kinds.index("input_audio_buffer.speech_started") < len(kinds) - 1
+        sent = "".join(e["delta"] for e in s.seen
+                       if e["type"] == "response.output_audio_transcript.delta")
+        message = [o for o in done["output"] if o["type"] == "message"][0]
+        assert message["status"] == "incomplete"
+        assert message["content"][0]["transcript"] == sent      # truncated to what was sent
+        s.append(b"\0" * 48000)                          # a second of silence ends the turn
+        s.until("input_audio_buffer.speech_stopped")
+        s.send({"type": "conversation.item.truncate", "item_id": message["id"],
+                "content_index": 0, "audio_end_ms": 0})
+        truncated = s.until("conversation.item.truncated")
+        assert truncated["item_id"] == message["id"]
+        after = s.seen[s.seen.index(next(e for e in s.seen if e["type"] == "response.done")):]
+        assert not [e for e in after if e.get("response_id") == rid
+                    and e["type"] == "response.output_audio.delta"]      # none after done
+
+
+def test_bad_events_get_error_events_and_the_socket_stays(server):
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        s.until("session.created")
+        conn.send_raw("this is not json")
+        assert s.until("error")["error"]["type"] == "invalid_request_error"
+        s.send({"type": "no.such.event", "event_id": "evt_1"})
+        err = s.until("error")["error"]
+        assert err["event_id"] == "evt_1" and err["param"] == "type"
+        s.send({"type": "session.update", "session": {"type": "realtime", "audio": {
+            "input": {"turn_detection": {"type": "server_vad", "threshold": 7}}}}})
+        assert s.until("error")["error"]["param"] == \
+            "session.audio.input.turn_detection.threshold"
+        s.send({"type": "input_audio_buffer.commit"})
+        assert s.until("error")["error"]["code"] == "input_audio_buffer_commit_empty"
+        s.send({"type": "response.cancel"})
+        assert s.until("error")["error"]["code"] == "response_cancel_not_active"
+        s.send({"type": "conversation.item.delete", "item_id": "nope"})
+        assert s.until("error")["error"]["code"] == "item_not_found"
+        s.send({"type": "session.update", "session": {"type": "realtime", "voice": "alloy"}})
+        assert s.until("session.updated")["session"]["audio"]["output"]["voice"] == "alloy"
+
+
+def test_server_vad_ignores_noise_and_silence_and_hears_speech(server, question):
+    rng = np.random.default_rng(7)
+    noise = (rng.normal(0, 0.01, 24000) * 32768).astype("<i2").tobytes()
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        s.until("session.created")
+        s.send({"type": "session.update", "session": {
+            "type": "realtime", "output_modalities": ["text"], "max_output_tokens": 16,
+            "audio": {"input": {"turn_detection": {
+                "type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500,
+                "prefix_padding_ms": 300}}}}})
+        s.until("session.updated")
+        s.append(b"\0" * 48000 + noise)
+        s.send({"type": "conversation.item.retrieve", "item_id": "none"})   # a marker
+        s.until("error")
+        assert not [e for e in s.seen if e["type"].startswith("input_audio_buffer.speech")]
+        s.append(question + b"\0" * 48000)
+        started = s.until("input_audio_buffer.speech_started")
+        stopped = s.until("input_audio_buffer.speech_stopped")
+        assert started["item_id"] == stopped["item_id"]
+        assert 1500 <= started["audio_start_ms"] < stopped["audio_end_ms"] <= 2000 + \
+            len(question) / 48 + 1000
+        committed = s.until("input_audio_buffer.committed")
+        assert committed["item_id"] == started["item_id"]
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        assert "france" in heard["transcript"].lower()
+        done = s.until("response.done")["response"]         # create_response is on
+        assert done["status"] in ("completed", "incomplete")
+
+
+def ws_url(base: str) -> str:
+    return base.replace("http", "ws", 1) + "/v1/realtime?model=chat"
+
+
+def test_keys_and_origin_on_the_upgrade(keyed):
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(keyed.base), open_timeout=30).close()
+    assert refused.value.response.status_code == 401
+    with connect(ws_url(keyed.base), open_timeout=30,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+    # A browser's way: the key as a subprotocol; the server picks "realtime".
+    with connect(ws_url(keyed.base), open_timeout=30, origin="http://localhost:5173",
+                 subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+        assert ws.subprotocol == "realtime"
+        first = json.loads(ws.recv())
+        EVENTS.validate_python(first)
+        assert first["type"] == "session.created"
+        # One session is the limit: a second is refused before the upgrade.
+        with pytest.raises(InvalidStatus) as busy:
+            connect(ws_url(keyed.base), open_timeout=30,
+                    additional_headers={"Authorization": f"Bearer {KEY}"}).close()
+        assert busy.value.response.status_code == 429
+        status = httpx.get(keyed.base + "/v1/memory/status", timeout=30,
+                           headers={"Authorization": f"Bearer {KEY}"}).json()
+        assert status["realtime"]["open"] == 1
+    with pytest.raises(InvalidStatus) as foreign:
+        connect(ws_url(keyed.base), open_timeout=30, origin="https://evil.example",
+                additional_headers={"Authorization": f"Bearer {KEY}"}).close()
+    assert foreign.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as wrong:
+        connect(keyed.base.replace("http", "ws", 1) + "/v1/realtime?model=nope",
+                open_timeout=30, additional_headers={"Authorization": f"Bearer {KEY}"}).close()
+    assert wrong.value.response.status_code == 404
+
+
+def test_buffer_bound_and_idle_timeout(keyed):
+    """limits.realtime_max_buffer_secs refuses audio past it (the socket stays); a session
+    with no event for limits.realtime_idle_timeout_secs gets an error event, then a close."""
+    with connect(ws_url(keyed.base), open_timeout=30, close_timeout=5,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
+        assert json.loads(ws.recv())["type"] == "session.updated"
+        second = base64.b64encode(b"\0" * 48000).decode()
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        err = json.loads(ws.recv())
+        EVENTS.validate_python(err)
+        assert err["error"]["code"] == "input_audio_buffer_full"
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert json.loads(ws.recv())["type"] == "input_audio_buffer.cleared"
+        idle = json.loads(ws.recv(timeout=30))          # nothing sent for 6 s
+        assert idle["type"] == "error" and idle["error"]["code"] == "idle_timeout"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)

@@ -1,0 +1,251 @@
+"""The Realtime route's pure parts (issue 42): client events and session.update read in
+their GA and beta shapes, the conversation as a chat body, the response codec's events (each
+validated against the openai SDK's server-event types), sentence splitting, resampling and
+turn detection."""
+import json
+
+import numpy as np
+import pytest
+from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+from pydantic import TypeAdapter
+
+from hypnos.engines.records import ChatDelta, ChatResult, ToolCall
+from hypnos.service.config.schema import LimitsConfig
+from hypnos.service.errors import InvalidRequest
+from hypnos.service.media.resample import (StreamResampler, float_to_pcm16, pcm16_to_float,
+                                           resample)
+from hypnos.service.media.turn_vad import WINDOW_MS, SileroStream, TurnDetector
+from hypnos.service.wire.chat import parse_chat
+from hypnos.service.wire.codec import TurnEnd
+from hypnos.service.wire.realtime_in import (Settings, Vad, apply_settings, chat_body,
+                                             chat_messages, parse_event, parse_item)
+from hypnos.service.wire.realtime_out import ResponseCodec, error_event, event
+from hypnos.service.wire.sentences import SentenceSplitter
+
+EVENTS = TypeAdapter(RealtimeServerEvent)
+
+
+def valid(frames):
+    out = []
+    for f in frames if isinstance(frames, list) else [frames]:
+        EVENTS.validate_json(f)
+        out.append(json.loads(f))
+    return out
+
+
+# ------------------------------------------------------------------ client events
+
+@pytest.mark.parametrize("frame", ["not json", "[1]", '{"type": 3}', b"\x00\x01"])
+def test_a_frame_that_is_no_event_is_refused_naming_type(frame):
+    with pytest.raises(InvalidRequest) as e:
+        parse_event(frame)
+    assert e.value.param == "type"
+
+
+def test_session_update_ga_shape():
+    s = apply_settings(Settings(), {
+        "type": "realtime", "instructions": "Be brief.", "output_modalities": ["text"],
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                            "transcription": {"model": "whisper"},
+                            "turn_detection": {"type": "server_vad", "threshold": 0.7,
+                                               "silence_duration_ms": 300,
+                                               "prefix_padding_ms": 100}},
+                  "output": {"voice": "af_heart"}},
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tool_choice": {"type": "function", "name": "f"}, "temperature": 0.2,
+        "max_output_tokens": 64}, "session")
+    assert s.instructions == "Be brief." and s.modalities == ("text",)
+    assert s.vad == Vad(0.7, 300, 100) and s.voice == "af_heart" and s.transcription == "whisper"
+    assert s.tool_choice == {"type": "function", "name": "f"} and s.max_output_tokens == 64
+    assert apply_settings(s, {"audio": {"input": {"turn_detection": None}}}, "session").vad \
+        is None
+    assert apply_settings(s, {"max_output_tokens": "inf"}, "session").max_output_tokens is None
+
+
+def test_session_update_beta_shape():
+    s = apply_settings(Settings(), {
+        "modalities": ["text", "audio"], "voice": "alloy", "input_audio_format": "pcm16",
+        "output_audio_format": "pcm16", "input_audio_transcription": {"model": "whisper-1"},
+        "turn_detection": None, "max_response_output_tokens": 100}, "session")
+    assert s.modalities == ("audio",) and s.vad is None and s.max_output_tokens == 100
+    assert s.transcription == "whisper-1"
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"input_audio_format": "g711_ulaw"}, "session.input_audio_format"),
+    ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+     "session.audio.output.format"),
+    ({"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 7}}}},
+     "session.audio.input.turn_detection.threshold"),
+    ({"turn_detection": {"type": "other"}}, "session.turn_detection.type"),
+    ({"tools": [{"type": "function"}]}, "session.tools[0]"),
+    ({"tool_choice": "sometimes"}, "session.tool_choice"),
+    ({"output_modalities": ["video"]}, "session.output_modalities"),
+    ({"max_output_tokens": 0}, "session.max_output_tokens"),
+    ({"temperature": "hot"}, "session.temperature"),
+])
+def test_a_bad_session_field_is_named(body, param):
+    with pytest.raises(InvalidRequest) as e:
+        apply_settings(Settings(), body, "session")
+    assert e.value.param == param
+
+
+def test_session_object_is_the_sdks():
+    for s in (Settings(), Settings(vad=None, modalities=("text",), max_output_tokens=9)):
+        valid(event("session.created", session=s.session_wire("chat")))
+
+
+def test_items_become_a_chat_body_with_tools():
+    items = [parse_item({"type": "message", "role": "user", "content": [
+                 {"type": "input_text", "text": "Weather?"},
+                 {"type": "input_audio", "transcript": "In Paris."}]}),
+             parse_item({"type": "function_call", "name": "w", "call_id": "c1",
+                         "arguments": "{}"}),
+             parse_item({"type": "function_call_output", "call_id": "c1", "output": "sun"})]
+    assert all(i["id"].startswith("item_") for i in items)
+    msgs = chat_messages("Be brief.", items)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert msgs[1]["content"] == "Weather? In Paris."
+    assert msgs[2]["tool_calls"][0]["id"] == "c1" and msgs[3]["tool_call_id"] == "c1"
+    s = Settings(tools=({"type": "function", "name": "w", "description": "",
+                         "parameters": {"type": "object", "properties": {}}},),
+                 tool_choice={"type": "function", "name": "w"}, max_output_tokens=32)
+    params = parse_chat(chat_body("chat", s, items), LimitsConfig())
+    assert params.request.tool_choice == "w" and params.request.max_tokens == 32
+    assert params.stream
+
+
+@pytest.mark.parametrize("item,param", [
+    ({"type": "message", "role": "tool", "content": []}, "item.role"),
+    ({"type": "message", "role": "user", "content": [{"type": "output_text"}]},
+     "item.content[0].type"),
+    ({"type": "function_call_output", "output": "x"}, "item.call_id"),
+    ({"type": "image"}, "item.type"),
+])
+def test_a_bad_item_is_named(item, param):
+    with pytest.raises(InvalidRequest) as e:
+        parse_item(item)
+    assert e.value.param == param
+
+
+# ------------------------------------------------------------------ the codec
+
+def end(text="", tokens=5, finish="stop"):
+    r = ChatResult(text=text, finish_reason=finish, prompt_tokens=7, completion_tokens=tokens)
+    return TurnEnd([r], {}, 2048, 0.0, 1.0)
+
+
+def test_codec_speaks_sentences_and_closes_with_what_was_heard():
+    said = []
+    codec = ResponseCodec("resp_1", audio=True, voice="alloy", speak=said.append)
+    frames = codec.head(())
+    for piece in ["Paris is the capital", ". It is large. And", " old"]:
+        frames += codec.delta(0, ChatDelta(content=piece))
+    frames += codec.tail(end())
+    assert said == ["Paris is the capital.", "It is large.", "And old"]
+    for s in said[:2]:                       # the third never got its audio out
+        frames += codec.sentence(s)
+        frames.append(codec.audio_delta(b"\x01\x00" * 2400))
+    frames += codec.finish("cancelled", "turn_detected")
+    evs = valid(frames)
+    kinds = [e["type"] for e in evs]
+    assert kinds[:2] == ["response.output_item.added", "response.content_part.added"]
+    assert "response.output_text.delta" not in kinds
+    done = evs[-1]["response"]
+    assert done["status"] == "cancelled" and done["status_details"]["reason"] == "turn_detected"
+    assert done["output"][0]["content"][0]["transcript"] == "Paris is the capital. It is large."
+    assert done["usage"]["output_tokens"] == 5 and done["usage"]["input_tokens"] == 7
+    deltas = "".join(e["delta"] for e in evs
+                     if e["type"] == "response.output_audio_transcript.delta")
+    assert deltas == done["output"][0]["content"][0]["transcript"]
+    assert codec.spoken[1][0] == pytest.approx(100.0)      # 2400 samples at 24 kHz
+
+
+def test_codec_text_and_a_call():
+    codec = ResponseCodec("resp_2", audio=False, voice="alloy")
+    frames = codec.delta(0, ChatDelta(content="Hi"))
+    frames += codec.delta(0, ChatDelta(content=" there."))
+    frames += codec.delta(0, ChatDelta(tool_call=ToolCall("get_weather", '{"city": "Oslo"}')))
+    frames += codec.tail(end("Hi there.", finish="length"))
+    frames += codec.finish(*codec.status())
+    evs = valid(frames)
+    assert "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta") == \
+        "Hi there."
+    args = [e for e in evs if e["type"] == "response.function_call_arguments.done"][0]
+    assert args["name"] == "get_weather" and args["output_index"] == 1
+    done = evs[-1]["response"]
+    assert done["status"] == "incomplete"
+    assert done["status_details"]["reason"] == "max_output_tokens"
+    assert [o["type"] for o in done["output"]] == ["message", "function_call"]
+
+
+def test_error_event_is_the_sdks():
+    ev = valid(error_event("bad", code="x", param="type", event_id="evt_1"))[0]
+    assert ev["error"] == {"type": "invalid_request_error", "message": "bad", "code": "x",
+                           "param": "type", "event_id": "evt_1"}
+
+
+# ------------------------------------------------------------------ sentences
+
+def test_sentences_complete_as_the_text_streams():
+    sp = SentenceSplitter()
+    out = []
+    for piece in "Dr. Smith arrived, e.g. today! Was he late? Yes.\nNo".split(" "):
+        out += sp.push(piece + " ")
+    assert out == ["Dr. Smith arrived, e.g. today!", "Was he late?", "Yes."]
+    assert sp.flush() == "No" and sp.flush() is None
+
+
+def test_a_run_on_sentence_is_cut_at_a_comma():
+    sp = SentenceSplitter(max_chars=40)
+    out = sp.push("one two three four five, six seven eight nine ten eleven")
+    assert out == ["one two three four five,"] and sp.flush().startswith("six")
+
+
+# ------------------------------------------------------------------ audio
+
+def test_pcm16_round_trip_and_resampling_keep_a_tone():
+    t = np.arange(24000) / 24000
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    back = pcm16_to_float(float_to_pcm16(tone))
+    assert np.abs(back - tone).max() < 1e-4
+    low = resample(tone, 24000, 16000)
+    assert len(low) == 16000
+    spectrum = np.abs(np.fft.rfft(low))
+    assert abs(np.argmax(spectrum) * 16000 / len(low) - 440) < 2
+    rs = StreamResampler(24000, 16000)
+    chunks = [rs.push(tone[i:i + 1000]) for i in range(0, 24000, 1000)]
+    assert sum(len(c) for c in chunks) == 16000
+    gap = np.concatenate(chunks) - low        # each chunk is filtered alone: edges differ a bit
+    assert np.sqrt(np.mean(gap ** 2)) < 0.02
+
+
+def test_turn_detector_rules():
+    windows = lambda ms: -(-ms // WINDOW_MS)  # noqa: E731
+    det = TurnDetector(threshold=0.5, silence_ms=500, prefix_ms=64, min_speech_ms=96)
+    assert det.push(np.array([0.1] * 10 + [0.9] + [0.1] * 5)) == []      # a click: no start
+    speech = [0.9] * 20 + [0.2] * 5 + [0.9] * 5                          # a dip is no end
+    events = det.push(np.array(speech + [0.1] * windows(500)))
+    assert [e.kind for e in events] == ["started", "stopped"]
+    assert events[0].ms == 16 * WINDOW_MS - 64
+    assert events[1].ms == (16 + len(speech)) * WINDOW_MS
+
+
+def test_silero_hears_no_speech_in_silence_or_faint_noise_and_any_chunking_agrees():
+    rng = np.random.default_rng(3)
+    audio = np.concatenate([np.zeros(8000), rng.normal(0, 0.005, 16000)]).astype(np.float32)
+    whole = SileroStream().push(audio)
+    parts = SileroStream()
+    chunked = np.concatenate([parts.push(audio[i:i + 700]) for i in range(0, len(audio), 700)])
+    assert len(whole) == len(audio) // 512 and np.allclose(whole, chunked, atol=1e-5)
+    assert whole.max() < 0.5
+
+
+@pytest.mark.parametrize("header,key", [
+    ("realtime, openai-insecure-api-key.sk-1", "sk-1"),
+    ("openai-insecure-api-key.sk-2,realtime", "sk-2"),
+    ("realtime", None), ("", None), ("realtime, openai-insecure-api-key.", None)])
+def test_a_browser_sends_its_key_as_a_subprotocol(header, key):
+    from types import SimpleNamespace
+    from hypnos.service.http.layers import subprotocol_key
+    assert subprotocol_key(SimpleNamespace(headers={"sec-websocket-protocol": header})) == key
