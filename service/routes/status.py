@@ -75,6 +75,17 @@ ANTHROPIC_MODEL = {
                    "max_input_tokens": {"type": "integer"}, "max_tokens": {"type": "integer"}}}
 MODEL_ROW = {"type": "object", "required": ["id", "object", "current_tier", "active_leases"],
              "properties": {"context_window": {"type": "integer"}}}
+CODEX_MODEL = {"type": "object", "required": [
+    "slug", "display_name", "context_window", "supported_reasoning_levels", "input_modalities",
+    "model_messages"]}
+OPENAI_LIST = json_object(
+    "object", "backend", "accelerator", "data", object={"const": "list"},
+    backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
+    data={"type": "array", "items": MODEL_ROW},
+    models={"type": "array", "items": CODEX_MODEL})["application/json"]
+ANTHROPIC_LIST = json_object(
+    "data", "has_more", "first_id", "last_id", data={"type": "array", "items": ANTHROPIC_MODEL},
+    has_more={"type": "boolean"})["application/json"]
 
 
 def _openai_row(sched: Scheduler, st, f: ModelFacts, created: int) -> dict:
@@ -97,16 +108,7 @@ def _anthropic(request: Request) -> bool:
           "query, also Codex's models catalog; with an anthropic-version header, Anthropic's "
           "list instead. Every context window told is the per-slot context this machine "
           "funds", query={"client_version": {"type": "string"}},
-          ok={"oneOf": [json_object(
-              "object", "backend", "accelerator", "data", object={"const": "list"},
-              backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
-              data={"type": "array", "items": MODEL_ROW},
-              models={"type": "array", "items": {"type": "object", "required": [
-                  "slug", "display_name", "context_window", "supported_reasoning_levels",
-                  "input_modalities"]}}),
-              json_object("data", "has_more", "first_id", "last_id",
-                          data={"type": "array", "items": ANTHROPIC_MODEL},
-                          has_more={"type": "boolean"})]})
+          ok={"application/json": {"oneOf": [OPENAI_LIST, ANTHROPIC_LIST]}})
 async def list_models(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     created = int(state_of(request).created)
@@ -125,7 +127,7 @@ async def list_models(request: Request) -> HTTPResponse:
 @bp.get("/v1/models/<model_id>")
 @endpoint("One model in service: its /v1/models row, or Anthropic's model object with an "
           "anthropic-version header", errors=(404,),
-          ok={"oneOf": [MODEL_ROW, ANTHROPIC_MODEL]})
+          ok={"application/json": {"oneOf": [MODEL_ROW, ANTHROPIC_MODEL]}})
 async def model_info(request: Request, model_id: str) -> HTTPResponse:
     sched = state_of(request).scheduler
     created = int(state_of(request).created)
