@@ -18,6 +18,7 @@ from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 from hypnos.service.state import state_of
 from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.inference.model_facts import ModelFacts, facts, listed
 from hypnos.service.wire.model_lists import (anthropic_list, anthropic_model,
                                              codex_catalog)
@@ -88,7 +89,7 @@ ANTHROPIC_LIST = json_object(
     has_more={"type": "boolean"})["application/json"]
 
 
-def _openai_row(sched: Scheduler, st, f: ModelFacts, created: int) -> dict:
+def _openai_row(sched: Scheduler, st: ModelState, f: ModelFacts, created: int) -> dict:
     return {"id": f.id, "object": "model", "created": created, "owned_by": "hypnos",
             "modality": st.cfg.modality, "current_tier": str(st.tier),
             "placement": sched.placement_of(st).to_wire(),
