@@ -21,10 +21,19 @@ from hypnos.planner.context import DEFAULT_CONTEXT_CAP
 from hypnos.planner import (Budgets, Hardware, ModelShape, MoeOffload, NoFit, Placement,
                             PlacementRequest, Topology, can_accelerate, place, shape_from_arch)
 
-CHAT_ROLES = frozenset({"chat", "vision"})
+CHAT_ROLES = frozenset({"chat", "vision", "agents"})
 LAYERED_ENGINES = frozenset({"ggml_llama"})
 REDUCED_SLOTS = 1
 REDUCED_CONTEXT = DEFAULT_CONTEXT_CAP     # the reduced variant: one slot at the default cap
+# An agent CLI's turn: Claude Code's first request is about 18,800 tokens (its system prompt
+# and tool definitions) and asks for 32,000 output tokens, which the server clamps to
+# limits.max_tokens_cap (8192 by default). The chat model of the "agents" need is given a
+# context per slot that holds both, rounded up to a power of two, in every setting tried,
+# and must call tools and be trained for at least that sum.
+AGENT_PROMPT_TOKENS = 18_800
+AGENT_OUTPUT_TOKENS = 8_192
+AGENT_MIN_CONTEXT = AGENT_PROMPT_TOKENS + AGENT_OUTPUT_TOKENS
+AGENT_CONTEXT = 1 << (AGENT_MIN_CONTEXT - 1).bit_length()       # 32768
 
 
 @dataclass(frozen=True)
@@ -129,15 +138,26 @@ def make_candidate(entry: Entry, variant: Variant, machine: Machine) -> Candidat
                      uses_tier1=machine.cpu_only or not runs_on_cpu)
 
 
+def agent_capable(entry: Entry) -> bool:
+    """Whether ``entry`` can be an agent CLI's model: it calls tools and is trained for an
+    agent's first turn (`AGENT_MIN_CONTEXT`)."""
+    return "tools" in entry.capabilities and entry.arch.context_length >= AGENT_MIN_CONTEXT
+
+
 def settings_for(cand: Candidate, roles, reduce: bool, moe_auto: bool) -> Settings:
+    """The catalog defaults; ``reduce``: one slot at `REDUCED_CONTEXT` for a chat model; a
+    model in the "agents" role never below `AGENT_CONTEXT` per slot (or its trained one)."""
     d = cand.entry.defaults
     trained = cand.entry.arch.context_length
     ctx = int(d.get("context_len") or (min(trained, DEFAULT_CONTEXT_CAP) if trained else 0))
     slots = int(d.get("slots", 1))
     layered = cand.shape.num_layers > 0
+    floor = min(AGENT_CONTEXT, trained or AGENT_CONTEXT) if "agents" in roles else 0
     if reduce and layered and CHAT_ROLES & set(roles):
         slots = REDUCED_SLOTS
         ctx = min(ctx or REDUCED_CONTEXT, REDUCED_CONTEXT)
+    if ctx and ctx // max(1, slots) < floor:
+        ctx = floor * max(1, slots)     # context_len is across all slots
     moe = MoeOffload.AUTO if moe_auto and cand.moe else MoeOffload(d.get("moe_offload", "off"))
     return Settings(slots=slots, context_len=ctx if layered else 0, moe_offload=moe)
 

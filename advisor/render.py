@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hypnos.advisor.candidates import Machine
-from hypnos.advisor.search import INTERACTIVE, NEED_ROLES, Chosen, Lineup, gib
+from hypnos.advisor.search import INTERACTIVE, NEED_ROLES, Chosen, Lineup, gib, served_roles
 from hypnos.catalog.blocks import block_fields, render_blocks
 from hypnos.planner import Priority, Tier
 
 LOAD_BYTES_PER_SEC = 3e9
-ROLE_PRIORITY = {"chat": Priority.HIGH, "vision": Priority.HIGH, "documents": Priority.LOW,
-                 "entities": Priority.LOW}
+ROLE_PRIORITY = {"chat": Priority.HIGH, "agents": Priority.HIGH, "vision": Priority.HIGH,
+                 "documents": Priority.LOW, "entities": Priority.LOW}
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def lineup_warnings(lineup: Lineup, machine: Machine) -> list[str]:
 def _serves(m: Chosen, needs: list[str]) -> list[str]:
     out = []
     for need in needs:
-        if need not in out and set(NEED_ROLES.get(need, (need,))) & set(m.roles):
+        if need not in out and set(NEED_ROLES.get(need, (need,))) & served_roles(m.roles):
             out.append(need)
     return out
 

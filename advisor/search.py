@@ -14,9 +14,11 @@ would derive on the machine (see ``advisor.candidates`` for CPU engines and shap
   scores. Then the higher score, then the
   larger weights (the better quantization of the same model), then the first found.
 - Entries the pinned engine cannot run yet (``requires_llama_cpp``) are never candidates.
+- The "agents" need is chat sized for an agent CLI: its model calls tools and gets at least
+  ``AGENT_CONTEXT`` (32,768) tokens per slot in every setting (``advisor.candidates``).
 - Settings tried per lineup: the catalog defaults; one slot with an 8k context on the chat
-  models; ``moe_offload = "auto"`` on a discrete GPU (MoE lineups only). A reduced setting
-  is kept only when it scores strictly better.
+  models (an agents model keeps its agent context); ``moe_offload = "auto"`` on a discrete
+  GPU (MoE lineups only). A reduced setting is kept only when it scores strictly better.
 - Bounded search: candidates are ranked by what they would score alone; a role that is not
   interactive and whose candidates serve no other requested role does not interact with the
   others, so it keeps only its best candidate; the other roles keep their best few plus the
@@ -28,21 +30,26 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from hypnos.advisor.candidates import (Candidate, Machine, Settings, budget_of, make_candidate,
-                                       place_alone, place_in, settings_for)
+from hypnos.advisor.candidates import (AGENT_MIN_CONTEXT, Candidate, Machine, Settings,
+                                       agent_capable, budget_of, make_candidate, place_alone,
+                                       place_in, settings_for)
 from hypnos.catalog.catalog import NEEDS, Catalog
 from hypnos.planner import NoFit, Placement
 
-ROLE_ORDER = ("chat", "vision", "transcription", "speech", "embeddings", "images",
+ROLE_ORDER = ("chat", "agents", "vision", "transcription", "speech", "embeddings", "images",
               "documents", "entities")
 ROLE_MODALITY = {
-    "chat": "text_generation", "vision": "vision", "transcription": "speech_to_text",
-    "speech": "text_to_speech", "embeddings": "embeddings", "images": "image_generation",
-    "documents": "document_conversion", "entities": "entity_extraction",
+    "chat": "text_generation", "agents": "text_generation", "vision": "vision",
+    "transcription": "speech_to_text", "speech": "text_to_speech", "embeddings": "embeddings",
+    "images": "image_generation", "documents": "document_conversion",
+    "entities": "entity_extraction",
 }
 NEED_ROLES = {"voice": ("transcription", "chat", "speech")}
+# The "agents" role is the chat role with an agent's context (`candidates.AGENT_CONTEXT`) and
+# tool calls: its model serves chat too, so it replaces the "chat" role of other needs.
+ROLES_SERVED = {"agents": ("agents", "chat")}
 ROLE_WEIGHT = {"transcription": 0.25, "speech": 0.1}
-INTERACTIVE = frozenset({"chat", "vision", "speech", "embeddings"})
+INTERACTIVE = frozenset({"chat", "agents", "vision", "speech", "embeddings"})
 
 PARTIAL_FACTOR = 0.25
 EXPERT_OFFLOAD_FACTOR = 0.75
@@ -92,7 +99,14 @@ def expand_needs(needs: list[str]) -> tuple[str, ...]:
         if need not in NEEDS:
             raise AdvisorError(f"unknown need {need!r}; known needs: {', '.join(NEEDS)}")
         roles.update(NEED_ROLES.get(need, (need,)))
+    if "agents" in roles:
+        roles.discard("chat")
     return tuple(r for r in ROLE_ORDER if r in roles)
+
+
+def served_roles(roles: tuple[str, ...]) -> set[str]:
+    """The roles a model chosen for ``roles`` serves (the agents' model serves chat)."""
+    return {x for r in roles for x in ROLES_SERVED.get(r, (r,))}
 
 
 # ----------------------------------------------------------------- evaluating a lineup
@@ -185,6 +199,17 @@ def _need_of(role: str, needs: list[str]) -> str:
     return next(n for n in needs if role in NEED_ROLES.get(n, (n,)))
 
 
+def _agent_check(role: str, cands: list[Candidate]) -> list[Candidate]:
+    """For the "agents" role, the candidates an agent CLI can drive (`agent_capable`)."""
+    if role != "agents":
+        return cands
+    fit = [c for c in cands if agent_capable(c.entry)]
+    if not fit:
+        raise NoLineupFits(f"need 'agents': no catalog chat model calls tools with a "
+                           f"trained context of at least {AGENT_MIN_CONTEXT} tokens")
+    return fit
+
+
 def gib(n: int) -> str:
     return f"{n / 1024**3:.2f}"
 
@@ -200,6 +225,7 @@ def fitting_candidates(catalog: Catalog, role: str, needs: list[str],
     what = need if need == role else f"{need} ({role})"
     if not cands:
         raise NoLineupFits(f"need {what!r}: no catalog model serves {modality}")
+    cands = _agent_check(role, cands)
     fits, misses = [], []
     for c in cands:
         p = place_alone(c, (role,), machine)
@@ -302,7 +328,8 @@ def search(catalog: Catalog, needs: list[str], machine: Machine) -> Lineup:
 def chat_calls_tools(lineup: Lineup) -> bool:
     """Every model serving chat in the lineup calls tools (what OpenAI clients, agents and
     LangChain ask of a chat model); True when no model serves chat."""
-    return all("tools" in m.cand.entry.capabilities for m in lineup.models if "chat" in m.roles)
+    return all("tools" in m.cand.entry.capabilities for m in lineup.models
+               if "chat" in served_roles(m.roles))
 
 
 def pick_alike(found: list[tuple[tuple, Lineup]]) -> Lineup:

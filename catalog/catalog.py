@@ -16,6 +16,7 @@ CATALOG_PATH = Path(__file__).with_name("models.catalog.toml")
 # needs (advisor / POST /v1/advisor) -> the modalities that serve them
 NEEDS = {
     "chat": ("text_generation",),
+    "agents": ("text_generation",),     # chat sized for an agent CLI (advisor.candidates)
     "vision": ("vision",),
     "voice": ("speech_to_text", "text_generation", "text_to_speech"),
     "transcription": ("speech_to_text",),

@@ -61,7 +61,8 @@ def _print_table(body: dict) -> None:
 @click.command("advise")
 @click.option("--needs", required=True, type=CommaList(tuple(NEEDS)),
               help="Comma-separated: " + ", ".join(NEEDS) + " (voice = transcription + "
-                   "chat + speech).")
+                   "chat + speech; agents = chat by a model that calls tools, with 32768 "
+                   "tokens per slot for an agent CLI's prompt and answer).")
 @click.option("--vram", type=BYTE_SIZE, default=None,
               help="GPU memory, e.g. 24G (default: this machine's; 0 = no GPU).")
 @click.option("--ram", type=BYTE_SIZE, default=None,

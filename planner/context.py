@@ -9,10 +9,14 @@ Three numbers, used by the placement math, the scheduler, the engines and the ro
 - ``REQUEST_CONTEXT_FLOOR`` (2048): the least per-slot context a request is estimated to
   need (a short prompt still gets room to answer).
 
-Pure functions, no imports: ``trained`` is the model's trained context (0 when unknown),
-``configured`` the config's ``context_len`` across all slots (0 = the default).
+``fundable_window`` narrows that window to what the machine's memory can fund, given the
+placement check as a function. Pure functions: ``trained`` is the model's trained context
+(0 when unknown), ``configured`` the config's ``context_len`` across all slots (0 = the
+default).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 FALLBACK_CONTEXT = 4096
 DEFAULT_CONTEXT_CAP = 8192
@@ -49,6 +53,24 @@ def context_window(configured: int, slots: int, trained: int) -> int:
         return trained
     slots = max(1, slots)
     return (configured or FALLBACK_CONTEXT * slots) // slots
+
+
+def fundable_window(window: int, fits: Callable[[int], bool], step: int = 256) -> int:
+    """The largest per-slot context up to ``window`` (the `context_window`) this machine can
+    fund: ``fits(n)`` says whether the model placed alone, every slot funded ``n`` tokens,
+    fits the machine. Searched down to a multiple of ``step``; ``window`` itself when it
+    fits, and when not even ``REQUEST_CONTEXT_FLOOR`` fits (the refusal is the load's to
+    give, with its reason)."""
+    if window <= REQUEST_CONTEXT_FLOOR or fits(window) or not fits(REQUEST_CONTEXT_FLOOR):
+        return window
+    lo, hi = REQUEST_CONTEXT_FLOOR // step, window // step     # lo fits; hi * step may not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid * step):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * step
 
 
 def request_context(prompt_tokens: int, max_tokens: int, media_tokens: int = 0) -> int:

@@ -266,10 +266,11 @@ def anthropic_body(status: int, message: str) -> dict:
 
 
 def error_response(exc: HypnosError, request=None):
-    """The error's envelope: OpenAI's shape (the spec's), Anthropic's on /v1/messages,
-    Ollama's on /api/*."""
+    """The error's envelope: OpenAI's shape (the spec's), Anthropic's on /v1/messages (and
+    /v1/models asked by an anthropic SDK), Ollama's on /api/*."""
     body = exc.body()
-    if request is not None and request.path.startswith("/v1/messages"):
+    if request is not None and (request.path.startswith("/v1/messages") or (
+            request.path.startswith("/v1/models") and "anthropic-version" in request.headers)):
         body = anthropic_body(exc.status, exc.message)
     elif request is not None and request.path.startswith("/api/"):
         body = {"error": exc.message}          # Ollama's envelope

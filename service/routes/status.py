@@ -1,4 +1,5 @@
-"""GET /health, /ready, /v1/models, /v1/models/catalog, POST /v1/advisor."""
+"""GET /health, /ready, /v1/models (OpenAI's list, Codex's catalog, Anthropic's list),
+/v1/models/{id}, /v1/models/catalog, POST /v1/advisor."""
 from __future__ import annotations
 
 import time
@@ -17,6 +18,10 @@ from hypnos.service.wire.model import Says, Wire
 from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 from hypnos.service.state import state_of
 from hypnos.service.scheduling.scheduler import Scheduler
+from hypnos.service.scheduling.pool import ModelState
+from hypnos.service.inference.model_facts import ModelFacts, facts, listed
+from hypnos.service.wire.model_lists import (anthropic_list, anthropic_model,
+                                             codex_catalog)
 
 bp = Blueprint("status")
 
@@ -63,27 +68,78 @@ async def ready(request: Request) -> HTTPResponse:
     return json_response({"ready": False, "reason": lifecycle.readiness.reason}, status=503)
 
 
-@bp.get("/v1/models")
-@endpoint("The models in service (disabled ones hidden)", ok=json_object(
+ANTHROPIC_MODEL = {
+    "type": "object", "required": ["type", "id", "display_name", "created_at", "lifecycle"],
+    "properties": {"type": {"const": "model"}, "id": {"type": "string"},
+                   "display_name": {"type": "string"}, "lifecycle": {"const": "active"},
+                   "created_at": {"type": "string", "format": "date-time"},
+                   "max_input_tokens": {"type": "integer"}, "max_tokens": {"type": "integer"}}}
+MODEL_ROW = {"type": "object", "required": ["id", "object", "current_tier", "active_leases"],
+             "properties": {"context_window": {"type": "integer"}}}
+CODEX_MODEL = {"type": "object", "required": [
+    "slug", "display_name", "context_window", "supported_reasoning_levels", "input_modalities",
+    "model_messages"]}
+OPENAI_LIST = json_object(
     "object", "backend", "accelerator", "data", object={"const": "list"},
     backend={"enum": ["cuda", "metal", "cpu"]}, accelerator={"type": "boolean"},
-    data={"type": "array", "items": {
-        "type": "object", "required": ["id", "object", "current_tier", "active_leases"]}}))
+    data={"type": "array", "items": MODEL_ROW},
+    models={"type": "array", "items": CODEX_MODEL})["application/json"]
+ANTHROPIC_LIST = json_object(
+    "data", "has_more", "first_id", "last_id", data={"type": "array", "items": ANTHROPIC_MODEL},
+    has_more={"type": "boolean"})["application/json"]
+
+
+def _openai_row(sched: Scheduler, st: ModelState, f: ModelFacts, created: int) -> dict:
+    return {"id": f.id, "object": "model", "created": created, "owned_by": "hypnos",
+            "modality": st.cfg.modality, "current_tier": str(st.tier),
+            "placement": sched.placement_of(st).to_wire(),
+            "active_leases": st.leases + st.holds,
+            **({"context_window": f.context_window} if "text_generation" in
+               st.cfg.all_modalities else {}),
+            **({"alias_of": f.alias_of} if f.alias_of else {})}
+
+
+def _anthropic(request: Request) -> bool:
+    """The anthropic SDKs send their API version on every request; OpenAI's do not."""
+    return "anthropic-version" in request.headers
+
+
+@bp.get("/v1/models")
+@endpoint("The models in service (disabled ones hidden). With Codex's client_version "
+          "query, also Codex's models catalog; with an anthropic-version header, Anthropic's "
+          "list instead. Every context window told is the per-slot context this machine "
+          "funds", query={"client_version": {"type": "string"}},
+          ok={"application/json": {"oneOf": [OPENAI_LIST, ANTHROPIC_LIST]}})
 async def list_models(request: Request) -> HTTPResponse:
     sched = state_of(request).scheduler
     created = int(state_of(request).created)
-    data = [{"id": st.id, "object": "model", "created": created, "owned_by": "hypnos",
-             "modality": st.cfg.modality, "current_tier": str(st.tier),
-             "placement": sched.placement_of(st).to_wire(), "active_leases": st.leases + st.holds,
-             **({"context_window": sched.context_window(st)}
-                if "text_generation" in st.cfg.all_modalities else {})}
-            for st in sched.models.values() if st.enabled]
-    by_id = {row["id"]: row for row in data}
-    data += [{**by_id[st.id], "id": alias, "alias_of": st.id}
-             for st in sched.models.values() if st.id in by_id for alias in st.cfg.aliases]
+    listing = listed(sched, state_of(request).config.limits.max_tokens_cap)
+    if _anthropic(request):
+        return json_response(anthropic_list([f for _, f in listing], created))
     fields = status_fields(sched, state_of(request).builds)
-    return json_response({"object": "list", "backend": fields["backend"],
-                          "accelerator": fields["accelerator"], "data": data})
+    body = {"object": "list", "backend": fields["backend"],
+            "accelerator": fields["accelerator"],
+            "data": [_openai_row(sched, st, f, created) for st, f in listing]}
+    if "client_version" in request.args:
+        body["models"] = codex_catalog([f for _, f in listing])
+    return json_response(body)
+
+
+@bp.get("/v1/models/<model_id>")
+@endpoint("One model in service: its /v1/models row, or Anthropic's model object with an "
+          "anthropic-version header", errors=(404,),
+          ok={"application/json": {"oneOf": [MODEL_ROW, ANTHROPIC_MODEL]}})
+async def model_info(request: Request, model_id: str) -> HTTPResponse:
+    sched = state_of(request).scheduler
+    created = int(state_of(request).created)
+    st = sched.get(model_id)
+    alias = model_id if model_id in st.cfg.aliases else None
+    f = facts(sched, st, state_of(request).config.limits.max_tokens_cap, alias)
+    if _anthropic(request):
+        if not f.context_window:
+            raise errors.NotFoundError(f"The model '{model_id}' is not a text model")
+        return json_response(anthropic_model(f, created))
+    return json_response(_openai_row(sched, st, f, created))
 
 
 @bp.get("/v1/models/catalog")

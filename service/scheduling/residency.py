@@ -34,7 +34,7 @@ from hypnos.engines.llama.prompt_cache import PromptCache
 from hypnos.engines.records import LoadReport
 from hypnos.planner import place, placement_device
 from hypnos.planner.budgets import tier2_keeps_engine
-from hypnos.planner.context import funded_context
+from hypnos.planner.context import context_window, fundable_window, funded_context
 from hypnos.planner.loading import LoadPlan, LoadRefusal, NoRoom, TooBig, plan_load
 from hypnos.planner.process_memory import (ProcessMemory, over_process_cap, process_memory,
                                            tier1_unbooked, usable_budgets)
@@ -124,6 +124,21 @@ class Residency:
                                 min_gpu_layer_ratio=st.cfg.min_gpu_layer_ratio,
                                 unified_memory=self.budgets.unified_memory,
                                 discrete_gpu=self.hardware.topology is Topology.DISCRETE)
+
+    def fundable_context(self, st: ModelState) -> int:
+        """The per-slot context a client may plan against for ``st``: its `context_window`
+        (the trained context when known) narrowed to the most this machine can fund, every
+        slot funded, with the model placed alone (`fundable_window`; what other models hold
+        is evicted for it)."""
+        window = context_window(st.cfg.context_len, st.cfg.slots, st.shape.max_context_len)
+        if st.shape.num_layers <= 0 and st.shape.kv_bytes_per_token <= 0:
+            return window               # no KV cache: nothing grows with the context
+        tier1 = self.budgets.tier1_bytes
+
+        def fits(per_slot: int) -> bool:
+            req = replace(self.request(st, per_slot), tier1_free_bytes=tier1)
+            return not isinstance(place(req), NoFit)
+        return fundable_window(window, fits)
 
     def with_device(self, st: ModelState, placement: Placement) -> Placement:
         return replace(placement, device=placement_device(

@@ -34,7 +34,6 @@ from hypnos.engines.llama.prompt_cache import PromptCache
 from hypnos.engines.protocols import Engine
 from hypnos.planner import ACCELERATED_ENGINES, derive_budgets, kv_park_cap, place
 from hypnos.planner.admission import DeadlineMiss, QueueFull, admit, implicit_deadline
-from hypnos.planner.context import context_window
 from hypnos.planner.process_memory import ProcessMemory, tier1_unbooked
 from hypnos.planner.sharing import shared_draft_bytes
 from hypnos.planner.types import Budgets, Hardware, NoFit, Placement, Tier
@@ -277,9 +276,12 @@ class Scheduler:
     # ------------------------------------------------------------------ placement
 
     def context_window(self, st: ModelState) -> int:
-        """The per-slot context a client may plan against: the model's trained context when
-        known (a larger num_ctx rebuilds up to it), else what the config funds per slot."""
-        return context_window(st.cfg.context_len, st.cfg.slots, st.shape.max_context_len)
+        """The per-slot context a client may plan against, the one number every route tells
+        (/v1/models, the Codex and Anthropic model lists, Ollama's show and ps) and the
+        prompt checks refuse past: the model's trained context when known (a larger num_ctx
+        rebuilds up to it), else what the config funds per slot, narrowed to what this
+        machine's memory can fund (`Residency.fundable_context`)."""
+        return self.residency.fundable_context(st)
 
     def placement_of(self, st: ModelState) -> Placement:
         """Current placement, or what it would be with tier 1 empty when not resident."""

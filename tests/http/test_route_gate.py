@@ -26,7 +26,8 @@ pytestmark = pytest.mark.anyio
 EXEMPT = {
     ("GET", "/"), ("GET", "/playground/<name:str>"), ("GET", "/openapi.json"),
     ("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics"),
-    ("GET", "/v1/models"), ("GET", "/v1/models/catalog"), ("POST", "/v1/advisor"),
+    ("GET", "/v1/models"), ("GET", "/v1/models/<model_id:str>"), ("GET", "/v1/models/catalog"),
+    ("POST", "/v1/advisor"),
     ("GET", "/v1/memory/status"), ("GET", "/v1/memory/kv-park"), ("POST", "/v1/memory/kv-park"),
     ("GET", "/v1/logs"), ("DELETE", "/v1/logs"), ("GET", "/v1/logs/<request_id:str>"),
     ("POST", "/v1/logs/level"),

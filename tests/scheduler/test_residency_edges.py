@@ -165,3 +165,33 @@ async def test_a_lease_is_reported_on_admission_so_a_failed_load_still_names_its
             pass
     assert [lease.model.id for lease in seen] == ["a"]
     assert seen[0].previous_tier is Tier.SSD
+
+
+async def test_the_window_told_is_the_context_this_machine_can_fund():
+    """context_window (what /v1/models, Codex's catalog, Anthropic's list and /api/show tell)
+    is the trained context narrowed to what the model alone can be placed with: 64 KiB of KV
+    a token cannot hold 32768 tokens in a 1000 MiB tier 1. A request for that window loads;
+    one 256 tokens above it is refused as too big for the machine."""
+    from hypnos.planner.loading import TooBig
+    from hypnos.planner.types import MIB, ModelShape
+    from hypnos.service.config.schema import ModelConfig
+    from hypnos.service.refusals import LoadRefused
+    cfg = ModelConfig(id="wide", modality="text_generation", engine="ggml_llama",
+                      weights_path="wide.gguf")
+    shape = ModelShape(weights_bytes=100 * MIB, num_layers=10, layer_bytes=9 * MIB,
+                       non_layer_bytes=10 * MIB, kv_bytes_per_token=64 * 1024,
+                       max_context_len=32768)
+    sched = make([(cfg, shape)], FakeEffects())
+    st = sched.models["wide"]
+    window = sched.context_window(st)
+    assert 4096 < window < 32768 and window % 256 == 0
+    async with sched.lease("wide", context_len=window):
+        assert st.placement.allocated_context_len == window
+    with pytest.raises(LoadRefused) as refused:
+        async with sched.lease("wide", context_len=window + 256):
+            pass
+    assert isinstance(refused.value.refusal, TooBig)
+    # A model with little KV a token keeps its trained window (it fits).
+    small, small_shape = layered_chat("small")
+    sched = make([(small, small_shape)], FakeEffects())
+    assert sched.context_window(sched.models["small"]) == 32768

@@ -346,3 +346,69 @@ def test_real_catalog_picks_current_models(vram, ram, unified):
     body = _advise(cat, ["chat", "voice"], vram, ram, unified)
     chat = next(m for m in body["models"] if "chat" in m["serves"])
     assert cat.get(chat["id"]).released >= "2025-07", chat["id"]
+
+
+# ----------------------------------------------------------------- the agents need
+
+def _tools(entry, model_id, *, ctx=32768, **defaults):
+    return {**_dated(entry, model_id, "2026-01", capabilities=["tools"]),
+            "arch": {**entry["arch"], "context_length": ctx}, "defaults": defaults}
+
+
+def test_agent_context_holds_a_first_turn_and_its_clamped_answer():
+    from hypnos.advisor.candidates import AGENT_CONTEXT, AGENT_MIN_CONTEXT
+    assert AGENT_MIN_CONTEXT == 18_800 + 8_192
+    assert AGENT_CONTEXT == 32768 and AGENT_CONTEXT >= AGENT_MIN_CONTEXT
+
+
+def test_agents_give_the_chat_model_an_agent_context():
+    # mid's catalog default is 16384 x 1: plain chat keeps it, agents raise it to 32768
+    # (KV 160 KiB x 32768 = 5 GiB: 12.2 GiB + emb 4.06 still fit 23.5 together).
+    mid = _tools(MID, "mid:12b", context_len=16384, slots=1)
+    plain = _advise(_cat(mid, EMB), ["chat", "embeddings"], 24, 64)["models"][0]
+    assert (plain["id"], plain["context_len"], plain["slots"]) == ("mid:12b", 16384, 1)
+    body = _advise(_cat(mid, EMB), ["chat", "embeddings", "agents"], 24, 64)
+    chat = body["models"][0]
+    assert chat["id"] == "mid:12b" and chat["context_len"] // chat["slots"] >= 32768
+    assert chat["serves"] == ["chat", "agents"]       # one model: the agents' serves chat
+    assert [m["id"] for m in body["models"]] == ["mid:12b", "emb:4b"]
+    block = tomllib.loads(body["config"])["models"][0]
+    assert block["context_len"] // block["slots"] >= 32768
+
+
+def test_the_reduced_setting_keeps_the_agent_context():
+    # big with 4 slots x 32768 and emb do not fit 20G together (as in
+    # test_one_slot_and_8k_context_when_that_makes_them_fit); the reduced setting is one slot,
+    # and for agents that slot keeps 32768 instead of being cut to 8192.
+    big = _tools(BIG, "big:20b", slots=4, context_len=4 * 32768)
+    chat = _advise(_cat(big, EMB), ["agents", "embeddings"], 20, 64)["models"][0]
+    assert chat["context_len"] // chat["slots"] >= 32768
+
+
+def test_agents_need_a_tool_calling_model_trained_for_the_turn():
+    short = _tools(BIG, "short:20b", ctx=16384)          # bigger, but trained for 16k
+    plain = _dated(MID, "plain:12b", "2026-01")          # calls no tools
+    ok = _tools(SMALL, "ok:3b")
+    assert _ids(search(_cat(short, plain, ok), ["agents"], _machine(24, 64))) == ["ok:3b"]
+    with pytest.raises(NoLineupFits, match="agents"):
+        search(_cat(short, plain), ["agents"], _machine(24, 64))
+
+
+def test_voice_with_agents_fills_one_chat_role():
+    ok = _tools(MID, "ok:12b")
+    lineup = search(_cat(ok, WHISPER, TTS), ["voice", "agents"], _machine(24, 64))
+    assert sorted(_ids(lineup)) == ["ok:12b", "tts:80m", "whisper:1.5b"]
+    chat = next(m for m in lineup.models if m.cand.entry.id == "ok:12b")
+    assert chat.roles == ("agents",)
+
+
+def test_real_catalog_chat_voice_agents_on_24g():
+    """`hypnos advise --needs chat,voice,agents --vram 24G`: the chat model calls tools and
+    each slot holds an agent's first turn (today's chat,voice pick is 16384 x 1)."""
+    from hypnos.advisor.candidates import AGENT_MIN_CONTEXT
+    cat = load_catalog()
+    body = _advise(cat, ["chat", "voice", "agents"], 24, 24)
+    chat = next(m for m in body["models"] if "agents" in m["serves"])
+    assert "chat" in chat["serves"] and "voice" in chat["serves"]
+    assert "tools" in cat.get(chat["id"]).capabilities
+    assert chat["context_len"] // chat["slots"] >= AGENT_MIN_CONTEXT

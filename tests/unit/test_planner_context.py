@@ -48,3 +48,12 @@ def test_placement_uses_the_same_default():
     unknown = ModelShape(weights_bytes=1, num_layers=1, layer_bytes=1, kv_bytes_per_token=1)
     assert allocated_context(PlacementRequest(unknown, 0, context_len=0)) == 4096
     assert PlacementRequest(unknown, 0).context_len == FALLBACK_CONTEXT
+
+
+def test_fundable_window_narrows_to_what_fits():
+    from hypnos.planner.context import fundable_window
+    assert fundable_window(32768, lambda n: True) == 32768             # the whole window fits
+    assert fundable_window(32768, lambda n: n <= 20000) == 19968       # down to a 256 multiple
+    assert fundable_window(32768, lambda n: n <= 2048) == 2048
+    assert fundable_window(32768, lambda n: False) == 32768            # the load's to refuse
+    assert fundable_window(1024, lambda n: False) == 1024
