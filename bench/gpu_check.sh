@@ -26,8 +26,9 @@
 # Exit status: 0 all passed; 1 a step or check failed; 2 usage; 3 no build for the checks.
 # A rehearsal on a CPU machine (the whole path, a CPU build): GPU_CHECK_CUDA=OFF
 # GPU_CHECK_SIZES="16 64" (MiB of the three small models and the large one), PYTHON=a venv
-# that has Hypnos's packages (the kit's wheels are then not installed), and for the checks
-# GPU_CHECK_PLUMBING=1 (bench/gpu_checks_engine.py) and GPU_CHECK_BUDGET_S=900.
+# that has Hypnos's packages (the kit's wheels are then not installed), GPU_CHECK_BUDGET_S=1500
+# for a 2-core build; for the checks GPU_CHECK_PLUMBING=1 (bench/gpu_checks_engine.py) and
+# GPU_CHECK_BUDGET_S=900.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 
