@@ -117,8 +117,8 @@ def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bo
 def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None,
             progress=None) -> list[Row]:
     """Every check (or those in ``only``) in order, each in its own process unless ``argv``
-    is None (then inline); prints each row as it comes. ``progress(rows, pending)`` is
-    called before the first check and after each."""
+    is None (then inline); prints each row as it comes. ``progress(rows so far, the checks
+    not run yet)`` is called before each check."""
     rows: list[Row] = []
     todo = [c for c in checks() if (only is None or c.number in only)
             and (c.number != 0 or ctx.smoke)]   # check 1 covers 0 where there is a GPU
