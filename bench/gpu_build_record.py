@@ -97,7 +97,8 @@ def summary(body: dict) -> str:
         + (f"; FALLBACK: {cuda['fallback']}" if cuda["fallback"] else ""),
         "cuBLAS: " + (f"{cublas['source']} {cublas['path'] or ''}".strip() if cublas
                       else "not used (no CUDA build)"),
-        f"GPU: {gpus}; cores {body['cores']}; gpu offload {body['gpu_offload']}",
+        f"GPU: {gpus}; cores {body['cores']}; llama_supports_gpu_offload "
+        f"{body['gpu_offload']} (true with the RPC backend alone: not proof of CUDA)",
         "models: " + (", ".join(f"{n} {b / MIB:.0f} MiB" for n, b in body["models"].items())
                       or "none"),
         f"ok: {body['ok']}",
