@@ -4,7 +4,8 @@ llama.cpp's own ``llama-server``. Writes ``gpu_check.json`` and ``gpu_check.txt`
 exits 1 when a check fails, 0 otherwise (skipped checks are listed with their reason, never
 counted as passed).
 
-    bash bench/gpu_check.sh             # on the device: builds, writes the models, runs this
+    bash bench/gpu_check.sh --build     # on the device: builds, writes the models; then
+    bash bench/gpu_check.sh             # runs this on that build
     python bench/gpu_check.py --models A.gguf B.gguf C.gguf --large L.gguf \\
         --llama-server BUILD/bin/llama-server --out DIR [--deadline UNIX_S]
     python bench/gpu_check.py --cpu-smoke --model SMALL.gguf --out DIR   # any CPU machine
@@ -48,9 +49,9 @@ def checks() -> list[Check]:
     import gpu_checks_serving as srv
     return [
         Check(0, "plumbing on the CPU", eng.check_plumbing, 10, gpu=False),
-        Check(1, "offload and /health", eng.check_offload, 30),
-        # The headline next, so that a slow build leaves time for it before the others.
+        # The headline first, so that whatever else runs out of time, it has been measured.
         Check(5, "swap workload vs llama-server router", srv.check_swap_workload, 120),
+        Check(1, "offload and /health", eng.check_offload, 30),
         Check(2, "memory truth vs NVML", eng.check_memory_truth, 60),
         Check(3, "tier moves vs pinned H2D", eng.check_tier_moves, 60),
         Check(4, "decode GPU vs CPU, vs llama-server", srv.check_decode, 90),
@@ -59,12 +60,35 @@ def checks() -> list[Check]:
     ]
 
 
-def write_results(out: Path, rows: list[Row], steps: list[dict], ctx: Ctx) -> None:
+def write_results(out: Path, rows: list[Row], steps: list[dict], ctx: Ctx,
+                  build: dict | None = None, pending: list[str] | None = None) -> None:
+    """gpu_check.json and gpu_check.txt; ``pending``: the checks not run yet (a partial
+    table, rewritten after every check so that a run stopped from outside leaves one)."""
     out.mkdir(parents=True, exist_ok=True)
     body = {"steps": steps, "rows": [asdict(r) for r in rows], "notes": ctx.notes,
-            "smoke": ctx.smoke, "unix_s": int(time.time())}
-    (out / "gpu_check.json").write_text(json.dumps(body, indent=1, default=str) + "\n")
-    (out / "gpu_check.txt").write_text(render(rows, steps))
+            "smoke": ctx.smoke, "build": build, "pending": pending or [],
+            "unix_s": int(time.time())}
+    text = build_line(build) + render(rows, steps)
+    if pending:
+        text += "not run yet (the run was stopped?): " + ", ".join(pending) + "\n"
+    for name, data in (("gpu_check.json", json.dumps(body, indent=1, default=str) + "\n"),
+                       ("gpu_check.txt", text)):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(data)
+        tmp.replace(out / name)
+
+
+def build_line(build: dict | None) -> str:
+    """The build step's record in one line for the table's head; "" without one."""
+    if not build:
+        return ""
+    cuda, b = build.get("cuda") or {}, build.get("build") or {}
+    cublas = (cuda.get("cublas") or {}).get("source") or "-"
+    gpus = ", ".join(f"{g.get('name')} {g.get('memory_mib')} MiB"
+                     for g in build.get("gpus") or []) or "no GPU seen"
+    return (f"build: exit {b.get('rc')}, {b.get('seconds')} s; CUDA {cuda.get('built_with')} "
+            f"{cuda.get('version') or ''} (cuBLAS {cublas}, flash attention "
+            f"{build.get('flash_attention')}); {gpus}; {build.get('cores')} cores\n\n")
 
 
 def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bool]:
@@ -90,15 +114,17 @@ def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bo
         return [Row(**r) for r in json.loads(rows_file.read_text())], True
 
 
-def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None) -> list[Row]:
+def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None,
+            progress=None) -> list[Row]:
     """Every check (or those in ``only``) in order, each in its own process unless ``argv``
-    is None (then inline); prints each row as it comes."""
+    is None (then inline); prints each row as it comes. ``progress(rows so far, the checks
+    not run yet)`` is called before each check."""
     rows: list[Row] = []
-    for check in checks():
-        if only is not None and check.number not in only:
-            continue
-        if check.number == 0 and not ctx.smoke:   # check 1 covers it where there is a GPU
-            continue
+    todo = [c for c in checks() if (only is None or c.number in only)
+            and (c.number != 0 or ctx.smoke)]   # check 1 covers 0 where there is a GPU
+    for i, check in enumerate(todo):
+        if progress:
+            progress(rows, [f"{c.number} {c.name}" for c in todo[i:]])
         print(f"-- check {check.number} {check.name} ({ctx.left():.0f} s left)", flush=True)
         got, printed = (run_check(check, ctx), False) if argv is None else \
             run_isolated(check, ctx, argv)
@@ -128,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-server", type=Path, help="llama-server of the same build")
     ap.add_argument("--out", type=Path, default=Path("gpu-check-out"))
     ap.add_argument("--steps", type=Path, help="gpu_check.sh's steps.tsv")
+    ap.add_argument("--build-record", type=Path,
+                    help="the build step's build.json, copied into gpu_check.json")
     ap.add_argument("--deadline", type=float, help="unix seconds; default now + 8 minutes")
     ap.add_argument("--only", help="check numbers, comma-separated")
     ap.add_argument("--cpu-smoke", action="store_true",
@@ -147,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_all(ctx, only)
         args.child.write_text(json.dumps([asdict(r) for r in rows], default=str))
         return 0
-    rows = run_all(ctx, only, None if args.inline else parent_argv(args))
     steps = steps_table(args.steps)
-    write_results(args.out, rows, steps, ctx)
+    build = json.loads(args.build_record.read_text()) \
+        if args.build_record and args.build_record.is_file() else None
+    rows = run_all(ctx, only, None if args.inline else parent_argv(args),
+                   lambda done, pending: write_results(args.out, done, steps, ctx, build,
+                                                       pending))
+    write_results(args.out, rows, steps, ctx, build)
     print(render(rows, steps), flush=True)
     failed = any(r.verdict == "fail" for r in rows) or \
         any(s["rc"] not in (0, "dry") for s in steps)
