@@ -89,6 +89,9 @@ class ChatRequest:
     grammar: str | None = None                # GBNF text, rule "root" (InvalidGrammar if bad)
     response_format: dict | None = None       # OpenAI's; the engine builds its grammar
     session_key: str | None = None            # binds the conversation to one slot
+    #: The binding gives way (to a new session, when every slot is bound and this one is
+    #: the least recently used idle one) instead of refusing it: a client's cache hint.
+    session_yields: bool = False
     #: The conversation the prompt continues, without binding a slot (a stored Responses
     #: conversation that cannot have one): its prefix is kept in the prompt cache under
     #: this session, so releasing it or deleting the stored response drops it.

@@ -106,7 +106,8 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
                 raise RuntimeError("decode loop closed")
             if job.session_key is not None:
                 job.target = self.bind_locked(job.session_key, job.prompt,
-                                              partition=job.partition)
+                                              partition=job.partition,
+                                              yields=job.session_yields)
             self.waiting.append(job)
             if job.group is not None:
                 self._gather_locked(job.group.key)

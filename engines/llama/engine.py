@@ -380,7 +380,8 @@ class LlamaChatEngine(SessionsMixin):
             rules.closer = CallCloser.start(sampling.grammar,
                                             lambda text: self._tokenize(text, False), max_tokens)
         job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                  stop=threading.Event(), session_key=req.session_key, tag=req.cache_tag,
+                  stop=threading.Event(), session_key=req.session_key,
+                  session_yields=req.session_yields, tag=req.cache_tag,
                   logprobs=req.top_logprobs if req.logprobs else None, rules=rules,
                   prefill=built.prefill, group=req.group, events=TokenEvents(),
                   partition=req.partition)

@@ -62,6 +62,7 @@ class Job:
     sampler: object = None
     started: bool = False
     session_key: str | None = None
+    session_yields: bool = False                # its binding gives way (``bind_locked``)
     tag: str | None = None                      # its conversation, unbound: the cache's tag
     target: Slot | None = None                # the slot its session key is bound to
     logprobs: int | None = None                 # None: off; else alternatives per token
@@ -97,6 +98,7 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0                           # when its last job ended
     key: str | None = None                           # the session bound to this slot
+    yields: bool = False                             # that binding gives way (bind_locked)
     #: The session whose conversation its KV holds, bound, unbound or a tag (the cache's).
     released_key: str | None = None
     #: The partition whose tokens the KV holds: only a job of the same one reuses them.
@@ -195,14 +197,18 @@ class SlotQueue:
             return False
 
     def bind_locked(self, key: str, prompt: list[int] | None = None,
-                    free_only: bool = False, partition: str = "") -> Slot | None:
+                    free_only: bool = False, partition: str = "",
+                    yields: bool = False) -> Slot | None:
         """The slot bound to ``key``, binding one if needed: an unbound slot, a free one
-        first, the one whose KV serves ``prompt`` (of ``partition``) best; None when
-        ``free_only`` and no unbound slot is free. Call holding ``cond``."""
+        first, the one whose KV serves ``prompt`` (of ``partition``) best; with every slot
+        bound, the one a yielding session (``yields``: named by a cache hint) left idle
+        longest; None when ``free_only`` and no unbound slot is free. Raises
+        SessionCapacity when no slot can be had. Call holding ``cond``."""
         for slot in self.slots:
             if slot.key == key:
+                slot.yields = slot.yields and yields    # named once by session_id: kept
                 return slot
-        unbound = [s for s in self.slots if s.key is None]
+        unbound = [s for s in self.slots if s.key is None] or self._given_way_locked()
         if not unbound:
             raise SessionCapacity(f"every slot ({len(self.slots)}) holds a session; "
                                   "release one first")
@@ -210,15 +216,27 @@ class SlotQueue:
         if free_only and not free:
             return None
         slot = pick_slot(free or unbound, prompt or [], partition, self._kept_below)
-        slot.key = key
+        slot.key, slot.yields = key, yields
         return slot
+
+    def _given_way_locked(self) -> list[Slot]:
+        """[the slot of the yielding session idle longest], unbound (its KV stays: the
+        prompt cache takes it before it is overwritten), or [] when every bound slot is
+        busy, waited for, or bound by ``session_id``."""
+        idle = [s for s in self.slots if s.yields and s.job is None
+                and not any(job.target is s for job in self.waiting)]
+        if not idle:
+            return []
+        slot = min(idle, key=lambda s: s.last_used)
+        slot.key, slot.yields, slot.released_key = None, False, slot.key
+        return [slot]
 
     def release(self, key: str) -> bool:
         """Unbind ``key`` (its KV stays for prefix reuse). False if it was not bound."""
         with self.cond:
             for slot in self.slots:
                 if slot.key == key:
-                    slot.key, slot.released_key = None, key
+                    slot.key, slot.yields, slot.released_key = None, False, key
                     return True
             return False
 

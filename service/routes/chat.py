@@ -14,6 +14,7 @@ from hypnos.service.state import state_of
 from hypnos.service.wire.body import json_body
 from hypnos.service.wire.chat import ChatBody, parse_chat
 from hypnos.service.wire.openai_out import ChatCompletionCodec
+from hypnos.service.wire.sessions import session_yields
 
 bp = Blueprint("chat")
 
@@ -29,5 +30,6 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     body = json_body(request)
     params = parse_chat(body, state_of(request).config.limits)
     params.request.session_key = session_key(request, body)
+    params.request.session_yields = session_yields(body)
     return await http_turn(request, chat_lease(caller_of(request), params), params.request,
                            ChatCompletionCodec(params), stream=params.stream, n=params.n)

@@ -41,6 +41,7 @@ from hypnos.service.wire.responses_in import chat_body, to_chat_body
 from hypnos.service.wire.responses_items import input_item_objects
 from hypnos.service.wire.responses_out import (ResponsesCodec, assistant_message, new_id,
                                                response_object, usage)
+from hypnos.service.wire.sessions import session_yields
 
 bp = Blueprint("responses")
 RESPONSE = json_object("id", "object", "status", "output", "model",
@@ -78,6 +79,7 @@ class Turn:
         self.stored = self.wire.store is not False
         self.parallel = self.wire.parallel_tool_calls is not False
         self.session = session_key(request, body)
+        self.yields = session_yields(body)
 
     def render(self, status: str, output: list[dict],
                result: ChatResult | None = None) -> dict:
@@ -115,6 +117,7 @@ async def create(request: Request) -> HTTPResponse | None:
     async def bound(call: LeasedCall) -> ChatRequest:
         """The request, under the conversation's session when it has one to keep."""
         params.request.session_key = turn.session
+        params.request.session_yields = turn.yields
         if turn.session is None and (turn.stored or turn.prev is not None):
             await _bind_conversation(request, call, turn.conversation, params.request)
         return params.request

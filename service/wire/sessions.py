@@ -31,6 +31,17 @@ def session_name(request: Headed, body: Mapping[str, Any] | None) -> str | None:
     return header or None
 
 
+def session_yields(body: Mapping[str, Any] | None) -> bool:
+    """Whether the session's slot binding yields when every slot is bound: true unless the
+    body names it by ``session_id``. ``prompt_cache_key``, ``promptCacheKey`` and
+    X-Session-Id are what agent clients send on every request of a conversation (each Codex
+    session, each opencode chat), a cache hint rather than a reservation: the least recently
+    used idle one gives its slot to a new session (its prefix goes to the prompt cache), so
+    the next conversation is served instead of refused."""
+    value = (body or {}).get("session_id")
+    return not (isinstance(value, str) and value)
+
+
 def owned_session(owner: str, name: str) -> str:
     """The engine's session key for ``name`` stored by ``owner`` (`keys.key_owner`: 16 hex,
     no colon; "" when keys are off)."""

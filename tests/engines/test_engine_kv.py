@@ -194,6 +194,37 @@ def test_session_capacity(engine):
 
 
 @real
+def test_a_cache_hint_session_gives_its_slot_to_a_new_one(engine):
+    """Sessions named by a cache hint (prompt_cache_key, X-Session-Id: ``session_yields``)
+    do not reserve slots: with every slot bound, a new one takes the slot of the one idle
+    longest instead of a 429, and that one comes back as a new binding. A session named by
+    session_id keeps its slot (``test_session_capacity``), also against hinted ones."""
+    engine.load(SPEC)
+    for key in list(engine.sessions()):
+        engine.release_session(key)
+    hi = [{"role": "user", "content": "Say hi."}]
+    ask(engine, hi, max_tokens=1, session_key="codex-1", session_yields=True)
+    ask(engine, hi, max_tokens=1, session_key="codex-2", session_yields=True)
+    assert ask(engine, hi, max_tokens=1, session_key="codex-3",
+               session_yields=True).completion_tokens == 1
+    assert set(engine.sessions()) == {"codex-2", "codex-3"}      # codex-1 was idle longest
+    assert ask(engine, hi, max_tokens=1, session_key="codex-1",
+               session_yields=True).completion_tokens == 1
+    assert set(engine.sessions()) == {"codex-3", "codex-1"}
+    # A session_id binding never gives way; the hinted one beside it does.
+    ask(engine, hi, max_tokens=1, session_key="pinned")
+    assert set(engine.sessions()) == {"pinned", "codex-1"}
+    ask(engine, hi, max_tokens=1, session_key="codex-4", session_yields=True)
+    assert set(engine.sessions()) == {"pinned", "codex-4"}
+    ask(engine, hi, max_tokens=1, session_key="pinned-2")     # takes the hinted one's
+    assert set(engine.sessions()) == {"pinned", "pinned-2"}
+    with pytest.raises(SessionCapacity):
+        ask(engine, hi, max_tokens=1, session_key="codex-5", session_yields=True)
+    for key in list(engine.sessions()):
+        engine.release_session(key)
+
+
+@real
 def test_parked_and_imported_kv_serve_only_their_partition(engine):
     """Issue 35: parked KV comes back as its key's, an imported session as the importer's;
     another key's request on that slot evaluates its whole prompt."""
