@@ -88,7 +88,7 @@ def launch(client_name: str, client_args: tuple[str, ...], url: str | None,
     try:
         plan, target = _plan(client_name, client, local, model)
         if print_only or client_name in editors.PRINT_ONLY:
-            folder = f"{tempfile.gettempdir()}/hypnos-launch-{client_name}"
+            folder = str(launch_root() / client_name)
             click.echo(shell_script(plan, folder, has_key=bool(api_key)), nl=False)
             return
         if save_it:
@@ -143,6 +143,13 @@ def _plan(client_name: str, client: Client, local: Local, model: str | None
     return build(target), target
 
 
+def launch_root() -> Path:
+    """Where the throwaway folders go: the user's cache, not the temporary directory (Codex
+    0.171 warns about a CODEX_HOME under $TMPDIR and makes no helper binaries there)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "hypnos" / "launch"
+
+
 def _run(plan: Plan, client_args: tuple[str, ...], api_key: str | None) -> int:
     """Write the plan's files into a fresh temporary folder, run the client there with the
     plan's environment, remove the folder; the client's exit status."""
@@ -150,7 +157,9 @@ def _run(plan: Plan, client_args: tuple[str, ...], api_key: str | None) -> int:
     if program is None:
         name, install = agents.INSTALL[plan.client]
         raise click.ClickException(f"{name} is not installed (or not on PATH): {install}")
-    with tempfile.TemporaryDirectory(prefix=f"hypnos-launch-{plan.client}-") as folder:
+    root = launch_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{plan.client}-", dir=root) as folder:
         for rel, text in plan.files.items():
             path = Path(folder) / rel
             path.parent.mkdir(parents=True, exist_ok=True)

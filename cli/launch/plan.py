@@ -1,7 +1,8 @@
 """What one client gets: its environment, its files, its command line. Pure data.
 
 Paths in ``env`` values and ``files`` keys are relative to the launch folder, written
-``{dir}``; ``hypnos launch`` fills in a fresh temporary folder, ``--print`` a named one.
+``{dir}``; ``hypnos launch`` fills in a fresh throwaway folder (removed when the client exits),
+``--print`` a named one.
 """
 from __future__ import annotations
 
