@@ -18,10 +18,10 @@ from hypnos.cli.launch.choice import Needs
 from hypnos.cli.launch.plan import DIR, KEY_REF, KEY_VAR, Plan, Target
 
 # First requests measured on qwen2.5's template (docs/clients.md): Claude Code 2.1.197 sends
-# about 18,800 tokens (24 tools) asking for 32,000; Codex 0.171.0 about 9,000 tokens.
+# about 18,800 tokens (24 tools) asking for 32,000; Codex 0.171.0 about 6,100 tokens.
 NEEDS = {
     "claude": Needs("Claude Code", 18_800, 32_000),
-    "codex": Needs("Codex", 9_000, 32_000),
+    "codex": Needs("Codex", 6_100, 32_000),
     "opencode": Needs("opencode", 12_000, 32_000),
 }
 # How each is installed, for the message when it is missing.
