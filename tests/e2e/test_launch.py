@@ -74,8 +74,11 @@ def test_print_shows_each_clients_setup_on_the_default_chat_model(server, client
     assert server.base in r.output
     assert KEY not in r.output                          # the key only by reference
     assert r.stderr == ""                                # qwen holds every client's prompt
-    if client != "open-webui":
-        assert "qwen2.5-coder:0.5b" in r.output and "smol\n" not in r.output
+    chosen = {"claude": "export ANTHROPIC_MODEL=qwen2.5-coder:0.5b",
+              "codex": 'model = "qwen2.5-coder:0.5b"',
+              "opencode": '"model": "hypnos/qwen2.5-coder:0.5b"'}
+    assert chosen.get(client, "qwen2.5-coder:0.5b" if client != "open-webui" else "") \
+        in r.stdout
 
 
 def test_a_model_too_small_for_claude_code_is_named_with_a_warning(server):
