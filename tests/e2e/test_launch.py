@@ -40,7 +40,10 @@ id = "qwen2.5-coder:0.5b"
 modality = "text_generation"
 engine = "ggml_llama"
 weights_path = "qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-context_len = 32768
+# A slot per client: Codex and opencode each bind one to their session (prompt_cache_key)
+# for as long as the server runs.
+context_len = 49152
+slots = 3
 initial_tier = "tier1_gpu_vram"
 """
 # Words a client prints when something is off (Codex's "Defaulting to fallback metadata",
