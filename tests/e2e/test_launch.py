@@ -146,6 +146,7 @@ def run_client(server, tmp_path, client: str, *client_args: str) -> tuple[str, f
                            *client_args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=900, stdin=subprocess.DEVNULL)
     seconds = time.monotonic() - started
+    print(f"hypnos launch {client}: {seconds:.0f} s")      # shown with -s: the tier's cost
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     return output, seconds
