@@ -12,6 +12,7 @@ in man/. ``./run.sh`` copies the pages into .venv/share/man, where man(1) finds 
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -135,7 +136,12 @@ def command_page(path: str, cmd: click.Command) -> str:
              f"{_esc(name)} \\- {_esc(' '.join(summary.split()))}", ".SH SYNOPSIS",
              _synopsis(path, cmd), ".SH DESCRIPTION"]
     for para in (cmd.help or "").split("\n\n"):
-        lines += [_esc(" ".join(para.split())), ".PP"]
+        if para.strip().startswith("\b"):       # click's "keep these lines as they are"
+            kept = textwrap.dedent("\n".join(para.strip("\n").splitlines()[1:]))
+            lines += [".nf", *[_esc(line.rstrip()) for line in kept.splitlines()], ".fi",
+                      ".PP"]
+        else:
+            lines += [_esc(" ".join(para.split())), ".PP"]
     lines.pop()
     if isinstance(cmd, click.Group):
         lines.append(".SH COMMANDS")

@@ -14,6 +14,7 @@ from hypnos.cli.advise_cmd import advise
 from hypnos.cli.bench_cmd import bench
 from hypnos.cli.chat_cmd import chat
 from hypnos.cli.fleet_cmd import fleet_config
+from hypnos.cli.launch_cmd import launch
 from hypnos.cli.logs_cmd import logs
 from hypnos.cli.models_cmd import catalog_block, models
 from hypnos.cli.pool_cmd import POOL_COMMANDS
@@ -47,6 +48,7 @@ cli.add_command(logs)
 cli.add_command(bench)
 cli.add_command(rpc_worker)
 cli.add_command(fleet_config)
+cli.add_command(launch)
 for _command in POOL_COMMANDS:
     models.add_command(_command)
 
