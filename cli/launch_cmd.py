@@ -16,7 +16,7 @@ from hypnos.cli.client import Client, Unreachable
 from hypnos.cli.common import config_option, resolve_config
 from hypnos.cli.launch import agents, editors, save
 from hypnos.cli.launch.choice import Needs, NoModel, choose
-from hypnos.cli.launch.plan import Plan, Target, shell_script
+from hypnos.cli.launch.plan import DIR, Plan, Target, shell_script
 from hypnos.cli.launch.server import (DEFAULT_CAP, DEFAULT_REQUEST_TIMEOUT, Local,
                                       StartedServer, idle_timeout_ms, is_loopback,
                                       local_server, read_facts)
@@ -170,7 +170,8 @@ def _run(plan: Plan, client_args: tuple[str, ...], api_key: str | None) -> int:
         # ignores it while the client runs.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            proc = subprocess.Popen([program, *plan.argv[1:], *client_args], env=env)
+            argv = [a.replace(DIR, folder) for a in plan.argv[1:]]
+            proc = subprocess.Popen([program, *argv, *client_args], env=env)
             return proc.wait()
         finally:
             signal.signal(signal.SIGINT, previous)

@@ -1,7 +1,8 @@
 """The plans of the agent CLIs hypnos launch runs: Claude Code, Codex, opencode. Pure: a
 Target in, a Plan out.
 
-Claude Code 2.1.x reads only its environment here (nothing is written to ~/.claude). What it
+Claude Code 2.1.x reads its environment and an MCP config file (--mcp-config: the pool's tools;
+nothing is written to ~/.claude). What it
 reads, found in the 2.1.197 binary: ``ANTHROPIC_MODEL`` and ``ANTHROPIC_SMALL_FAST_MODEL`` and
 the ``ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL`` aliases; ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``
 (the context of a model whose name does not start with "claude-", 200,000 by default) and
@@ -16,6 +17,7 @@ import json
 
 from hypnos.cli.launch.choice import Needs
 from hypnos.cli.launch.plan import DIR, KEY_REF, KEY_VAR, Plan, Target
+from hypnos.cli.mcp_config import mcp_config
 
 # First requests measured on qwen2.5's template (docs/clients.md): Claude Code 2.1.197 sends
 # about 18,800 tokens (24 tools) asking for 32,000; Codex 0.171.0 about 6,100 tokens.
@@ -58,10 +60,15 @@ def claude(t: Target) -> Plan:
     }
     if t.thinking is False:          # the server's catalog says it does not reason
         env["MAX_THINKING_TOKENS"] = "0"
-    return Plan("claude", ["claude"], env,
+    env[KEY_VAR] = KEY_REF
+    # The pool as MCP tools (POST /mcp): Claude Code expands ${HYPNOS_API_KEY} in the file.
+    mcp = mcp_config(t.url, "${" + KEY_VAR + "}")
+    return Plan("claude", ["claude", "--mcp-config", f"{DIR}/mcp.json"], env,
+                files={"mcp.json": json.dumps(mcp, indent=2) + "\n"},
                 # an API key beside the token makes Claude Code warn of an auth conflict
                 unset=("ANTHROPIC_API_KEY", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
-                notes=[f"Claude Code on {t.model} at {t.url} (environment only)",
+                notes=[f"Claude Code on {t.model} at {t.url} (its environment, and the "
+                       "pool's tools over MCP with --mcp-config)",
                        f"context {t.context:,}, answers up to {t.output_tokens:,} tokens, "
                        f"stream idle timeout {t.idle_timeout_ms // 1000} s"])
 
@@ -80,6 +87,12 @@ def codex(t: Target) -> Plan:
         'wire_api = "responses"',
         f"env_key = {json.dumps(KEY_VAR)}",
         f"stream_idle_timeout_ms = {t.idle_timeout_ms}",
+        # The server's model catalog (GET /v1/models?client_version=...): the real context
+        # window, tools and reasoning, instead of Codex's fallback metadata and its warning.
+        f"model_catalog_url = {json.dumps(t.url + '/v1/models')}",
+        "",
+        "[features]",
+        "api_key_model_discovery = true",
         "",
         "[analytics]",
         "enabled = false",

@@ -65,5 +65,5 @@ def shell_script(plan: Plan, folder: str, has_key: bool) -> str:
         else:
             lines.append(f"export {name}={shlex.quote(value.replace(KEY_REF, DUMMY_KEY))}")
     if plan.argv:
-        lines.append(shlex.join(plan.argv))
+        lines.append(shlex.join(a.replace(DIR, folder) for a in plan.argv))
     return "\n".join(lines) + "\n"

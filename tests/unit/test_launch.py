@@ -99,7 +99,13 @@ def test_claude_gets_every_model_alias_its_limits_and_the_idle_timeout():
     assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "8192"
     assert env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"] == "624000"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
-    assert "ANTHROPIC_API_KEY" in plan.unset and plan.files == {}
+    assert "ANTHROPIC_API_KEY" in plan.unset and list(plan.files) == ["mcp.json"]
+    # The pool's tools: an MCP config whose key Claude Code expands from its environment.
+    assert plan.argv == ["claude", "--mcp-config", "{dir}/mcp.json"]
+    server = json.loads(plan.files["mcp.json"])["mcpServers"]["hypnos"]
+    assert server == {"type": "http", "url": "http://127.0.0.1:9999/mcp",
+                      "headers": {"Authorization": "Bearer ${HYPNOS_API_KEY}"}}
+    assert env["HYPNOS_API_KEY"] == "$HYPNOS_API_KEY"
     assert "MAX_THINKING_TOKENS" not in env                    # unknown: Claude Code decides
     assert agents.claude(target(thinking=False)).env["MAX_THINKING_TOKENS"] == "0"
 
@@ -112,6 +118,9 @@ def test_codex_gets_a_responses_provider_in_its_own_home():
     provider = config["model_providers"]["hypnos"]
     assert provider["base_url"] == "http://127.0.0.1:9999/v1"
     assert provider["wire_api"] == "responses" and provider["env_key"] == "HYPNOS_API_KEY"
+    # Codex reads the server's model catalog only with both of these.
+    assert provider["model_catalog_url"] == "http://127.0.0.1:9999/v1/models"
+    assert config["features"]["api_key_model_discovery"] is True
     assert plan.resolved_env("/tmp/x", None)["CODEX_HOME"] == "/tmp/x/codex"
 
 
@@ -132,7 +141,8 @@ def test_the_printed_script_never_shows_the_key_and_runs_the_client():
     plan = agents.claude(target())
     script = shell_script(plan, "/tmp/h", has_key=True)
     assert 'export ANTHROPIC_AUTH_TOKEN="$HYPNOS_API_KEY"' in script
-    assert "unset ANTHROPIC_API_KEY" in script and script.rstrip().endswith("claude")
+    assert "unset ANTHROPIC_API_KEY" in script
+    assert script.rstrip().endswith("claude --mcp-config /tmp/h/mcp.json")
     assert "export ANTHROPIC_AUTH_TOKEN=hypnos" in shell_script(plan, "/tmp/h", has_key=False)
     assert plan.resolved_env("/tmp/h", "sk-1")["ANTHROPIC_AUTH_TOKEN"] == "sk-1"
     codex = shell_script(agents.codex(target()), "/tmp/h", has_key=False)
