@@ -9,7 +9,6 @@ the GGUF header (read once per file).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,17 +16,7 @@ from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.chat_format.prepare import ChatFormat
 from hypnos.service.scheduling.pool import ModelState
 from hypnos.service.scheduling.scheduler import Scheduler
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    id: str
-    alias_of: str | None
-    context_window: int          # per slot, what the machine funds (0: not a text model)
-    max_output_tokens: int       # limits.max_tokens_cap, never above the window
-    tools: bool                  # its template (or the JSON fallback) carries tool calls
-    thinks: bool                 # its template has a thinking block
-    vision: bool                 # it reads images
+from hypnos.service.wire.model_lists import ModelFacts
 
 
 @lru_cache(maxsize=64)

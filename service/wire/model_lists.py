@@ -16,9 +16,21 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hypnos.service.inference.model_facts import ModelFacts
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the model lists tell of one model (``inference.model_facts.facts`` fills it)."""
+    id: str
+    alias_of: str | None
+    context_window: int          # per slot, what the machine funds (0: not a text model)
+    max_output_tokens: int       # limits.max_tokens_cap, never above the window
+    tools: bool                  # its template (or the JSON fallback) carries tool calls
+    thinks: bool                 # its template has a thinking block
+    vision: bool                 # it reads images
+
 
 # Codex's reasoning efforts this server maps onto a thinking budget
 # (`hypnos.service.wire.responses.EFFORTS`), with the words Codex's picker shows.

@@ -71,8 +71,9 @@ def test_resolve_specs_with_colons_in_ids():
 
 
 def test_needs_cover_the_spec():
+    """The spec's needs, and ``agents`` (issue 38: a chat model sized for an agent CLI)."""
     assert set(NEEDS) == {"chat", "vision", "voice", "transcription", "speech", "embeddings",
-                          "images", "documents", "entities"}
+                          "images", "documents", "entities", "agents"}
 
 
 def _one_entry(tmp_path, arch="llama", size=None):
