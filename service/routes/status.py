@@ -19,8 +19,8 @@ from hypnos.service.http.openapi import endpoint, hypnos_version, json_object
 from hypnos.service.state import state_of
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.scheduling.pool import ModelState
-from hypnos.service.inference.model_facts import ModelFacts, facts, listed
-from hypnos.service.wire.model_lists import (anthropic_list, anthropic_model,
+from hypnos.service.inference.model_facts import facts, listed
+from hypnos.service.wire.model_lists import (ModelFacts, anthropic_list, anthropic_model,
                                              codex_catalog)
 
 bp = Blueprint("status")
