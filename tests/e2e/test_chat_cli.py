@@ -209,11 +209,21 @@ def test_thinking_folds_to_one_line_and_show_expands_it(server):
     child = chat(server, "thinker", "--max-tokens", "24")
     child.expect_exact(PROMPT)
     note(child, "/think on", "thinking on")
-    child.sendline("Write a story about a dragon.")
-    child.expect(r"\[thought( for [\d.]+ s)?, (\d+) words; /think show expands\]")
-    assert int(child.match.group(2)) >= 1
-    child.expect(FOOTER)
-    child.expect_exact("> ")
+    # The thinker has random weights: an answer may end at its first token (an end of turn,
+    # nothing to fold), whatever the machine's greedy path; another question then follows.
+    questions = ["Write a story about a dragon.", "Describe the sea.", "List three fruits."]
+    thought = re.compile(r"\[thought( for [\d.]+ s)?, (\d+) words; /think show expands\]")
+    for question in questions:
+        child.sendline(question)
+        if child.expect([thought, FOOTER]) == 0:
+            assert int(child.match.group(2)) >= 1
+            child.expect(FOOTER)
+            child.expect_exact("> ")
+            break
+        assert child.match.group(2) == "0"          # only an empty answer folds nothing
+        child.expect_exact("> ")
+    else:
+        raise AssertionError(f"no thoughts in {len(questions)} answers")
     shown = note(child, "/think show", r"\w")
     assert "(no thoughts)" not in shown
     note(child, "/think off", "thinking off")
