@@ -29,6 +29,9 @@ Hypnos method / Hypnos off, auto / off.
                                 [--methods none,draft,draft+ngram,ngram,auto,prediction]
                                 [--json PATH]
 
+``--fresh`` runs ``speculative_fresh.py`` instead: issue #39's fresh prompt set on the
+default chat model, Hypnos's default against ``off`` and ``auto`` (see that module).
+
 llama-server is built and cached as ``llama_server.py`` builds it (first run: ~20 minutes).
 """
 from __future__ import annotations
@@ -259,13 +262,30 @@ def report(results: dict[tuple[str, str, str], Target]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models-dir", type=Path, default=ROOT / "models")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=160)
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="pin the run to the first N CPUs (default: 2; --fresh: every CPU)")
+    ap.add_argument("--tokens", type=int, default=None, help="default: 160; --fresh: 400")
+    ap.add_argument("--runs", type=int, default=None, help="default: 2; --fresh: 3")
     ap.add_argument("--sets", type=lambda s: s.split(","), default=list(SETS))
     ap.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--fresh", action="store_true",
+                    help="the fresh prompt set on the default chat model: Hypnos default, "
+                         "off and auto, llama-server as a reference (speculative_fresh.py)")
+    ap.add_argument("--only", type=lambda s: s.split(","), default=None,
+                    help="--fresh: these prompts, kinds, families or halves only")
+    ap.add_argument("--no-llama-server", action="store_true",
+                    help="--fresh: leave the llama-server reference out")
     args = ap.parse_args()
+    if args.fresh:
+        from hypnos.bench import speculative_fresh
+        try:
+            speculative_fresh.select(speculative_fresh.PROMPTS, args.only)
+        except ValueError as exc:
+            ap.error(str(exc))
+        speculative_fresh.main(args)
+        return
+    args.threads, args.tokens, args.runs = args.threads or 2, args.tokens or 160, args.runs or 2
     unknown = set(args.sets) - set(SETS) | set(args.methods) - set(METHODS)
     if unknown:
         ap.error(f"unknown sets or methods: {sorted(unknown)}")
