@@ -56,16 +56,17 @@ class ManagedProcess:
 
 
 class ServerProcess(ManagedProcess):
-    """``hypnos serve --config <path>`` on a free port."""
+    """``hypnos serve --config <path>`` on a free port; ``launcher`` replaces the
+    ``-m hypnos.cli`` that runs it (a script that ends in the same command)."""
 
     def __init__(self, config_path: Path, log_path: Path, ready_timeout: float = 180,
-                 env: dict | None = None):
+                 env: dict | None = None, launcher: tuple[str, ...] = ("-m", "hypnos.cli")):
         # The config's models_dir is the one meant, unless the caller says otherwise.
         inherited = {k: v for k, v in os.environ.items()
                      if k not in ("HYPNOS_API_KEYS", "HYPNOS_MODELS_DIR")}
         env = {**inherited, "HF_HUB_OFFLINE": "1", **(env or {})}
         super().__init__(
-            lambda port: [sys.executable, "-m", "hypnos.cli", "serve", "--config",
+            lambda port: [sys.executable, *launcher, "serve", "--config",
                           str(config_path), "--port", str(port)],
             log_path, "/ready", ready_timeout, env=env, cwd=ROOT)
 

@@ -15,12 +15,19 @@ run by run (a load change on a shared machine then falls on both), and prints me
       restore vs unload, load), since the server wires parking in separately.
 
     python bench/llama_server.py [--threads N] [--tokens 128] [--runs 5] [--build-only]
-                                 [--tiny]
+                                 [--tiny | --default-model [--prefill-sizes 2000,6000,18000]
+                                 [--json PATH]]
 
 ``--tiny`` runs (a) and (b) only, on a generated 2-layer, 64-wide random-weight llama GGUF
 carrying SmolLM2's 49,152-token vocabulary (``tests/tiny_llama.py``, written to a temporary
 directory, never committed): its decode step costs about what a GPU step of a small model
 does, so the ratios show what each server's own loop adds to every token.
+
+``--default-model`` measures the default lineup's chat model (Qwen2.5-Coder-0.5B-Instruct
+Q4_K_M) with every thread, 4 slots of 20,480 tokens each side, each server on its own
+defaults, all of them printed first: (a), (b), prefill of fresh 2k / 6k / 18k-token prompts,
+and the same prefill while 3 other slots decode (``llama_server_default.py``; ``--tokens``
+defaults to 200 there).
 
 ``--threads N`` pins the whole run to N CPUs: `hypnos serve` gives its engine every CPU
 the process may use, and llama-server gets ``-t N -tb N``, so both run N threads.
@@ -177,17 +184,19 @@ class Prompts:
         self.engine = engine
 
     def text(self, seed: int, tokens: int) -> str:
+        """The longest run of ``seed``'s words that takes at most ``tokens`` tokens."""
         import random
         rng = random.Random(seed)
         words: list[str] = []
-        while True:
-            words.extend(rng.choice(self.WORDS) for _ in range(64))
-            text = " ".join(words)
-            if self.engine.count_tokens(text) >= tokens:
-                break
-        while self.engine.count_tokens(" ".join(words)) > tokens:
-            words.pop()
-        return " ".join(words)
+        count = lambda n: self.engine.count_tokens(" ".join(words[:n]))  # noqa: E731
+        while not words or count(len(words)) < tokens:      # doubling, 64 words at a time
+            for _ in range(max(1, len(words) // 64)):
+                words.extend(rng.choice(self.WORDS) for _ in range(64))
+        low, high = 0, len(words)       # count(low) <= tokens; a word adds a token or more
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if count(mid) <= tokens else (low, mid - 1)
+        return " ".join(words[:low])
 
     def conversation(self, seed: int, prefix_tokens: int, tail_tokens: int) -> tuple[list, list]:
         """(the first request, the longer one sharing its first ``prefix_tokens``)."""
@@ -276,19 +285,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models-dir", type=Path, default=ROOT / "models")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="tokens per answer (default 128; 200 with --default-model)")
     ap.add_argument("--threads", type=int, default=None,
                     help="pin this run (and both servers) to the first N CPUs it may use; "
                          "both engines then run N threads (default: every CPU)")
-    ap.add_argument("--tiny", action="store_true",
-                    help="(a) and (b) only, on a generated tiny GGUF with SmolLM2's vocabulary")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--tiny", action="store_true",
+                      help="(a) and (b) only, on a generated tiny GGUF with SmolLM2's "
+                           "vocabulary")
+    mode.add_argument("--default-model", action="store_true",
+                      help="the default lineup's chat model, every thread, 4 slots: (a), (b), "
+                           "prefill (e) and prefill while 3 slots decode (f), every flag of "
+                           "both servers printed")
+    ap.add_argument("--prefill-sizes", default="2000,6000,18000",
+                    help="--default-model: prompt sizes of (e) and (f), in tokens")
+    ap.add_argument("--json", type=Path, help="--default-model: write the samples here")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args()
+    if args.tokens is None:
+        args.tokens = 200 if args.default_model else 128
     if args.threads:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])
     binary = llama_server_binary()
     if args.build_only:
         print(binary)
+        return
+    if args.default_model:
+        from llama_server_default import run
+        run(binary, args)
         return
     tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-"))
     try:
