@@ -33,6 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hypnos.engines.llama.checkpoints import Trimming
+from hypnos.engines.llama.compute_threads import IDLE_EXIT_S
 from hypnos.engines.llama.prompt_cache import ModelCache
 from hypnos.engines.llama.prompt_reuse import CachedPrefixes
 from hypnos.engines.llama.sampling import build_sampler, repeating
@@ -88,8 +89,10 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self._eog: dict[int, bool] = {}
         self._logits_row = ctypes.c_float * ll.llama_vocab_n_tokens(vocab)
-        self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
-        self.thread.start()
+        # The decode thread: started by the first job or call, ended after ``IDLE_EXIT_S``
+        # with nothing to do (``compute_threads``: an idle thread's OpenMP team would slow
+        # every other model's compute). None while there is none.
+        self.thread: threading.Thread | None = None
 
     @property
     def observer(self):
@@ -112,7 +115,7 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
             if job.group is not None:
                 self._gather_locked(job.group.key)
             self._assign_locked()
-            self.cond.notify_all()
+            self._wake_locked()
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the decode thread between two steps, holding ``cond``, and return
@@ -123,14 +126,23 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
             if self.closing:
                 raise RuntimeError("decode loop closed")
             self.calls.append((fn, future))
-            self.cond.notify_all()
+            self._wake_locked()
         return future.result()
+
+    def _wake_locked(self) -> None:
+        """Tell the decode thread there is work, starting one if none is running."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="llama-decode", daemon=True)
+            self.thread.start()
+        self.cond.notify_all()
 
     def close(self) -> None:
         with self.cond:
             self.closing = True
             self.cond.notify_all()
-        self.thread.join()
+            thread = self.thread
+        if thread is not None:
+            thread.join()
         with self.cond:
             for job in list(self.waiting):
                 job.events.put(("error", "model unloaded"))
@@ -148,12 +160,17 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
     def _run(self) -> None:
         while True:
             with self.cond:
+                idle_out = False
                 while True:
                     overdue = self._release_stale_groups_locked()
                     self._assign_locked()
                     if self.closing or self.calls or any(s.job for s in self.slots):
                         break
-                    self.cond.wait(overdue)
+                    if idle_out:                 # nothing came: end; a job starts another
+                        self.thread = None
+                        return
+                    woken = self.cond.wait(IDLE_EXIT_S if overdue is None else overdue)
+                    idle_out = not woken and overdue is None
                 if self.closing:
                     return
                 while self.calls:

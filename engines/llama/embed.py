@@ -18,6 +18,7 @@ import threading
 import time
 
 from hypnos.engines.errors import ContextOverflow, EngineError, EngineUnavailable
+from hypnos.engines.llama.compute_threads import on_own_thread
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.records import EmbedResult, LoadReport, LoadSpec
 
@@ -103,14 +104,20 @@ class LlamaEmbedder:
                     raise ContextOverflow(f"input[{i}] is {n} tokens; this model's context "
                                           f"holds {self.n_ctx}")
             vectors: list[list[float]] = []
-            tokens = 0
-            for start in range(0, len(texts), BATCH_SIZE):
-                if cancel.is_set():
-                    break
-                out, count = llm.embed(texts[start:start + BATCH_SIZE], normalize=False,
-                                       truncate=False, return_count=True)
-                vectors.extend(self._finish(out))
-                tokens += count
+
+            def batches() -> int:
+                tokens = 0
+                for start in range(0, len(texts), BATCH_SIZE):
+                    if cancel.is_set():
+                        break
+                    out, count = llm.embed(texts[start:start + BATCH_SIZE], normalize=False,
+                                           truncate=False, return_count=True)
+                    vectors.extend(self._finish(out))
+                    tokens += count
+                return tokens
+
+            # On a thread that ends with the call (``compute_threads``).
+            tokens = on_own_thread(batches, "llama-embed")
         return EmbedResult(vectors=vectors, prompt_tokens=tokens)
 
     def _finish(self, out) -> list[list[float]]:

@@ -31,6 +31,7 @@ from hypnos.engines.errors import (ContextOverflow, EngineError, EngineUnavailab
 from hypnos.engines.llama import log as ggml_log
 from hypnos.engines.llama import prompt as prompts
 from hypnos.engines.llama import state as llama_state
+from hypnos.engines.llama.compute_threads import on_own_thread
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.llama.decode_loop import DecodeLoop
 from hypnos.engines.llama.prompt_cache import ModelCache, PromptCache
@@ -463,9 +464,9 @@ class LlamaChatEngine(SessionsMixin):
             prompts.append(prompt)
         answers = judge.answer_tokens(lambda text: self._tokenize(text, False))
         with self._judging:
-            scores, evaluated = judge.judge(
+            scores, evaluated = on_own_thread(lambda: judge.judge(     # compute_threads
                 self._ll, self._model, prompts, answers, cap=self.n_ctx_per_slot,
-                n_batch=self._n_batch, threads=self._threads, cancel=cancel)
+                n_batch=self._n_batch, threads=self._threads, cancel=cancel), "llama-judge")
         return RerankResult(scores=scores, prompt_tokens=evaluated)
 
     # ------------------------------------------------------------------ prompt

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from hypnos.engines.errors import ContextOverflow, EngineError, EngineUnavailable
+from hypnos.engines.llama.compute_threads import on_own_thread
 from hypnos.engines.llama.cpu import extra_buffers_ok
 from hypnos.engines.records import LoadReport, LoadSpec, RerankRequest, RerankResult
 
@@ -164,11 +165,16 @@ class LlamaReranker:
                 raise EngineError("model not loaded")
             seqs = self.pairs(req)
             scores = [0.0] * len(seqs)
-            for group in pack([len(s) for s in seqs], self.n_ctx, PARALLEL):
-                if cancel.is_set():
-                    raise EngineError("cancelled")
-                for i, score in zip(group, self._score([seqs[i] for i in group]), strict=True):
-                    scores[i] = score
+
+            def groups() -> None:
+                for group in pack([len(s) for s in seqs], self.n_ctx, PARALLEL):
+                    if cancel.is_set():
+                        raise EngineError("cancelled")
+                    for i, score in zip(group, self._score([seqs[i] for i in group]),
+                                        strict=True):
+                        scores[i] = score
+
+            on_own_thread(groups, "llama-rerank")     # ``compute_threads``
         return RerankResult(scores=scores, prompt_tokens=sum(len(s) for s in seqs))
 
     def _score(self, seqs: list[list[int]]) -> list[float]:
