@@ -274,6 +274,8 @@ def main() -> None:
                          "off and auto, llama-server as a reference (speculative_fresh.py)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None,
                     help="--fresh: these prompts, kinds, families or halves only")
+    ap.add_argument("--configs", type=lambda s: s.split(","), default=None,
+                    help="--fresh: these Hypnos configs only (default, off, auto; default: all)")
     ap.add_argument("--no-llama-server", action="store_true",
                     help="--fresh: leave the llama-server reference out")
     args = ap.parse_args()

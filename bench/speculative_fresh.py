@@ -120,12 +120,15 @@ class Server:
 
 
 @contextlib.contextmanager
-def servers(models_dir: Path, threads: int, runs: int, reference: bool, tmp: Path):
+def servers(models_dir: Path, threads: int, runs: int, reference: bool, tmp: Path,
+            configs: list[str] | None = None):
     """The Hypnos servers of ``CONFIGS`` and llama-server (``reference``), all started;
     stopped on exit. Prints each one's settings (flags)."""
     with contextlib.ExitStack() as stack:
         out = []
         for name, speculative in CONFIGS.items():
+            if configs is not None and name not in configs:
+                continue
             cfg = hypnos_config(tmp / f"hypnos-{name}.toml", models_dir, speculative, runs)
             srv = ServerProcess(cfg, tmp / f"hypnos-{name}.log", ready_timeout=300)
             stack.callback(srv.stop)
@@ -183,7 +186,11 @@ def main(args) -> None:
     print(f"fresh prompt set: {len(prompts)} prompts; model {CHAT[1]}, {threads} threads, "
           f"one slot, greedy, {tokens} tokens at most, median of {runs} runs", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="hypnos-spec-fresh-"))
-    with servers(args.models_dir, threads, runs, not args.no_llama_server, tmp) as targets:
+    unknown = set(args.configs or ()) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"unknown configs {sorted(unknown)} (known: {', '.join(CONFIGS)})")
+    with servers(args.models_dir, threads, runs, not args.no_llama_server, tmp,
+                 args.configs) as targets:
         results = measure(targets, prompts, runs, tokens)
     configs = [t.name for t in targets]
     settings = {t.name: t.settings for t in targets}
