@@ -301,6 +301,9 @@ def main() -> None:
     ap.add_argument("--prefill-sizes", default="2000,6000,18000",
                     help="--default-model: prompt sizes of (e) and (f), in tokens")
     ap.add_argument("--json", type=Path, help="--default-model: write the samples here")
+    ap.add_argument("--lineup", action="store_true",
+                    help="--default-model: Hypnos also holds the default lineup's other llama "
+                         "models, each asked once before the runs (idle beside the measured one)")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args()
     if args.tokens is None:

@@ -210,14 +210,24 @@ def chat_entry():
     return next(e for e in load_catalog().lineup() if e.modality == "text_generation")
 
 
-def hypnos_config(entry, models_dir: Path) -> tuple[str, str]:
+def lineup_others(entry) -> list:
+    """The default lineup's other llama chat models (``--lineup``)."""
+    from hypnos.catalog.catalog import load_catalog
+    return [e for e in load_catalog().lineup()
+            if e.engine == "ggml_llama" and e.modality == "text_generation" and e.id != entry.id]
+
+
+def hypnos_config(entry, models_dir: Path, others: list = ()) -> tuple[str, str]:
     """(the weights' path under ``models_dir``, the config): the default lineup's block for
-    ``entry`` with SLOTS slots of PER_SLOT tokens."""
+    ``entry`` with SLOTS slots of PER_SLOT tokens, and the lineup's blocks of ``others`` as
+    they are."""
     from hypnos.catalog.blocks import block_fields, render_blocks
     block = block_fields(entry, entry.default_variant())
     block.update(slots=SLOTS, context_len=SLOTS * PER_SLOT)
-    body = render_blocks([block], f"The default lineup's block for {entry.id}, "
-                                  f"with {SLOTS} slots of {PER_SLOT} tokens.")
+    blocks = [block] + [block_fields(e, e.default_variant()) for e in others]
+    body = render_blocks(blocks, f"The default lineup's block for {entry.id}, "
+                                 f"with {SLOTS} slots of {PER_SLOT} tokens"
+                                 + (", and its other llama models" if others else "") + ".")
     return block["weights_path"], f'config_version = 1\nmodels_dir = "{models_dir}"\n\n{body}'
 
 
@@ -233,9 +243,10 @@ class Servers:
     """Hypnos (``serve_llama_log.py`` on the default lineup's block) and llama-server on the
     same GGUF, both running at once; ``stop()`` ends both. Blocks until both answer."""
 
-    def __init__(self, binary: Path, entry, models_dir: Path, threads: int, tmp: Path):
+    def __init__(self, binary: Path, entry, models_dir: Path, threads: int, tmp: Path,
+                 others: list = ()):
         self.binary, self.entry, self.threads, self.tmp = binary, entry, threads, tmp
-        weights_rel, config = hypnos_config(entry, models_dir)
+        weights_rel, config = hypnos_config(entry, models_dir, others)
         self.weights = models_dir / weights_rel
         (tmp / "hypnos.toml").write_text(config)
         self.hypnos = self.ref = None
@@ -278,15 +289,21 @@ def run(binary: Path, args) -> None:
     entry = chat_entry()
     threads = len(os.sched_getaffinity(0))
     tmp = Path(tempfile.mkdtemp(prefix="hypnos-bench-default-"))
-    servers = Servers(binary, entry, args.models_dir.resolve(), threads, tmp)
+    others = lineup_others(entry) if args.lineup else []
+    servers = Servers(binary, entry, args.models_dir.resolve(), threads, tmp, others)
     engine = LlamaChatEngine()          # counts tokens only: one thread, a small context
     try:
         engine.load(LoadSpec("tokens", servers.weights, context_len=512, slots=1, threads=1))
         for s in servers.sides:
             chat(s.base, [{"role": "user", "content": "Say hello."}], 8, s.extra)  # answering
+        for other in others:            # the lineup's other models answer once, then idle
+            chat(servers.hypnos.base, [{"role": "user", "content": "Say hello."}], 8,
+                 {"model": other.id})
         head = (f"default chat model {entry.id} ({servers.weights.name}), {threads} CPUs, "
                 f"{SLOTS} slots of {PER_SLOT} tokens, {args.tokens} tokens, medians of "
-                f"{args.runs} runs, the servers taking turns")
+                f"{args.runs} runs, the servers taking turns"
+                + (f"; Hypnos also holds {', '.join(e.id for e in others)} (answered once, "
+                   "then idle)" if others else ""))
         print(head)
         print_flags(*servers.flags())
         print("hypnos requests carry num_ctx", PER_SLOT, "(its per-slot context, so it "

@@ -15,20 +15,38 @@ from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, Ng
 
 # ------------------------------------------------------------------ n-gram lookup
 
-def test_ngram_drafts_twice_the_match_of_what_followed():
+def test_ngram_drafts_twice_the_match_of_what_followed_within_its_window():
     d = NgramDrafter()
     head = [1, 2, 3, 4, 5]
     ctx = head + [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] + [0] + head
-    # The last 5 tokens occurred once before: 5 matched, so up to 10 follow.
-    assert d.propose(ctx, 64) == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    # The last 5 tokens occurred once before: 5 matched, so up to 10 follow; the first
+    # draft is the window's 4, each draft taken whole doubles it.
+    assert d.propose(ctx, 64) == [6, 7, 8, 9]
     assert d.propose(ctx, 3) == [6, 7, 8]
     assert d.propose(ctx, 0) == []
+    d.on_accept(4, 4)
+    assert d.propose(ctx, 64) == [6, 7, 8, 9, 10, 11, 12, 13]
+    d.on_accept(8, 8)
+    assert d.propose(ctx, 64) == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15]    # 2 x the match
+    d.on_accept(10, 3)                               # refused: back to the first window
+    assert d.propose(ctx, 64) == [6, 7, 8, 9]
+
+
+def test_the_window_grows_to_its_cap_and_a_plain_step_leaves_it():
+    d = NgramDrafter()
+    for _ in range(10):
+        d.on_accept(d.window, d.window)
+    assert d.window == drafts.LOOKUP_WINDOW_MAX
+    d.on_accept(0, 0)
+    assert d.window == drafts.LOOKUP_WINDOW_MAX
+    d.on_accept(64, 63)
+    assert d.window == drafts.LOOKUP_WINDOW
 
 
 def test_ngram_needs_the_minimum_match():
     # 4 tokens match: no draft.
     assert NgramDrafter().propose([1, 2, 3, 4, 9, 9, 1, 2, 3, 4], 8) == []
-    assert NgramDrafter().propose([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5], 8) == [9, 1, 2, 3, 4, 5]
+    assert NgramDrafter().propose([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5], 8) == [9, 1, 2, 3]
     assert NgramDrafter().propose([1, 2, 3], 8) == []
 
 
@@ -81,10 +99,16 @@ def test_an_answer_written_before_is_drafted_from_the_pool():
     first.propose(prompt + answer, 4)
     first.close()                      # its job ended: its prompt's end and answer are pooled
     again = NgramDrafter(pool=pool, prompt_len=len(prompt))
-    # The same prompt again: the old answer is the draft from the first token (twice the
-    # 20 matching tokens), though it is in no part of this context; never past its end.
-    assert again.propose(prompt, 64) == answer[:40]
-    assert again.propose(prompt + answer[:40], 64) == answer[40:]
+    # The same prompt again: the old answer is the draft from the first token, though it is
+    # in no part of this context; the window's 4 first, then twice as many after each draft
+    # taken whole; never past the answer's end.
+    at = 0
+    for window in (4, 8, 16, 32, 64):
+        draft = again.propose(prompt + answer[:at], 64)
+        assert draft == answer[at:at + window], window
+        again.on_accept(len(draft), len(draft))
+        at += len(draft)
+    assert at == len(answer)
     # Another prompt ending in the same 8 tokens (a chat template's end) drafts nothing.
     other = NgramDrafter(pool=pool, prompt_len=10)
     assert other.propose([1, 2, 3] + prompt[-8:], 64) == []
@@ -136,8 +160,8 @@ def test_lookup_first_copies_where_it_can_and_the_model_guesses_elsewhere():
     model = Guesser()
     d = LookupFirst(model, n_model=3)
     copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
-    assert d.propose(copy, 64) == [6, 7, 8, 9, 0, 1, 2, 3, 4, 5] and model.asked == []
-    d.on_accept(10, 10)
+    assert d.propose(copy, 64) == [6, 7, 8, 9] and model.asked == []     # the window's 4
+    d.on_accept(4, 4)
     assert model.told == []                          # the lookup's figures stay its own
     assert d.propose(copy + [6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 42], 64) == [0, 0, 0]
     assert model.asked == [3]                        # the model drafts at most n_model

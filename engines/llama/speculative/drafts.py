@@ -17,6 +17,12 @@ MATCH_CAP = 64
 #: The draft is this many times the match's length (a copy that has held for m tokens is
 #: likely to hold for a while longer), at most the configured ``n_max``.
 DRAFT_PER_MATCH = 2
+#: ... and at most the lookup's window: this long for a job's first draft and after a
+#: refused one, twice as long after each draft taken whole (up to ``n_max``). A drafted
+#: position costs a CPU a good part of a step (Qwen2.5-Coder-0.5B on 2 cores: a batch of 4
+#: costs 1.6 plain steps, 16 cost 3.7, 64 cost 10.7), so a guess that fails must be short,
+#: while a copy that holds is drafted long within a few steps.
+LOOKUP_WINDOW, LOOKUP_WINDOW_MAX = 4, 64
 #: Earlier places of one ``MATCH_MIN``-gram compared (the latest ones).
 CANDIDATES = 8
 #: A job whose recent drafts were mostly refused (the running share of accepted drafted
@@ -132,7 +138,8 @@ SEPARATOR = -1                      # between two answers in the pool: never a t
 class NgramDrafter:
     """Prompt lookup: where the context's last tokens (at least ``MATCH_MIN``) occurred
     before (in the context, else in the model's recent answers: ``pool``), the tokens that
-    followed there are the draft, twice as many as matched (at most ``n_max``). Pays where
+    followed there are the draft, twice as many as matched (at most ``n_max``, and the
+    window: ``LOOKUP_WINDOW``). Pays where
     the answer repeats its input or an earlier answer (code edits, quotes, structured output,
     a question asked again) and, by the length floor, drafts almost nowhere else. Its
     answer joins the pool when its job ends, after its prompt's last ``MATCH_CAP`` tokens."""
@@ -144,8 +151,10 @@ class NgramDrafter:
         self.index = NgramIndex(match_min)
         self.pool, self.prompt_len = pool, prompt_len
         self.share = 1.0                    # running share of drafted tokens accepted
+        self.window = LOOKUP_WINDOW         # this step's longest draft
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
+        n_max = min(n_max, self.window)
         if n_max <= 0 or len(context) <= self.index.n:
             return []
         self.index.sync(context)
@@ -165,6 +174,8 @@ class NgramDrafter:
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         if drafted:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
+            self.window = (min(2 * self.window, LOOKUP_WINDOW_MAX) if accepted == drafted
+                           else LOOKUP_WINDOW)
 
     def close(self) -> None:
         if self.pool is not None:
