@@ -27,7 +27,7 @@ does, so the ratios show what each server's own loop adds to every token.
 Q4_K_M) with every thread, 4 slots of 20,480 tokens each side, each server on its own
 defaults, all of them printed first: (a), (b), prefill of fresh 2k / 6k / 18k-token prompts,
 and the same prefill while 3 other slots decode (``llama_server_default.py``; ``--tokens``
-defaults to 200 there).
+defaults to 200 there); ``--lineup`` adds the lineup's other llama models to Hypnos, idle.
 
 ``--threads N`` pins the whole run to N CPUs: `hypnos serve` gives its engine every CPU
 the process may use, and llama-server gets ``-t N -tb N``, so both run N threads.

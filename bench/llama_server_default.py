@@ -12,6 +12,10 @@ gets ``-c`` the same total and ``--parallel 4``. Both run every CPU the process 
 batch sizes, flash attention and KV types are each server's defaults, printed first as each
 server reports them (``server_flags.py``).
 
+``--lineup``: Hypnos also holds the default lineup's other llama chat models (SmolLM2-135M), as
+`hypnos serve` without a config does, each asked once before the runs and idle after; an idle
+model's compute threads must not slow the measured one (``engines/llama/compute_threads``).
+
 Measures, the servers taking turns (their order flips every run), medians over ``--runs``:
 
   (a) single-request decode tokens/s, greedy, ``--tokens`` tokens (each server's own figure:
