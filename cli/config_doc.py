@@ -48,7 +48,8 @@ EXTRA_HELP = {
     "limits.realtime_max_buffer_secs": "Realtime voice: most audio one input buffer holds "
                                        "before it must be committed.",
     "limits.realtime_idle_timeout_secs": "Realtime voice: longest wait for a client event "
-                                         "before the session is closed.",
+                                         "before the session is closed (not counted while "
+                                         "an answer or a transcription is being made).",
     "hardware": "Memory tiers and machine overrides.",
     "hardware.kv_park_max_bytes": "Host memory the parked KV states may hold; the least "
                                   "recently parked go first. Unset: 4 GiB, at most an "

@@ -149,6 +149,15 @@ class QuotaBook:
                 log.warning("could not write quota state %s: %s", self.path, exc)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """One limit of a key as it stands now (OpenAI's realtime ``rate_limits`` entry)."""
+    name: str                   # requests | tokens
+    limit: int
+    remaining: int
+    reset_seconds: float        # until ``remaining`` is back to ``limit``
+
+
 @dataclass
 class Permit:
     """One admitted request of ``key``; released exactly once."""
@@ -204,6 +213,27 @@ class Limiter:
 
     def in_flight(self, label: str) -> int:
         return self._in_flight.get(label, 0)
+
+    def standing(self, key: ApiKey, unbilled_tokens: int = 0) -> list[Standing]:
+        """Where ``key`` stands against its requests_per_minute and tokens_per_day (the
+        limits that count something; max_concurrent is a bound, not a budget): [] for a
+        key with neither. ``unbilled_tokens``: tokens used but not charged yet (a realtime
+        session's, charged when it ends). Requests reset once every request of the last
+        minute left the window; tokens at UTC midnight."""
+        out = []
+        if key.requests_per_minute is not None:
+            now = self.clock()
+            recent = self._recent.setdefault(key.label, deque())
+            while recent and recent[0] <= now - WINDOW_SECS:
+                recent.popleft()
+            reset = recent[-1] + WINDOW_SECS - now if recent else 0.0
+            out.append(Standing("requests", key.requests_per_minute,
+                                max(0, key.requests_per_minute - len(recent)), round(reset, 3)))
+        if key.tokens_per_day is not None:
+            used = self.quotas.used(key.label) + max(0, unbilled_tokens)
+            out.append(Standing("tokens", key.tokens_per_day, max(0, key.tokens_per_day - used),
+                                float(secs_to_utc_midnight(self.quotas.wall()))))
+        return out
 
     def release(self, permit: Permit, tokens: int = 0) -> None:
         """The response's last byte went out: free the concurrency slot, charge ``tokens``."""

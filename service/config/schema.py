@@ -136,7 +136,8 @@ class LimitsConfig:
     live_max_utterance_secs: int = 30
     # Realtime voice (GET /v1/realtime): sessions open at once (more are refused with 429),
     # the most audio one session's input buffer holds before it must be committed, and the
-    # longest wait for a client event before the session is closed.
+    # longest wait for a client event before the session is closed (not counted while an
+    # answer or a transcription is being made).
     realtime_max_sessions: int = 4
     realtime_max_buffer_secs: int = 120
     realtime_idle_timeout_secs: int = 300

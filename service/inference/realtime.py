@@ -1,12 +1,15 @@
 """A Realtime session (GET /v1/realtime, OpenAI's Realtime protocol over a WebSocket): the
-client's events are read one at a time, in order; audio is kept in the input buffer, cut
-into turns by the server VAD (`media.turn_vad`) or committed by the client, transcribed by
-the pool's speech_to_text model (the same leased call /v1/audio/transcriptions makes), and
-answered by a `realtime_response.Response` (chat, then speech sentence by sentence).
+client's events are read one at a time, in order; audio (24 kHz pcm16, or 8 kHz G.711, as
+the session's input format says) is kept in the input buffer as 16-bit PCM at its own rate,
+cut into turns by the server VAD (`media.turn_vad`) or committed by the client, transcribed
+by the pool's speech_to_text model (`realtime_hearing`, with partial transcripts while the
+user speaks), and answered by a `realtime_response.Response` (chat, then speech sentence by
+sentence). ``rate_limits.updated`` reports the key's limits (``SessionDeps.rate_limits``).
 
 A bad event is answered with an ``error`` event naming the client's ``event_id``; the socket
 stays open. The session ends when the client hangs up, or after ``realtime_idle_timeout_secs``
-with no event (an ``error`` event ``idle_timeout``, then a close).
+with no event while no answer or transcription is being made (an ``error`` event
+``idle_timeout``, then a close).
 
 Threading: the event loop. One task reads; the response and each transcription run as their
 own tasks; sends are serialised by one lock, so each frame goes out whole.
@@ -25,18 +28,19 @@ from typing import Any
 from sanic.exceptions import WebsocketClosed
 from websockets.exceptions import ConnectionClosed
 
-from hypnos.engines.records import TranscribeRequest
 from hypnos.service.errors import HypnosError, InvalidRequest
 from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.realtime_book import SessionInfo
+from hypnos.service.inference.realtime_hearing import Hearing
 from hypnos.service.inference.realtime_response import Response, Voices
-from hypnos.service.inference.transcription import transcribe
-from hypnos.service.media.audio_frames import wav_bytes
-from hypnos.service.media.resample import WIRE_RATE, StreamResampler, pcm16_to_float
+from hypnos.service.media.realtime_audio import InputBuffer, from_wire
+from hypnos.service.media.resample import StreamResampler, pcm16_to_float
 from hypnos.service.media.turn_vad import VAD_RATE, WINDOW_MS, SileroStream, TurnDetector
-from hypnos.service.wire.realtime_in import (Settings, apply_settings, new_id, parse_event,
-                                             parse_item)
-from hypnos.service.wire.realtime_out import error_event, event, pcm_ms
+from hypnos.service.wire.realtime_in import (FORMAT_RATES, Settings, apply_settings, new_id,
+                                             parse_event, parse_item)
+from hypnos.service.wire.realtime_out import (error_event, event, item_added, item_done,
+                                              rate_limits_event)
+from hypnos.service.wire.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("hypnos.realtime")
 GONE = (ConnectionClosed, WebsocketClosed)
@@ -54,6 +58,9 @@ class SessionDeps:
     max_buffer_secs: float
     # Records a timed span (name, started, finished; time.monotonic()) as a workflow.
     timed: Callable[[str, float, float], None] = lambda _n, _s, _f: None
+    # The key's rate limits as rate_limits.updated lists them, given the tokens this session
+    # used that are not charged yet (they are when it ends); [] when no limit applies.
+    rate_limits: Callable[[int], list[dict]] = lambda _unbilled: []
 
 
 class RealtimeSession:
@@ -62,13 +69,11 @@ class RealtimeSession:
         self.settings = Settings()
         self.items: list[dict] = []
         self.spoken: dict[str, list[tuple[float, str]]] = {}   # assistant item -> sentences
-        self.buffer = bytearray()       # uncommitted 24 kHz pcm16
-        self.buffer_ms0 = 0.0           # where the buffer starts in the session's audio
-        self.received_ms = 0.0          # audio received since the session opened
+        self.buffer = InputBuffer(FORMAT_RATES[self.settings.input_format])
         self.vad: tuple[SileroStream, StreamResampler, TurnDetector] | None = None
         self.speech_item: str | None = None     # the item the VAD's current speech will be
         self.response: tuple[asyncio.Task, Response] | None = None
-        self.transcribing: set[asyncio.Task] = set()
+        self.hearing = Hearing(deps.caller, self.send)
         self.turn_end_at: float | None = None   # the last commit (the user's turn's end)
         self.send_lock = asyncio.Lock()
 
@@ -85,14 +90,24 @@ class RealtimeSession:
             await self._stop_all()
 
     async def _recv(self) -> str | bytes | None:
-        try:
-            return await asyncio.wait_for(self.ws.recv(), self.deps.idle_secs)
-        except TimeoutError:
-            await self.send(error_event(f"No event for {self.deps.idle_secs:g} s "
-                                        "(limits.realtime_idle_timeout_secs)",
-                                        code="idle_timeout"))
-            await self.ws.close(1000, "idle_timeout")
-            return None
+        """The next frame; None once the session was idle too long (and closed). Sanic's
+        own timeout (None when it passed): a cancelled recv would leave its socket unable
+        to read again."""
+        while (frame := await self.ws.recv(timeout=self.deps.idle_secs)) is None:
+            if not self._busy():
+                break
+        if frame is not None:
+            return frame
+        await self.send(error_event(f"No event for {self.deps.idle_secs:g} s "
+                                    "(limits.realtime_idle_timeout_secs)",
+                                    code="idle_timeout"))
+        await self.ws.close(1000, "idle_timeout")
+        return None
+
+    def _busy(self) -> bool:
+        """Whether an answer or a transcription is being made (a client waiting for it is
+        not idle)."""
+        return self.response is not None or bool(self.hearing.finals)
 
     async def _one(self, frame: str | bytes) -> None:
         event_id = None
@@ -125,13 +140,13 @@ class RealtimeSession:
         return s
 
     async def _stop_all(self) -> None:
-        tasks = set(self.transcribing)
         if self.response is not None:
-            tasks.add(self.response[0])
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+            self.response[0].cancel()
+            await asyncio.wait({self.response[0]})
+        await self.hearing.stop()
+
+    def _unbilled(self) -> int:
+        return self.info.tokens_in + self.info.tokens_out
 
     # ------------------------------------------------------------------ session
 
@@ -139,9 +154,11 @@ class RealtimeSession:
         body = ev.get("session")
         if not isinstance(body, dict):
             raise InvalidRequest("'session' must be an object", param="session")
-        before = self.settings.vad
+        before = self.settings
         self.settings = apply_settings(self.settings, body, "session")
-        if self.settings.vad != before:
+        if self.settings.input_format != before.input_format:
+            self.buffer.convert(FORMAT_RATES[self.settings.input_format])
+        if (self.settings.vad, self.settings.input_format) != (before.vad, before.input_format):
             self.vad = None                 # rebuilt with the new settings on the next audio
         await self.send(event("session.updated", session=self._session()))
 
@@ -149,30 +166,36 @@ class RealtimeSession:
 
     async def _append(self, ev: dict) -> None:
         audio = ev.get("audio")
+        fmt = self.settings.input_format
         if not isinstance(audio, str):
-            raise InvalidRequest("'audio' must be base64 pcm16 (24 kHz mono)", param="audio")
+            raise InvalidRequest(f"'audio' must be base64 audio ({fmt})", param="audio")
         try:
-            pcm = base64.b64decode(audio, validate=True)
+            pcm = from_wire(base64.b64decode(audio, validate=True), fmt)
         except (binascii.Error, ValueError):
             raise InvalidRequest("'audio' is not valid base64", param="audio") from None
-        pcm = pcm[:len(pcm) - len(pcm) % 2]
-        if pcm_ms(len(self.buffer) + len(pcm)) > self.deps.max_buffer_secs * 1000:
+        buf = self.buffer
+        if buf.ms(len(buf.data) + len(pcm)) > self.deps.max_buffer_secs * 1000:
             raise InvalidRequest(
                 f"The input audio buffer would hold more than {self.deps.max_buffer_secs:g} s "
                 "(limits.realtime_max_buffer_secs); commit or clear it", param="audio",
                 code="input_audio_buffer_full")
-        self.buffer += pcm
-        start = self.received_ms
-        self.received_ms += pcm_ms(len(pcm))
-        self.info.buffered_ms = pcm_ms(len(self.buffer))
+        start = buf.received_ms
+        buf.append(pcm)
+        self.info.buffered_ms = buf.held_ms
         if self.settings.vad is not None:
             await self._detect(pcm, start)
+            if self.speech_item is not None:
+                self.hearing.listen(self._stt(), buf, responding=self.response is not None)
+
+    def _stt(self) -> str | None:
+        """The session's speech_to_text model."""
+        return self.settings.transcription or self.deps.transcriber
 
     async def _detect(self, pcm: bytes, start_ms: float) -> None:
         vad = self.settings.vad
         assert vad is not None
         if self.vad is None:
-            self.vad = (SileroStream(), StreamResampler(WIRE_RATE, VAD_RATE),
+            self.vad = (SileroStream(), StreamResampler(self.buffer.rate, VAD_RATE),
                         TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms))
             self.vad[2].index = int(start_ms // WINDOW_MS)  # positions on the session's clock
         stream, rs, turns = self.vad
@@ -181,22 +204,17 @@ class RealtimeSession:
                 await self._speech_started(turn.ms)
             else:
                 await self._speech_stopped(turn.ms)
-        if self.speech_item is None:        # waiting for speech: keep the last moments only
-            drop = pcm_ms(len(self.buffer)) - IDLE_KEEP_MS
-            if drop > 0:
-                self._drop_head(drop)
-
-    def _drop_head(self, ms: float) -> None:
-        nbytes = int(ms * WIRE_RATE / 1000) * 2
-        del self.buffer[:nbytes]
-        self.buffer_ms0 += pcm_ms(nbytes)
-        self.info.buffered_ms = pcm_ms(len(self.buffer))
+        buf = self.buffer
+        if self.speech_item is None and buf.held_ms > IDLE_KEEP_MS:
+            buf.drop_before(buf.received_ms - IDLE_KEEP_MS)     # waiting: the last moments
+            self.info.buffered_ms = buf.held_ms
 
     async def _speech_started(self, ms: int) -> None:
         vad = self.settings.vad
-        if ms > self.buffer_ms0:
-            self._drop_head(ms - self.buffer_ms0)     # the prefix padding stays
+        if ms > self.buffer.start_ms:
+            self.buffer.drop_before(ms)     # the prefix padding stays
         self.speech_item = new_id("item")
+        self.hearing.begin(self.speech_item, self.buffer.received_ms)
         await self.send(event("input_audio_buffer.speech_started", audio_start_ms=ms,
                               item_id=self.speech_item))
         if self.response is not None and vad is not None and vad.interrupt_response:
@@ -206,36 +224,37 @@ class RealtimeSession:
         item_id, self.speech_item = self.speech_item or new_id("item"), None
         await self.send(event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
                               item_id=item_id))
-        cut = int((ms - self.buffer_ms0) * WIRE_RATE / 1000) * 2
-        audio, rest = bytes(self.buffer[:max(0, cut)]), self.buffer[max(0, cut):]
-        await self._commit(audio, item_id)
-        self.buffer, self.buffer_ms0 = bytearray(rest), float(ms)
+        await self._commit(self.buffer.cut(ms), item_id, self.hearing.end())
+        self.info.buffered_ms = self.buffer.held_ms
         vad = self.settings.vad
         if vad is not None and vad.create_response and self.response is None:
             await self._start_response(self.settings)
 
     async def _commit_event(self, ev: dict) -> None:
-        if pcm_ms(len(self.buffer)) < MIN_COMMIT_MS:
-            raise InvalidRequest(f"The input audio buffer holds {pcm_ms(len(self.buffer)):.0f} "
-                                 f"ms of audio; at least {MIN_COMMIT_MS} ms is needed to "
-                                 "commit", code="input_audio_buffer_commit_empty")
-        audio = bytes(self.buffer)
-        self._reset_buffer()
-        await self._commit(audio, self.speech_item or new_id("item"))
-        self.speech_item = None
+        held = self.buffer.held_ms
+        if held < MIN_COMMIT_MS:
+            raise InvalidRequest(f"The input audio buffer holds {held:.0f} ms of audio; at "
+                                 f"least {MIN_COMMIT_MS} ms is needed to commit",
+                                 code="input_audio_buffer_commit_empty")
+        item_id = self.speech_item or new_id("item")
+        deltas = self.hearing.end() if self.speech_item else TranscriptDeltas()
+        audio = self._reset_buffer()
+        await self._commit(audio, item_id, deltas)
 
-    def _reset_buffer(self) -> None:
-        self.buffer = bytearray()
-        self.buffer_ms0 = self.received_ms
+    def _reset_buffer(self) -> bytes:
+        """Empties the buffer (its audio returned) and ends any speech in it."""
+        audio = self.buffer.take()
         self.info.buffered_ms = 0.0
         self.vad = None
+        self.speech_item = None
+        self.hearing.end()
+        return audio
 
     async def _clear(self, ev: dict) -> None:
         self._reset_buffer()
-        self.speech_item = None
         await self.send(event("input_audio_buffer.cleared"))
 
-    async def _commit(self, audio: bytes, item_id: str) -> None:
+    async def _commit(self, audio: bytes, item_id: str, deltas: TranscriptDeltas) -> None:
         """The buffer's audio becomes a user item; its transcription runs as a task."""
         self.turn_end_at = time.monotonic()
         previous = self.items[-1]["id"] if self.items else None
@@ -244,37 +263,9 @@ class RealtimeSession:
         self.items.append(item)
         await self.send(event("input_audio_buffer.committed", item_id=item_id,
                               previous_item_id=previous))
-        await self.send(event("conversation.item.added", item=item, previous_item_id=previous))
-        task = asyncio.ensure_future(self._transcribe(item, audio))
-        self.transcribing.add(task)
-        task.add_done_callback(self.transcribing.discard)
-
-    async def _transcribe(self, item: dict, audio: bytes) -> None:
-        part = item["content"][0]
-        model = self.settings.transcription or self.deps.transcriber
-        samples = pcm16_to_float(audio)
-        text = ""
-        try:
-            if model is None:
-                raise InvalidRequest("The pool has no speech_to_text model to hear audio with",
-                                     param="session.audio.input.transcription")
-            done = await transcribe(self.deps.caller().sched, model,
-                                    TranscribeRequest(audio=wav_bytes(samples, WIRE_RATE)),
-                                    audio_param="audio")
-            text = done.result.text.strip()
-            await self.send(event("conversation.item.input_audio_transcription.delta",
-                                  item_id=item["id"], content_index=0, delta=text))
-            await self.send(event(
-                "conversation.item.input_audio_transcription.completed", item_id=item["id"],
-                content_index=0, transcript=text,
-                usage={"type": "duration", "seconds": round(len(samples) / WIRE_RATE, 3)}))
-        except HypnosError as exc:
-            await self.send(event("conversation.item.input_audio_transcription.failed",
-                                  item_id=item["id"], content_index=0,
-                                  error={"type": exc.type, "code": exc.code,
-                                         "message": exc.message}))
-        part["transcript"] = text
-        await self.send(event("conversation.item.done", item=item))
+        for frame in item_added(item, previous):
+            await self.send(frame)
+        self.hearing.commit(item, previous, self._stt(), audio, self.buffer.rate, deltas)
 
     # ------------------------------------------------------------------ the conversation
 
@@ -295,8 +286,8 @@ class RealtimeSession:
             0 if prev == "root" else self._index(prev) + 1)
         self.items.insert(at, item)
         previous = self.items[at - 1]["id"] if at else None
-        await self.send(event("conversation.item.added", item=item, previous_item_id=previous))
-        await self.send(event("conversation.item.done", item=item, previous_item_id=previous))
+        for frame in [*item_added(item, previous), item_done(item, previous)]:
+            await self.send(frame)
 
     async def _item_delete(self, ev: dict) -> None:
         item = self.items.pop(self._index(ev.get("item_id")))
@@ -337,15 +328,15 @@ class RealtimeSession:
 
     async def _start_response(self, settings: Settings) -> None:
         response = Response(self.deps.caller(), self.deps.voices, settings, [], self.send,
-                            new_id("resp"))
+                            new_id("resp"),
+                            rate_limits=lambda: self.deps.rate_limits(self._unbilled()))
         task = asyncio.ensure_future(self._respond(response))
         self.response = (task, response)
         self.info.responding = True
 
     async def _respond(self, response: Response) -> None:
         try:
-            if self.transcribing:               # the user's words first
-                await asyncio.wait(set(self.transcribing))
+            await self.hearing.wait()           # the user's words first
             response.items = list(self.items)
             started, self.turn_end_at = self.turn_end_at or time.monotonic(), None
             codec = await response.run()
@@ -359,7 +350,7 @@ class RealtimeSession:
             self.items += codec.output
             if codec.message is not None and codec.audio:
                 self.spoken[codec.message["id"]] = list(codec.spoken)
-            await self.send(event("rate_limits.updated", rate_limits=[]))
+            await self.send(rate_limits_event(self.deps.rate_limits(self._unbilled())))
         except GONE:
             pass
         except Exception:  # noqa: BLE001 - a response's bug must not end the session

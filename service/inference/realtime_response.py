@@ -26,10 +26,11 @@ from hypnos.service.inference.capabilities import SPEECH
 from hypnos.service.inference.chat_checks import chat_lease
 from hypnos.service.inference.leased import LeasedCall, leased
 from hypnos.service.inference.turn import chat_turn
-from hypnos.service.media.resample import WIRE_RATE, resample_pcm16
+from hypnos.service.media.realtime_audio import to_wire
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.realtime_in import Settings, chat_body
-from hypnos.service.wire.realtime_out import ResponseCodec, error_event, event, response_object
+from hypnos.service.wire.realtime_out import (ResponseCodec, error_event, event,
+                                              rate_limits_event, response_object)
 
 log = logging.getLogger(__name__)
 Send = Callable[[str], Awaitable[None]]
@@ -65,13 +66,17 @@ class Response:
     """``run()`` makes the response; cancel its task to stop it (``reason`` says why)."""
 
     def __init__(self, caller: Caller, voices: Voices, settings: Settings, items: list[dict],
-                 send: Send, rid: str):
+                 send: Send, rid: str,
+                 rate_limits: Callable[[], list[dict]] = lambda: []):
+        """``items``: the conversation the answer follows (may be set until ``run``);
+        ``rate_limits``: the key's limits, sent after ``response.created``."""
         self.caller, self.voices, self.settings, self.items = caller, voices, settings, items
-        self.send, self.rid = send, rid
+        self.send, self.rid, self.rate_limits = send, rid, rate_limits
         self.audio = "audio" in settings.modalities and voices.speech is not None
         self.sentences: asyncio.Queue[str | None] = asyncio.Queue()
         self.codec = ResponseCodec(rid, audio=self.audio, voice=settings.voice,
-                                   speak=self.sentences.put_nowait)
+                                   speak=self.sentences.put_nowait,
+                                   fmt=settings.output_format)
         self.reason = "client_cancelled"        # set before a cancel
         self.finishing = False                  # the closing events are going out
         self.first_audio: float | None = None   # time.monotonic() of the first audio sent
@@ -79,8 +84,11 @@ class Response:
     async def run(self) -> ResponseCodec:
         """Returns the codec (its items and spoken sentences) once response.done is out."""
         codec = self.codec
+        codec.previous = self.items[-1]["id"] if self.items else None
         await self.send(event("response.created", response=response_object(
-            self.rid, "in_progress", modalities=codec.modalities, voice=self.settings.voice)))
+            self.rid, "in_progress", modalities=codec.modalities, voice=self.settings.voice,
+            fmt=codec.fmt)))
+        await self.send(rate_limits_event(self.rate_limits()))
         try:
             await self._produce()
             status, reason = codec.status()
@@ -139,15 +147,15 @@ class Response:
         started = False
         try:
             while (chunk := await chunks.get()) is not None:
-                pcm = resample_pcm16(chunk, rate, WIRE_RATE)     # a phrase at a time
-                if not pcm:
+                data = to_wire(chunk, rate, self.codec.fmt)     # a phrase at a time
+                if not data:
                     continue
                 if not started:
                     started = True
                     self.first_audio = self.first_audio or time.monotonic()
                     for frame in self.codec.sentence(text):
                         await self.send(frame)
-                await self.send(self.codec.audio_delta(pcm))
+                await self.send(self.codec.audio_delta(data))
             task.result()
         except BaseException:
             call.cancel.set()

@@ -8,11 +8,14 @@ Origin (`http.browser`), the model (a text model, 400/404) and the bound on open
 (``limits.realtime_max_sessions``, 429). The session's three models are prefetched when it
 opens; each turn is timed as the workflows ``realtime_turn`` (the user's commit to
 response.done) and ``realtime_first_audio`` (to the answer's first audio) in
-/v1/memory/status.
+/v1/memory/status. ``rate_limits.updated`` lists the key's ``requests_per_minute`` and
+``tokens_per_day`` as they stand (the session's tokens so far counted, though charged only
+when it ends): an empty list when keys are off or the key has neither.
 """
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import time
 from typing import cast
 from collections.abc import Iterator
@@ -90,14 +93,19 @@ def _deps(request: Request, model: str) -> SessionDeps:
         return Caller(sched=sched, limits=app.config.limits, metrics=app.metrics,
                       record=record)
     def timed(name: str, started: float, finished: float) -> None:
-        key = (name, new_id("turn"))
-        app.workflows.begin(key, started)
-        app.workflows.end(key, finished, True)
+        flow = (name, new_id("turn"))
+        app.workflows.begin(flow, started)
+        app.workflows.end(flow, finished, True)
+
+    def rate_limits(unbilled: int) -> list[dict]:
+        return [] if key is None else [dataclasses.asdict(s)
+                                       for s in app.limiter.standing(key, unbilled)]
     return SessionDeps(
         voices=Voices(model, pool_model(sched, "text_to_speech")),
         transcriber=pool_model(sched, "speech_to_text"), caller=caller,
         idle_secs=float(limits.realtime_idle_timeout_secs),
-        max_buffer_secs=float(limits.realtime_max_buffer_secs), timed=timed)
+        max_buffer_secs=float(limits.realtime_max_buffer_secs), timed=timed,
+        rate_limits=rate_limits)
 
 
 # Sanic types the list as list[str] but only iterates it (at each handshake): hence the cast.
@@ -107,7 +115,8 @@ NEGOTIATED = cast(list[str], _Negotiated())
 
 @bp.websocket(PATH, name="realtime", subprotocols=NEGOTIATED)  # type: ignore[untyped-decorator]
 @needs_ready
-@endpoint("Realtime voice (OpenAI's Realtime protocol; docs/clients.md)", websocket=True,
+@endpoint("Realtime voice (OpenAI's Realtime protocol: pcm16 24 kHz or G.711 mu-law / A-law "
+          "audio, server VAD, partial transcripts, tools; docs/clients.md)", websocket=True,
           ok={}, query={"model": {"type": "string"}}, required_query=("model",),
           errors=(400, 404, 429, 503))
 async def realtime(request: Request, ws: Websocket) -> None:

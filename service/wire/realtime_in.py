@@ -2,6 +2,7 @@
 ``session.update`` applied to the session's settings (the GA shape, ``session.audio.input``
 and ``.output``, and the beta's flat fields: ``voice``, ``input_audio_format``, ``modalities``,
 ``input_audio_transcription``, ``turn_detection``, ``max_response_output_tokens``), the
+audio formats (24 kHz pcm16, and G.711 mu-law / A-law at 8 kHz), the
 conversation's items, and the chat body a response runs. Pure: every problem is an
 `InvalidRequest` whose ``param`` is the event's dotted path, which the session answers as
 an ``error`` event (the socket stays open).
@@ -16,9 +17,11 @@ from typing import Any
 from hypnos.service.errors import InvalidRequest
 
 DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Answer briefly, in plain sentences."
-PCM = "audio/pcm"
+PCM, PCMU, PCMA = "audio/pcm", "audio/pcmu", "audio/pcma"
 RATE = 24000
-BETA_FORMATS = {"pcm16": PCM}
+#: Samples a second of each format the session reads and writes (one channel).
+FORMAT_RATES = {PCM: RATE, PCMU: 8000, PCMA: 8000}
+BETA_FORMATS = {"pcm16": PCM, "g711_ulaw": PCMU, "g711_alaw": PCMA}
 MAX_OUTPUT_TOKENS = 4096
 
 
@@ -54,20 +57,32 @@ class Settings:
     tool_choice: str | dict = "auto"
     temperature: float | None = None
     max_output_tokens: int | None = None    # None: "inf"
+    input_format: str = PCM                 # a key of FORMAT_RATES
+    output_format: str = PCM
 
     def session_wire(self, model: str) -> dict:
         """The ``session`` object of session.created / session.updated (GA shape)."""
-        fmt = {"type": PCM, "rate": RATE}
         return {
             "type": "realtime", "object": "realtime.session", "model": model,
             "instructions": self.instructions, "output_modalities": list(self.modalities),
             "audio": {
-                "input": {"format": fmt, "noise_reduction": None,
+                "input": {"format": format_wire(self.input_format), "noise_reduction": None,
                           "transcription": {"model": self.transcription or "whisper"},
                           "turn_detection": self.vad.wire() if self.vad else None},
-                "output": {"format": fmt, "voice": self.voice, "speed": 1.0}},
+                "output": {"format": format_wire(self.output_format), "voice": self.voice,
+                           "speed": 1.0}},
             "tools": [dict(t) for t in self.tools], "tool_choice": self.tool_choice,
             "max_output_tokens": self.max_output_tokens or "inf"}
+
+
+def format_wire(kind: str) -> dict:
+    """A format as the GA ``format`` object: pcm names its rate, G.711 has only its type."""
+    return {"type": PCM, "rate": RATE} if kind == PCM else {"type": kind}
+
+
+def bytes_per_ms(kind: str) -> float:
+    """How many bytes of ``kind`` play for a millisecond (pcm16: two a sample)."""
+    return FORMAT_RATES[kind] / 1000 * (2 if kind == PCM else 1)
 
 
 # ------------------------------------------------------------------ small readers
@@ -113,14 +128,18 @@ def parse_event(frame: str | bytes) -> dict:
 
 # ------------------------------------------------------------------ session.update
 
-def _format(value: Any, at: str) -> None:
-    """Only 24 kHz pcm16 is served: GA {"type": "audio/pcm", "rate": 24000} or beta "pcm16"."""
-    if isinstance(value, str) and BETA_FORMATS.get(value) == PCM:
-        return
-    if isinstance(value, dict) and value.get("type") == PCM and value.get("rate", RATE) == RATE:
-        return
-    raise InvalidRequest(f"'{at}' must be {{\"type\": \"audio/pcm\", \"rate\": 24000}} (or "
-                         "\"pcm16\"): the only audio format served", param=at)
+def _format(value: Any, at: str) -> str:
+    """A format's type: GA {"type": "audio/pcm", "rate": 24000}, {"type": "audio/pcmu"},
+    {"type": "audio/pcma"}, or the beta's "pcm16", "g711_ulaw", "g711_alaw"."""
+    if isinstance(value, str) and value in BETA_FORMATS:
+        return BETA_FORMATS[value]
+    kind = value.get("type") if isinstance(value, dict) else None
+    if isinstance(kind, str) and kind in FORMAT_RATES and \
+            value.get("rate", FORMAT_RATES[kind]) == FORMAT_RATES[kind]:
+        return kind
+    raise InvalidRequest(f"'{at}' must be {{\"type\": \"audio/pcm\", \"rate\": 24000}}, "
+                         "{\"type\": \"audio/pcmu\"} or {\"type\": \"audio/pcma\"} (or the "
+                         "beta's \"pcm16\", \"g711_ulaw\", \"g711_alaw\")", param=at)
 
 
 def _vad(value: Any, at: str, now: Vad | None) -> Vad | None:
@@ -199,9 +218,10 @@ def apply_settings(now: Settings, body: dict, at: str) -> Settings:
             s = replace(s, modalities=_modalities(body[key], f"{at}.{key}"))
     if body.get("voice") is not None:
         s = replace(s, voice=_str(body["voice"], f"{at}.voice"))
-    for key in ("input_audio_format", "output_audio_format"):
+    for key, name in (("input_audio_format", "input_format"),
+                      ("output_audio_format", "output_format")):
         if body.get(key) is not None:
-            _format(body[key], f"{at}.{key}")
+            s = replace(s, **{name: _format(body[key], f"{at}.{key}")})
     if "turn_detection" in body:
         s = replace(s, vad=_vad(body["turn_detection"], f"{at}.turn_detection", s.vad))
     trans = body.get("input_audio_transcription")
@@ -230,7 +250,8 @@ def _apply_audio(s: Settings, audio: Any, at: str) -> Settings:
     out = _obj(audio.get("output") or {}, f"{at}.output")
     for block, name in ((inp, "input"), (out, "output")):
         if block.get("format") is not None:
-            _format(block["format"], f"{at}.{name}.format")
+            kind = _format(block["format"], f"{at}.{name}.format")
+            s = replace(s, **{f"{name}_format": kind})
     if "turn_detection" in inp:
         s = replace(s, vad=_vad(inp["turn_detection"], f"{at}.input.turn_detection", s.vad))
     if inp.get("transcription") is not None:

@@ -5,7 +5,10 @@ into the response's events (``response.output_item.added``, ``response.content_p
 ``speak``; function calls as ``response.function_call_arguments.delta|done``), and closes the
 response with `finish` once the speech is out (``...done`` events, then ``response.done``
 with usage). Event names are the GA protocol's; each event matches the openai SDK's server
-event types. Pure but for the codec's own state; ``speak`` must not block.
+event types. An item entering the conversation is announced by `item_added` (the beta's
+``conversation.item.created``, which the SDK's server events still define, then the GA's
+``conversation.item.added``) and closed by ``conversation.item.done``. Pure but for the
+codec's own state; ``speak`` must not block.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from hypnos.engines.records import ChatDelta, ToolCall
 from hypnos.service.errors import HypnosError
 from hypnos.service.wire.sentences import SentenceSplitter
 from hypnos.service.wire.codec import TurnEnd
-from hypnos.service.wire.realtime_in import RATE, new_id
+from hypnos.service.wire.realtime_in import PCM, bytes_per_ms, format_wire, new_id
 
 
 def event(kind: str, **fields: object) -> str:
@@ -34,19 +37,29 @@ def error_event(message: str, *, kind: str = "invalid_request_error", code: str 
     return event("error", error={k: v for k, v in err.items() if v is not None or k == "code"})
 
 
-def pcm_ms(nbytes: int) -> float:
-    """How long ``nbytes`` of 24 kHz mono pcm16 play."""
-    return nbytes / 2 / RATE * 1000
+def item_added(item: dict, previous: str | None) -> list[str]:
+    """An item entered the conversation after ``previous`` (an item id, None: first)."""
+    return [event("conversation.item.created", item=item, previous_item_id=previous),
+            event("conversation.item.added", item=item, previous_item_id=previous)]
+
+
+def item_done(item: dict, previous: str | None) -> str:
+    return event("conversation.item.done", item=item, previous_item_id=previous)
+
+
+def rate_limits_event(limits: list[dict]) -> str:
+    """``rate_limits.updated``: each limit as {name: requests | tokens, limit, remaining,
+    reset_seconds}; an empty list when none applies."""
+    return event("rate_limits.updated", rate_limits=limits)
 
 
 def response_object(rid: str, status: str, *, modalities: tuple[str, ...], voice: str,
                     output: list[dict] | None = None, usage: dict | None = None,
-                    details: dict | None = None) -> dict:
+                    details: dict | None = None, fmt: str = PCM) -> dict:
     out: dict = {"id": rid, "object": "realtime.response", "status": status,
                  "status_details": details, "output": output or [],
                  "conversation_id": None, "output_modalities": list(modalities),
-                 "audio": {"output": {"format": {"type": "audio/pcm", "rate": RATE},
-                                      "voice": voice}},
+                 "audio": {"output": {"format": format_wire(fmt), "voice": voice}},
                  "max_output_tokens": "inf"}
     if usage is not None:
         out["usage"] = usage
@@ -73,14 +86,18 @@ class ResponseCodec:
     keepalive: str | None = None
 
     def __init__(self, rid: str, *, audio: bool, voice: str,
-                 speak: Callable[[str], None] = lambda _s: None):
+                 speak: Callable[[str], None] = lambda _s: None, fmt: str = PCM,
+                 previous: str | None = None):
+        """``fmt``: the audio deltas' format; ``previous``: the conversation's last item
+        when the response starts (its first item follows it)."""
         self.rid, self.audio, self.voice, self.speak = rid, audio, voice, speak
+        self.fmt, self.previous = fmt, previous
         self.splitter = SentenceSplitter()
         self.output: list[dict] = []        # the response's items, in order
         self.message: dict | None = None    # the assistant message, once it has text
         self.text = ""                      # all the text the model wrote
         self.spoken: list[tuple[float, str]] = []   # (audio ms where it starts, sentence)
-        self.audio_bytes = 0
+        self.audio_ms = 0.0                 # audio sent so far
         self.end: TurnEnd | None = None
         self.error: HypnosError | None = None
 
@@ -91,6 +108,11 @@ class ResponseCodec:
     def _where(self, item: dict) -> dict:
         return {"response_id": self.rid, "item_id": item["id"],
                 "output_index": self.output.index(item)}
+
+    def _before(self, item: dict) -> str | None:
+        """The id of the item before ``item`` in the conversation."""
+        at = self.output.index(item)
+        return self.output[at - 1]["id"] if at else self.previous
 
     # ------------------------------------------------------------------ ChatCodec
 
@@ -141,6 +163,7 @@ class ResponseCodec:
                                                       else {"text": ""})}]
         return [event("response.output_item.added", response_id=self.rid,
                       output_index=self.output.index(self.message), item=added),
+                *item_added(added, self._before(self.message)),
                 event("response.content_part.added", **self._where(self.message),
                       content_index=0, part=part)]
 
@@ -152,13 +175,15 @@ class ResponseCodec:
         where = {**self._where(item), "call_id": item["call_id"]}
         frames = [event("response.output_item.added", response_id=self.rid,
                         output_index=where["output_index"], item=dict(item)),
+                  *item_added(dict(item), self._before(item)),
                   event("response.function_call_arguments.delta", **where,
                         delta=call.arguments),
                   event("response.function_call_arguments.done", **where, name=call.name,
                         arguments=call.arguments)]
         item.update(arguments=call.arguments, status="completed")
-        frames.append(event("response.output_item.done", response_id=self.rid,
-                            output_index=where["output_index"], item=dict(item)))
+        frames += [event("response.output_item.done", response_id=self.rid,
+                         output_index=where["output_index"], item=dict(item)),
+                   item_done(dict(item), self._before(item))]
         return frames
 
     # ------------------------------------------------------------------ speech
@@ -167,16 +192,16 @@ class ResponseCodec:
         """A sentence about to be heard: its transcript delta (before its first audio)."""
         assert self.message is not None, "a sentence before any text"
         delta = text if not self.spoken else " " + text
-        self.spoken.append((pcm_ms(self.audio_bytes), text))
+        self.spoken.append((self.audio_ms, text))
         return [event("response.output_audio_transcript.delta", **self._where(self.message),
                       content_index=0, delta=delta)]
 
-    def audio_delta(self, pcm: bytes) -> str:
-        """24 kHz pcm16 of the sentence last given to ``sentence``."""
+    def audio_delta(self, data: bytes) -> str:
+        """Audio (in the response's format) of the sentence last given to ``sentence``."""
         assert self.message is not None, "audio before any text"
-        self.audio_bytes += len(pcm)
+        self.audio_ms += len(data) / bytes_per_ms(self.fmt)
         return event("response.output_audio.delta", **self._where(self.message),
-                     content_index=0, delta=base64.b64encode(pcm).decode())
+                     content_index=0, delta=base64.b64encode(data).decode())
 
     def transcript(self) -> str:
         """What was heard (sent) so far: the spoken sentences."""
@@ -206,8 +231,9 @@ class ResponseCodec:
                                  text=self.text),
                            event("response.content_part.done", **where, content_index=0,
                                  part={"type": "text", "text": self.text})]
-            frames.append(event("response.output_item.done", response_id=self.rid,
-                                output_index=where["output_index"], item=m))
+            frames += [event("response.output_item.done", response_id=self.rid,
+                             output_index=where["output_index"], item=m),
+                       item_done(m, self._before(m))]
         details: dict | None = None
         if status != "completed":
             details = {"type": status, "reason": reason}
@@ -217,7 +243,7 @@ class ResponseCodec:
                                                        "message": self.error.message}}
         frames.append(event("response.done", response=response_object(
             self.rid, status, modalities=self.modalities, voice=self.voice,
-            output=self.output, usage=usage_of(self.end), details=details)))
+            output=self.output, usage=usage_of(self.end), details=details, fmt=self.fmt)))
         return frames
 
     def status(self) -> tuple[str, str | None]:

@@ -1,11 +1,13 @@
 """GET /v1/realtime through a real `hypnos serve` on the default lineup's voice models, driven
 by the official openai SDK's realtime client (issue 42): a spoken question heard and
 answered in audio and text, a forced function call round trip, barge-in, a bad event, the
-server VAD on noise and silence, and keys and Origin on the upgrade. Every frame the server
-sends is validated against the SDK's server-event types."""
+server VAD on noise and silence, partial transcripts while the user speaks, a G.711 session,
+the key's rate limits, and keys and Origin on the upgrade. Every frame the server sends is
+validated against the SDK's server-event types."""
 import base64
 import json
 import sys
+import time
 
 import httpx
 import numpy as np
@@ -17,6 +19,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from conftest import lineup_config, model_block, ROOT, require_smollm2
+from hypnos.service.media import g711
+from hypnos.service.media.resample import float_to_pcm16, pcm16_to_float, resample
 
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import ServerProcess  # noqa: E402
@@ -25,6 +29,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 EVENTS = TypeAdapter(RealtimeServerEvent)
 KEY = "sk-realtime-test"
+LIMITED = "sk-realtime-limited"         # a user key with budgets (rate_limits.updated)
 VOICE = (model_block("chat", "text_generation", context_len=4096),
          model_block("whisper", "speech_to_text"), model_block("kokoro", "text_to_speech"))
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
@@ -50,7 +55,9 @@ def keyed(tmp_path_factory):
     (tmp / "hypnos.toml").write_text(lineup_config(
         model_block("chat", "text_generation", context_len=2048),
         server=f'api_keys = ["{KEY}"]', tables="[limits]\nrealtime_max_sessions = 1\n"
-        "realtime_max_buffer_secs = 1\nrealtime_idle_timeout_secs = 6\n"))
+        "realtime_max_buffer_secs = 1\nrealtime_idle_timeout_secs = 6\n"
+        f'[[server.keys]]\nkey = "{LIMITED}"\nrequests_per_minute = 100\n'
+        "tokens_per_day = 100000\n"))
     srv = ServerProcess(tmp / "hypnos.toml", tmp / "server.log", ready_timeout=120)
     yield srv
     srv.stop()
@@ -62,6 +69,14 @@ def question(server):
     r = httpx.post(server.base + "/v1/audio/speech", timeout=300, json={
         "model": "kokoro", "voice": "alloy", "input": "What is the capital of France?",
         "response_format": "pcm"})
+    assert r.status_code == 200 and len(r.content) > 24000
+    return r.content
+
+
+def speech(server, text: str) -> bytes:
+    """``text`` as 24 kHz pcm16, spoken by the server itself."""
+    r = httpx.post(server.base + "/v1/audio/speech", timeout=300, json={
+        "model": "kokoro", "voice": "alloy", "input": text, "response_format": "pcm"})
     assert r.status_code == 200 and len(r.content) > 24000
     return r.content
 
@@ -127,6 +142,13 @@ def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, questio
         item = s.until("input_audio_buffer.committed")["item_id"]
         heard = s.until("conversation.item.input_audio_transcription.completed")
         assert heard["item_id"] == item and "france" in heard["transcript"].lower()
+        done_item = s.until("conversation.item.done")["item"]
+        assert done_item["id"] == item
+        assert done_item["content"][0]["transcript"] == heard["transcript"]
+        # The user item was announced as created (beta) and added (GA), in that order.
+        kinds = [(e["type"], e.get("item", {}).get("id")) for e in s.seen]
+        assert kinds.index(("conversation.item.created", item)) + 1 == \
+            kinds.index(("conversation.item.added", item))
         s.send({"type": "response.create"})
         created = s.until("response.created")["response"]
         done = s.until("response.done")["response"]
@@ -142,6 +164,17 @@ def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, questio
         assert kinds.index("response.output_item.added") < kinds.index(
             "response.content_part.added") < kinds.index("response.output_audio.delta") < \
             kinds.index("response.output_audio.done") < kinds.index("response.done")
+        # The answer entered the conversation after the user's item, and was done.
+        added = [e for e in s.seen if e["type"] == "conversation.item.added"
+                 and e["item"]["id"] == message["id"]]
+        assert added and added[0]["previous_item_id"] == item
+        assert [e["item"]["status"] for e in s.seen if e["type"] == "conversation.item.done"
+                and e["item"]["id"] == message["id"]] == ["completed"]
+        # No key, no limits: rate_limits.updated says none applies (after response.created,
+        # and again once the response is done).
+        assert s.until("rate_limits.updated")["rate_limits"] == []
+        assert [e["rate_limits"] for e in s.seen if e["type"] == "rate_limits.updated"] == \
+            [[], []]
         # The same conversation, answered in text.
         s.send({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user",
@@ -284,6 +317,131 @@ def test_server_vad_ignores_noise_and_silence_and_hears_speech(server, question)
         assert "france" in heard["transcript"].lower()
         done = s.until("response.done")["response"]         # create_response is on
         assert done["status"] in ("completed", "incomplete")
+
+
+def first(s: Session, kind: str) -> dict:
+    """The first event of ``kind`` received so far."""
+    return next(e for e in s.seen if e["type"] == kind)
+
+
+def whisper_status(server) -> dict:
+    return next(m for m in server.status()["models"] if m["id"] == "whisper")
+
+
+def test_partial_transcripts_while_the_user_speaks(server):
+    """With the server VAD, the speech so far is transcribed again after each second of new
+    speech; the words two partials agree on go out as deltas, and the final transcription
+    completes them (or, when it says otherwise, stands alone in `completed`). The client
+    speaks as a microphone does, a second of audio a second, and waits for the model to be
+    idle before each, so a partial is due and allowed every second or two of speech on any
+    machine; what the partials say is the model's, so only their count and the deltas' rules
+    are checked."""
+    said = speech(server, "What is the capital of France, and how many people live in "
+                          "Paris today?")
+    second = 48000
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        s.until("session.created")
+        s.send({"type": "session.update", "session": {
+            "type": "realtime", "output_modalities": ["text"], "audio": {"input": {
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 800,
+                                   "create_response": False}}}}})
+        s.until("session.updated")
+        s.append(b"\0" * (second // 2))
+        served = whisper_status(server)["total_requests_served"]
+        for i in range(0, len(said), second):
+            started = time.monotonic()
+            s.append(said[i:i + second])
+            s.send({"type": "conversation.item.retrieve", "item_id": "none"})   # a marker:
+            s.until("error")                                 # the audio was handled
+            while whisper_status(server)["active_leases"]:
+                time.sleep(0.05)
+            time.sleep(max(0.0, started + 1 - time.monotonic()))     # in real time
+        s.append(b"\0" * (3 * second // 2))
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        item = first(s, "input_audio_buffer.speech_started")["item_id"]
+        assert first(s, "input_audio_buffer.committed")["item_id"] == item
+        assert heard["item_id"] == item and "france" in heard["transcript"].lower()
+        assert whisper_status(server)["total_requests_served"] - served >= 2   # a partial
+    deltas = [e for e in s.seen if e["type"] ==
+              "conversation.item.input_audio_transcription.delta" and e["item_id"] == item]
+    assert deltas and s.seen.index(deltas[-1]) < s.seen.index(heard)
+    joined = "".join(e["delta"] for e in deltas)
+    words = joined.split()
+    if heard["transcript"].split()[:len(words)] == words:     # the final agreed
+        assert joined == heard["transcript"]
+
+
+def test_g711_session_round_trip(server, question):
+    """mu-law in (the beta's name), A-law out (the GA's): 8 kHz both ways."""
+    ulaw = g711.encode(np.frombuffer(float_to_pcm16(resample(
+        pcm16_to_float(question), 24000, 8000)), "<i2"), "ulaw")
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        manual(s, input_audio_format="g711_ulaw", max_output_tokens=24,
+               audio={"input": {"turn_detection": None},
+                      "output": {"format": {"type": "audio/pcma"}}})
+        session = [e for e in s.seen if e["type"] == "session.updated"][-1]["session"]
+        assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+        assert session["audio"]["output"]["format"] == {"type": "audio/pcma"}
+        s.append(ulaw, chunk=1600)                          # 200 ms a frame
+        s.send({"type": "input_audio_buffer.commit"})
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        assert "france" in heard["transcript"].lower()
+        s.send({"type": "response.create"})
+        done = s.until("response.done")["response"]
+        assert done["status"] in ("completed", "incomplete"), done
+        assert done["audio"]["output"]["format"] == {"type": "audio/pcma"}
+        alaw = audio_of(s.seen, done["id"])
+        assert len(alaw) > 8000 * 0.3                       # over 0.3 s at 8 kHz
+        assert rms(g711.decode(alaw, "alaw").astype("<i2").tobytes()) > 0.01
+
+
+def test_rate_limits_report_the_keys_budgets(keyed):
+    """A key with requests_per_minute and tokens_per_day sees them in rate_limits.updated:
+    at the response's start, and after it with its tokens counted; an admin key (no budget)
+    sees none."""
+    with client(keyed.base, LIMITED).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        s.until("session.created")
+        s.send({"type": "session.update", "session": {
+            "type": "realtime", "output_modalities": ["text"], "max_output_tokens": 8,
+            "audio": {"input": {"turn_detection": None}}}})
+        s.until("session.updated")
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Say hello."}]}})
+        s.send({"type": "response.create"})
+        before = s.until("rate_limits.updated")["rate_limits"]
+        done = s.until("response.done")["response"]
+        after = s.until("rate_limits.updated")["rate_limits"]
+    limits = {r["name"]: r for r in before}
+    assert set(limits) == {"requests", "tokens"}
+    assert limits["requests"]["limit"] == 100 and limits["requests"]["remaining"] == 99
+    assert 0 < limits["requests"]["reset_seconds"] <= 60
+    assert limits["tokens"]["limit"] == 100000
+    assert 0 < limits["tokens"]["reset_seconds"] <= 86400
+    spent = done["usage"]["total_tokens"]
+    assert spent > 0
+    assert {r["name"]: r for r in after}["tokens"]["remaining"] == \
+        limits["tokens"]["remaining"] - spent
+    with connect(ws_url(keyed.base), open_timeout=30,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Hi."}]}}))
+        ws.send(json.dumps({"type": "response.create", "response": {
+            "output_modalities": ["text"], "max_output_tokens": 4}}))
+        while (ev := json.loads(ws.recv(timeout=60)))["type"] != "rate_limits.updated":
+            EVENTS.validate_python(ev)
+        assert ev["rate_limits"] == []
+        while json.loads(ws.recv(timeout=60))["type"] != "response.done":
+            pass
+    # The next test may open this server's one session only once this one is closed.
+    while httpx.get(keyed.base + "/v1/memory/status", timeout=30, headers={
+            "Authorization": f"Bearer {KEY}"}).json()["realtime"]["open"]:
+        time.sleep(0.05)
 
 
 def ws_url(base: str) -> str:

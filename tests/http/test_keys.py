@@ -134,6 +134,28 @@ def test_tokens_per_day_resets_at_utc_midnight_and_persists(tmp_path):
     lim.admit(key)
 
 
+def test_standing_reports_what_is_left_of_each_budget():
+    """What the realtime route's rate_limits.updated lists (issue 42): requests and tokens,
+    counted as admit and release count them; max_concurrent is a bound, not listed."""
+    clock, wall = Clock(), Clock(86400 * 20000 + 86000)     # 400 s before a UTC midnight
+    lim = Limiter(QuotaBook(None, wall=wall), clock=clock)
+    both = ring(requests_per_minute=3, tokens_per_day=100, max_concurrent=5).match("k1")
+    assert [(s.name, s.limit, s.remaining, s.reset_seconds) for s in lim.standing(both)] == \
+        [("requests", 3, 3, 0.0), ("tokens", 100, 100, 400.0)]
+    lim.release(lim.admit(both), tokens=30)
+    clock.t += 10
+    permit = lim.admit(both)
+    requests, tokens = lim.standing(both, unbilled_tokens=25)
+    assert (requests.remaining, requests.reset_seconds) == (1, 60.0)   # the newest leaves last
+    assert tokens.remaining == 100 - 30 - 25
+    assert lim.standing(both, unbilled_tokens=500)[1].remaining == 0
+    clock.t += 55
+    assert lim.standing(both)[0].remaining == 2                         # the first one left
+    lim.release(permit)
+    assert lim.standing(ring().match("k1")) == []                       # no budget: nothing
+    assert lim.standing(ring().match("plain")) == []
+
+
 def test_unreadable_state_file_starts_from_zero(tmp_path, caplog):
     path = tmp_path / "hypnos.state.json"
     path.write_text("{not json")

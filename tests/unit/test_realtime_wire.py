@@ -19,7 +19,8 @@ from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.codec import TurnEnd
 from hypnos.service.wire.realtime_in import (Settings, Vad, apply_settings, chat_body,
                                              chat_messages, parse_event, parse_item)
-from hypnos.service.wire.realtime_out import ResponseCodec, error_event, event
+from hypnos.service.wire.realtime_out import (ResponseCodec, error_event, event,
+                                              rate_limits_event)
 from hypnos.service.wire.sentences import SentenceSplitter
 
 EVENTS = TypeAdapter(RealtimeServerEvent)
@@ -69,10 +70,27 @@ def test_session_update_beta_shape():
         "turn_detection": None, "max_response_output_tokens": 100}, "session")
     assert s.modalities == ("audio",) and s.vad is None and s.max_output_tokens == 100
     assert s.transcription == "whisper-1"
+    assert (s.input_format, s.output_format) == ("audio/pcm", "audio/pcm")
+
+
+def test_g711_formats_in_both_shapes():
+    s = apply_settings(Settings(), {"input_audio_format": "g711_ulaw",
+                                    "output_audio_format": "g711_alaw"}, "session")
+    assert (s.input_format, s.output_format) == ("audio/pcmu", "audio/pcma")
+    s = apply_settings(s, {"audio": {"input": {"format": {"type": "audio/pcma"}},
+                                     "output": {"format": {"type": "audio/pcmu",
+                                                           "rate": 8000}}}}, "session")
+    assert (s.input_format, s.output_format) == ("audio/pcma", "audio/pcmu")
+    wire = valid(event("session.updated", session=s.session_wire("chat")))[0]["session"]
+    assert wire["audio"]["input"]["format"] == {"type": "audio/pcma"}
+    assert wire["audio"]["output"]["format"] == {"type": "audio/pcmu"}
 
 
 @pytest.mark.parametrize("body,param", [
-    ({"input_audio_format": "g711_ulaw"}, "session.input_audio_format"),
+    ({"input_audio_format": "g722"}, "session.input_audio_format"),
+    ({"audio": {"input": {"format": {"type": "audio/pcmu", "rate": 16000}}}},
+     "session.audio.input.format"),
+    ({"audio": {"input": {"format": {"type": ["audio/pcm"]}}}}, "session.audio.input.format"),
     ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
      "session.audio.output.format"),
     ({"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 7}}}},
@@ -149,7 +167,12 @@ def test_codec_speaks_sentences_and_closes_with_what_was_heard():
     frames += codec.finish("cancelled", "turn_detected")
     evs = valid(frames)
     kinds = [e["type"] for e in evs]
-    assert kinds[:2] == ["response.output_item.added", "response.content_part.added"]
+    assert kinds[:4] == ["response.output_item.added", "conversation.item.created",
+                         "conversation.item.added", "response.content_part.added"]
+    assert evs[1]["item"]["id"] == evs[2]["item"]["id"] == evs[0]["item"]["id"]
+    assert evs[1]["previous_item_id"] is None
+    assert kinds[-3:] == ["response.output_item.done", "conversation.item.done",
+                          "response.done"]
     assert "response.output_text.delta" not in kinds
     done = evs[-1]["response"]
     assert done["status"] == "cancelled" and done["status_details"]["reason"] == "turn_detected"
@@ -162,7 +185,7 @@ def test_codec_speaks_sentences_and_closes_with_what_was_heard():
 
 
 def test_codec_text_and_a_call():
-    codec = ResponseCodec("resp_2", audio=False, voice="alloy")
+    codec = ResponseCodec("resp_2", audio=False, voice="alloy", previous="item_user")
     frames = codec.delta(0, ChatDelta(content="Hi"))
     frames += codec.delta(0, ChatDelta(content=" there."))
     frames += codec.delta(0, ChatDelta(tool_call=ToolCall("get_weather", '{"city": "Oslo"}')))
@@ -177,6 +200,33 @@ def test_codec_text_and_a_call():
     assert done["status"] == "incomplete"
     assert done["status_details"]["reason"] == "max_output_tokens"
     assert [o["type"] for o in done["output"]] == ["message", "function_call"]
+    # Each item entered the conversation (created, added) after the one before it, and was
+    # done; the message is done last, when the response ends.
+    message, call = (o["id"] for o in done["output"])
+    for kind in ("conversation.item.created", "conversation.item.added",
+                 "conversation.item.done"):
+        assert [(e["item"]["id"], e["previous_item_id"]) for e in evs if e["type"] == kind] \
+            == ([(call, message), (message, "item_user")] if kind.endswith("done") else
+                [(message, "item_user"), (call, message)])
+
+
+def test_codec_g711_audio_is_timed_by_its_own_rate():
+    codec = ResponseCodec("resp_3", audio=True, voice="alloy", fmt="audio/pcmu")
+    codec.delta(0, ChatDelta(content="One. Two. "))
+    frames = codec.sentence("One.") + [codec.audio_delta(b"\xff" * 800)]   # 100 ms at 8 kHz
+    frames += codec.sentence("Two.") + [codec.audio_delta(b"\xff" * 80)]
+    frames += codec.finish("completed")
+    evs = valid(frames)
+    assert codec.spoken == [(0.0, "One."), (pytest.approx(100.0), "Two.")]
+    assert evs[-1]["response"]["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+
+
+def test_rate_limits_event_is_the_sdks():
+    ev = valid(rate_limits_event([
+        {"name": "requests", "limit": 60, "remaining": 59, "reset_seconds": 60.0},
+        {"name": "tokens", "limit": 1000, "remaining": 0, "reset_seconds": 3600.0}]))[0]
+    assert [r["name"] for r in ev["rate_limits"]] == ["requests", "tokens"]
+    assert valid(rate_limits_event([]))[0]["rate_limits"] == []
 
 
 def test_error_event_is_the_sdks():

@@ -1,0 +1,85 @@
+"""The realtime route's audio: its wire formats (24 kHz pcm16, 8 kHz G.711 mu-law / A-law)
+to and from 16-bit PCM, and `InputBuffer`, the session's uncommitted audio placed on the
+session's clock. Pure: no I/O, no event loop."""
+from __future__ import annotations
+
+import numpy as np
+
+from hypnos.service.media import g711
+from hypnos.service.media.resample import float_to_pcm16, pcm16_to_float, resample
+from hypnos.service.wire.realtime_in import FORMAT_RATES, PCM, PCMA, PCMU
+
+LAWS = {PCMU: "ulaw", PCMA: "alaw"}
+
+
+def from_wire(data: bytes, kind: str) -> bytes:
+    """Audio of format ``kind`` as 16-bit PCM at the format's own rate (``FORMAT_RATES``)
+    (pcm16: a trailing odd byte is dropped)."""
+    if kind == PCM:
+        return data[:len(data) - len(data) % 2]
+    return g711.decode(data, LAWS[kind]).astype("<i2").tobytes()
+
+
+def to_wire(pcm: bytes, rate: int, kind: str) -> bytes:
+    """16-bit PCM at ``rate`` (a speaker's) as audio of format ``kind``, resampled to the
+    format's rate. One call filters its chunk alone: give whole phrases, not slivers."""
+    if kind == PCM and rate == FORMAT_RATES[PCM]:
+        return pcm[:len(pcm) - len(pcm) % 2]
+    samples = resample(pcm16_to_float(pcm), rate, FORMAT_RATES[kind])
+    if kind == PCM:
+        return float_to_pcm16(samples)
+    return g711.encode(np.round(np.clip(samples, -1.0, 32767 / 32768) * 32768), LAWS[kind])
+
+
+class InputBuffer:
+    """Uncommitted 16-bit PCM at ``rate``, from ``start_ms`` on the session's clock (the
+    milliseconds of audio received since it opened, ``received_ms``)."""
+
+    def __init__(self, rate: int):
+        self.rate = rate
+        self.data = bytearray()
+        self.start_ms = 0.0
+        self.received_ms = 0.0
+
+    def ms(self, nbytes: int) -> float:
+        """How long ``nbytes`` of this buffer play."""
+        return nbytes / 2 / self.rate * 1000
+
+    def _bytes(self, ms: float) -> int:
+        return max(0, int(ms * self.rate / 1000)) * 2
+
+    @property
+    def held_ms(self) -> float:
+        return self.ms(len(self.data))
+
+    def append(self, pcm: bytes) -> None:
+        self.data += pcm
+        self.received_ms += self.ms(len(pcm))
+
+    def drop_before(self, ms: float) -> None:
+        """Forget the audio before ``ms`` (session clock)."""
+        nbytes = self._bytes(ms - self.start_ms)
+        del self.data[:nbytes]
+        self.start_ms += self.ms(nbytes)
+
+    def cut(self, ms: float) -> bytes:
+        """The audio before ``ms``; what follows stays, the buffer now starting at ``ms``."""
+        nbytes = self._bytes(ms - self.start_ms)
+        audio, self.data = bytes(self.data[:nbytes]), self.data[nbytes:]
+        self.start_ms = ms
+        return audio
+
+    def take(self) -> bytes:
+        """All the audio; the buffer is empty, starting at what comes next."""
+        audio, self.data = bytes(self.data), bytearray()
+        self.start_ms = self.received_ms
+        return audio
+
+    def samples(self) -> np.ndarray:
+        return pcm16_to_float(bytes(self.data))
+
+    def convert(self, rate: int) -> None:
+        """Hold the audio at ``rate`` from now on (a new input format)."""
+        if rate != self.rate:
+            self.data = bytearray(float_to_pcm16(resample(self.samples(), self.rate, rate)))
+            self.rate = rate
