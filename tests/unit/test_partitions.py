@@ -4,7 +4,7 @@ partition's answers only, one partition when keys are off, a bounded number of t
 from __future__ import annotations
 
 from hypnos.engines.llama.slots import Slot, pick_slot
-from hypnos.engines.llama.speculative import choose
+from hypnos.engines.llama.speculative import choose, drafts
 from hypnos.engines.llama.speculative.choose import SpecConfig, Speculation
 
 PROMPT = list(range(100, 190))
@@ -48,7 +48,10 @@ def drafts_for(spec: Speculation, partition: str, context: list[int]) -> list[in
     return drafter.propose(context, 64)
 
 
-def test_an_answer_drafts_for_its_own_partition_only():
+def test_an_answer_drafts_for_its_own_partition_only(monkeypatch):
+    # The window a drafter starts with is widened to the step's whole budget: what is drafted
+    # is the point here, not how much of it a first step may take.
+    monkeypatch.setattr(drafts, "LOOKUP_WINDOW", 64)
     spec = Speculation(SpecConfig("ngram", n_max=64), can_rollback=True)
     answer = list(range(10, 80))
     answered(spec, "alice", PROMPT, answer)
@@ -61,7 +64,8 @@ def test_an_answer_drafts_for_its_own_partition_only():
     assert spec.of("alice").pool is not spec.of("bob").pool
 
 
-def test_with_keys_off_every_request_shares_one_pool():
+def test_with_keys_off_every_request_shares_one_pool(monkeypatch):
+    monkeypatch.setattr(drafts, "LOOKUP_WINDOW", 64)
     spec = Speculation(SpecConfig("ngram", n_max=64), can_rollback=True)
     answer = list(range(10, 80))
     answered(spec, "", PROMPT, answer)
