@@ -4,8 +4,10 @@ against llama-server, each on its own default settings.
 The model is the default lineup's chat model (the catalog's first ``lineup = true``
 text-generation entry: Qwen2.5-Coder-0.5B-Instruct Q4_K_M). Hypnos serves it from the block
 the default lineup writes for it (``catalog.blocks.block_fields``, what `hypnos serve` runs
-without a config), changed only to ``slots = 4`` and a context of 4 x PER_SLOT tokens, so
-that an 18,000-token prompt fits one slot; its requests carry ``num_ctx`` = PER_SLOT, so the
+without a config), changed only to ``slots = 4``, a context of 4 x PER_SLOT tokens, so
+that an 18,000-token prompt fits one slot, and ``speculative = "off"``: llama-server drafts
+nothing by default, and this compares decode loops (``speculative.py --fresh`` measures
+Hypnos's default ``auto`` against ``off``); its requests carry ``num_ctx`` = PER_SLOT, so the
 server keeps that context rather than estimating one from a prompt's length. llama-server
 gets ``-c`` the same total and ``--parallel 4``. Both run every CPU the process may use
 (``--threads N`` pins the run to N), llama-server with ``-t N -tb N``. Nothing else is set:
@@ -223,11 +225,11 @@ def lineup_others(entry) -> list:
 
 def hypnos_config(entry, models_dir: Path, others: list = ()) -> tuple[str, str]:
     """(the weights' path under ``models_dir``, the config): the default lineup's block for
-    ``entry`` with SLOTS slots of PER_SLOT tokens, and the lineup's blocks of ``others`` as
+    ``entry`` with SLOTS slots of PER_SLOT tokens and no drafting, and the lineup's blocks of ``others`` as
     they are."""
     from hypnos.catalog.blocks import block_fields, render_blocks
     block = block_fields(entry, entry.default_variant())
-    block.update(slots=SLOTS, context_len=SLOTS * PER_SLOT)
+    block.update(slots=SLOTS, context_len=SLOTS * PER_SLOT, speculative="off")
     blocks = [block] + [block_fields(e, e.default_variant()) for e in others]
     body = render_blocks(blocks, f"The default lineup's block for {entry.id}, "
                                  f"with {SLOTS} slots of {PER_SLOT} tokens"

@@ -18,9 +18,12 @@ HISTORY = [{"role": "system", "content": "You are a helpful assistant. " * 20},
 
 
 def config(extra: str = "") -> str:
+    # No drafting: a restored session must answer as the exported one did, token for token,
+    # and a step with drafts is another batch shape than one without.
     blocks = "".join(
         f'[[models]]\nid = "{mid}"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
-        f'weights_path = "{GGUF}"\nslots = 2\ncontext_len = 4096\n' for mid in ("chat", "other"))
+        f'weights_path = "{GGUF}"\nslots = 2\ncontext_len = 4096\nspeculative = "off"\n'
+        for mid in ("chat", "other"))
     return f'models_dir = "{MODELS_DIR}"\n{extra}\n{blocks}'
 
 
