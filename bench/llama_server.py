@@ -356,9 +356,11 @@ def run_servers(binary: Path, models_dir: Path, gguf: str, tmp: Path, args,
     (b) without ``prompts``)."""
     threads = len(os.sched_getaffinity(0))
     cfg = tmp / "hypnos.toml"
+    # No drafting: llama-server drafts nothing by default, and this compares decode loops.
     cfg.write_text(f'models_dir = "{models_dir}"\n[[models]]\nid = "chat"\n'
                    f'modality = "text_generation"\nengine = "ggml_llama"\n'
-                   f'weights_path = "{gguf}"\nslots = {SLOTS}\ncontext_len = {CONTEXT}\n')
+                   f'weights_path = "{gguf}"\nslots = {SLOTS}\ncontext_len = {CONTEXT}\n'
+                   f'speculative = "off"\n')
     srv = ServerProcess(cfg, tmp / "hypnos.log")
     ref = None
     try:

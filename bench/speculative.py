@@ -136,8 +136,8 @@ def hypnos_config(path: Path, models_dir: Path, speculative: str) -> Path:
     block = lambda model, extra="": (  # noqa: E731
         f'[[models]]\nid = "{model[0]}"\nmodality = "text_generation"\nengine = "ggml_llama"\n'
         f'weights_path = "{model[1]}"\nslots = 1\ncontext_len = {CONTEXT}\n{extra}')
-    # "off" is the default: a server without speculative decoding runs without the key.
-    key = "" if speculative == '"off"' else f"speculative = {speculative}\n"
+    # Always the key: the default ("auto") is a method of its own here.
+    key = f"speculative = {speculative}\n"
     text = f'models_dir = "{models_dir}"\n' + block(TARGET, key)
     if "draft =" in speculative:
         text += block(DRAFT)

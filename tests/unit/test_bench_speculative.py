@@ -33,7 +33,7 @@ def test_the_hypnos_config_of_each_method(tmp_path):
                                            METHODS[method][1] or '"off"').read_text())
     off = read("none")
     assert [m["id"] for m in off["models"]] == [TARGET[0]]
-    assert "speculative" not in off["models"][0]          # off is the default
+    assert off["models"][0]["speculative"] == "off"      # said: the default is "auto"
     assert read("ngram")["models"][0]["speculative"] == "ngram"
     assert read("auto")["models"][0]["speculative"] == "auto"
     draft = read("draft")
@@ -42,7 +42,7 @@ def test_the_hypnos_config_of_each_method(tmp_path):
     both = read("draft+ngram")                           # a draft behind prompt lookup
     assert both["models"][0]["speculative"] == {"draft": DRAFT[0], "n_max": 4}
     assert "ngram-mod,draft-simple" in METHODS["draft+ngram"][0]
-    assert "speculative" not in read("prediction")["models"][0]
+    assert read("prediction")["models"][0]["speculative"] == "off"   # the request drafts
 
 
 def test_which_sets_each_method_runs():
