@@ -225,8 +225,8 @@ def lineup_others(entry) -> list:
 
 def hypnos_config(entry, models_dir: Path, others: list = ()) -> tuple[str, str]:
     """(the weights' path under ``models_dir``, the config): the default lineup's block for
-    ``entry`` with SLOTS slots of PER_SLOT tokens and no drafting, and the lineup's blocks of ``others`` as
-    they are."""
+    ``entry`` with SLOTS slots of PER_SLOT tokens and no drafting, and the lineup's blocks
+    of ``others`` as they are."""
     from hypnos.catalog.blocks import block_fields, render_blocks
     block = block_fields(entry, entry.default_variant())
     block.update(slots=SLOTS, context_len=SLOTS * PER_SLOT, speculative="off")
