@@ -72,7 +72,7 @@ def test_config_takes_a_draft_table(tmp_path: Path):
                  + MODEL.format(id="small"))
     cfg = load_config(p, env={})
     assert parse_spec(cfg.model("big").speculative) == SpecConfig("draft", "small", 3)
-    assert cfg.model("small").speculative == "off"
+    assert cfg.model("small").speculative == "auto"      # the default
 
 
 # ------------------------------------------------------------------ which drafter
