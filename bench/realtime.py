@@ -32,9 +32,12 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import ROOT, ServerProcess  # noqa: E402
 
-QUESTION = "What is the capital of France?"
-KINDS = {"one sentence": ("Answer in one short sentence.", 40),
-         "three sentences": ("Answer in exactly three short sentences.", 120)}
+#: kind -> (the question spoken, the instructions, max output tokens). The three-sentence
+#: question is one a small model answers at length (asked "the capital of France" in three
+#: sentences, it says one); the median sentences of the answers are printed.
+KINDS = {"one sentence": ("What is the capital of France?", "Answer in one short sentence.",
+                          40),
+         "three sentences": ("Tell me about Paris.", "Answer in exactly three sentences.", 120)}
 LOUD = 0.005                # RMS of a chunk that counts as heard
 
 
@@ -79,7 +82,7 @@ def pcm_wav(pcm: bytes, rate: int = 24000) -> bytes:
 def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
                   vad: bool) -> tuple[float, str, bytes]:
     """(seconds from commit / speech stop to first loud audio, transcript, answer audio)."""
-    instructions, tokens = KINDS[kind]
+    _, instructions, tokens = KINDS[kind]
     with client.realtime.connect(model="chat") as conn:
         turn = {"type": "server_vad", "silence_duration_ms": 500} if vad else None
         conn.send({"type": "session.update", "session": {
@@ -117,7 +120,7 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
 
 def sequential_turn(srv: ServerProcess, question: bytes, kind: str) -> float:
     """Seconds from the transcription request to the first loud byte of streamed speech."""
-    instructions, tokens = KINDS[kind]
+    _, instructions, tokens = KINDS[kind]
     start = time.perf_counter()
     heard = httpx.post(srv.base + "/v1/audio/transcriptions", timeout=600,
                        data={"model": "whisper"},
@@ -163,17 +166,19 @@ def main() -> None:
         try:
             client = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused",
                                    websocket_base_url=srv.base.replace("http", "ws", 1) + "/v1")
-            question = srv.post("/v1/audio/speech", {
-                "model": "kokoro", "input": QUESTION, "voice": "alloy",
-                "response_format": "pcm"}).content
-            realtime_turn(client, question, "one sentence", False)        # warm every model
-            sequential_turn(srv, question, "one sentence")
-            for kind in KINDS:
-                rt, vad, seq, quality = [], [], [], []
+            questions = {kind: srv.post("/v1/audio/speech", {
+                "model": "kokoro", "input": q, "voice": "alloy",
+                "response_format": "pcm"}).content for kind, (q, _, _) in KINDS.items()}
+            for kind, question in questions.items():                       # warm every model
+                realtime_turn(client, question, kind, False)
+                sequential_turn(srv, question, kind)
+            for kind, question in questions.items():
+                rt, vad, seq, quality, sentences = [], [], [], [], []
                 for _ in range(args.turns):
                     secs, transcript, audio = realtime_turn(client, question, kind, False)
                     rt.append(secs)
                     quality.append(heard_back(srv, transcript, audio))
+                    sentences.append(len(re.findall(r"[.!?]+(?:\s|$)", transcript.strip())))
                     vad.append(realtime_turn(client, question, kind, True)[0])
                     seq.append(sequential_turn(srv, question, kind))
                 print(f"{kind}, {args.turns} turns:")
@@ -184,6 +189,7 @@ def main() -> None:
                 ratio = statistics.median(rt) / statistics.median(seq)
                 print(f"  ratio realtime / sequential (p50)  {ratio:.2f}")
                 print(f"  answer words heard back in its audio  {statistics.mean(quality):.0%}")
+                print(f"  sentences in an answer (median)  {statistics.median(sentences):g}")
         finally:
             srv.stop()
 

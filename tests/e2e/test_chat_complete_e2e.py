@@ -45,6 +45,9 @@ weights_path = "smol.gguf"
 slots = 2
 context_len = 4096
 initial_tier = "tier1_gpu_vram"
+# Answers of one request are compared token for token across asks; drafting from an earlier
+# answer would make a step another batch shape.
+speculative = "off"
 
 [[models]]
 id = "thinker"

@@ -32,6 +32,9 @@ class Server(ServerProcess):
         return openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0)
 
 
+# No drafting: the streamed and the whole answer to one request are compared token for token,
+# and a step with drafts (the second ask drafts from the first's answer) is another batch
+# shape than one without.
 CHAT = f"""
 [[models]]
 id = "smol"
@@ -41,6 +44,7 @@ weights_path = "{GGUF}"
 slots = 2
 context_len = 4096
 initial_tier = "tier1_gpu_vram"
+speculative = "off"
 """
 
 
