@@ -5,6 +5,7 @@ Pure dataclasses: importing this module imports no engine library and no engine 
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -116,6 +117,10 @@ class ChatRequest:
     #: (set by the service), "" for one shared partition (keys off). A slot's KV or an answer
     #: of another partition is never matched, so nothing reported depends on its text.
     partition: str = ""
+    #: While set, the answer takes no decode step (its slot keeps its place and its KV): a
+    #: realtime answer pauses its chat model this way while the speech model, on the same
+    #: CPU cores, speaks a finished sentence. None: never paused.
+    pause: threading.Event | None = None
 
 
 @dataclass

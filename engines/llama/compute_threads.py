@@ -8,7 +8,7 @@ early spins ~100 iterations, then sleeps on a futex, and every ggml operation en
 barrier. So one idle team elsewhere in the process (a second model that answered once, an
 embedding call made on a request thread) slows every other model's decode: measured here on
 Qwen2.5-Coder-0.5B with 2 threads on 2 cores, 27 tokens/s alone against 13 to 19 beside a
-parked team (``bench/README.md``, "Every core").
+parked team (``bench/README.md``, ``--default-model``).
 
 Hence two rules for llama compute: a decode loop's thread ends when it has been idle for
 ``IDLE_EXIT_S`` (``DecodeLoop``; the next job starts a new one), and a one-off computation

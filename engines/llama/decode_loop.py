@@ -40,6 +40,9 @@ from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import Speculative
 
+#: How often a loop whose every job is paused (``Job.pause``) looks whether one may go on.
+PAUSE_POLL_S = 0.005
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -201,16 +204,20 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
                     log.exception("llama job start failed")
                     self.forget(slot)
                     self._finish(slot, error=f"could not start: {exc}")
-        running = []
+        running, paused = [], False
         for slot in active:
             if slot.job is None:
                 continue
             if slot.job.stop.is_set():
                 self._finish(slot, "cancelled")
+            elif slot.job.pause is not None and slot.job.pause.is_set():
+                paused = True
             else:
                 running.append(slot)
         entries = self._fill_batch(running)
         if not entries:
+            if paused:                  # only paused jobs: look again shortly, computing nothing
+                time.sleep(PAUSE_POLL_S)
             return
         t0 = time.perf_counter()
         rc = self.ll.llama_decode(self.ctx, self.batch)

@@ -385,7 +385,7 @@ class LlamaChatEngine(SessionsMixin):
                   session_yields=req.session_yields, tag=req.cache_tag,
                   logprobs=req.top_logprobs if req.logprobs else None, rules=rules,
                   prefill=built.prefill, group=req.group, events=TokenEvents(),
-                  partition=req.partition)
+                  partition=req.partition, pause=req.pause)
         setup_job(job, self._spec, req, lambda text: self._tokenize(text, False))
         if req.cache_marks and loop.checkpointing:      # a checkpoint where each mark ends
             job.boundaries = prompts.mark_positions(req, prompt, self._build)

@@ -75,6 +75,7 @@ class Job:
     drafting: Drafting | None = None
     #: Whose cached prefixes it may reuse (``ChatRequest.partition``).
     partition: str = ""
+    pause: threading.Event | None = None        # set: no step for it (``ChatRequest.pause``)
     #: Token counts where a prefix the caller wants kept ends (the system prompt and tools,
     #: a ``cache_control`` mark): checkpointed while prefilling on a model that needs
     #: checkpoints (``checkpoints``). Empty: the defaults only (the tail, every N tokens).
