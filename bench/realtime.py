@@ -11,6 +11,7 @@ and the ratio realtime / sequential. It also transcribes each realtime answer's 
 prints the share of the answer's transcript words heard back (a quality check).
 
     python bench/realtime.py [--turns 20] [--chat-weights smollm2-135m/...gguf]
+                             [--kinds "one sentence,three sentences"]
 """
 from __future__ import annotations
 
@@ -119,7 +120,9 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
 
 
 def sequential_turn(srv: ServerProcess, question: bytes, kind: str) -> float:
-    """Seconds from the transcription request to the first loud byte of streamed speech."""
+    """Seconds from the transcription request to the first loud byte of streamed speech. The
+    rest of the speech is read too, as a client playing it would: a stream left early still
+    has its phrase in synthesis, which would slow the next turn measured."""
     _, instructions, tokens = KINDS[kind]
     start = time.perf_counter()
     heard = httpx.post(srv.base + "/v1/audio/transcriptions", timeout=600,
@@ -131,11 +134,12 @@ def sequential_turn(srv: ServerProcess, question: bytes, kind: str) -> float:
             {"role": "user", "content": heard}]}).json()["choices"][0]["message"]["content"]
     body = {"model": "kokoro", "input": answer or ".", "voice": "alloy", "stream": True,
             "response_format": "pcm"}
+    first = None
     with httpx.stream("POST", srv.base + "/v1/audio/speech", json=body, timeout=600) as r:
         for chunk in r.iter_raw():
-            if loud(chunk):
-                return time.perf_counter() - start
-    return time.perf_counter() - start
+            if first is None and loud(chunk):
+                first = time.perf_counter() - start
+    return time.perf_counter() - start if first is None else first
 
 
 def heard_back(srv: ServerProcess, transcript: str, audio: bytes) -> float:
@@ -158,7 +162,13 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--models-dir", default=str(ROOT / "models"))
     ap.add_argument("--chat-weights", default="smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the answers measured, comma-separated (default: all)")
     args = ap.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        ap.error(f"--kinds: no kind named {unknown} (kinds: {', '.join(KINDS)})")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "hypnos.toml"
         path.write_text(config(args.models_dir, args.chat_weights))
@@ -168,7 +178,8 @@ def main() -> None:
                                    websocket_base_url=srv.base.replace("http", "ws", 1) + "/v1")
             questions = {kind: srv.post("/v1/audio/speech", {
                 "model": "kokoro", "input": q, "voice": "alloy",
-                "response_format": "pcm"}).content for kind, (q, _, _) in KINDS.items()}
+                "response_format": "pcm"}).content for kind, (q, _, _) in KINDS.items()
+                if kind in kinds}
             for kind, question in questions.items():                       # warm every model
                 realtime_turn(client, question, kind, False)
                 sequential_turn(srv, question, kind)
