@@ -165,8 +165,6 @@ class Response:
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         req = SpeechRequest(text=text, voice=self.settings.voice)
-        if self.pause is not None:
-            self.pause.set()                # the chat model's next step waits for this one
         task = asyncio.ensure_future(call.run(
             call.speaker.synthesize, req,
             lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk)))
@@ -174,6 +172,8 @@ class Response:
         rate = call.speaker.sample_rate
         started = False
         try:
+            if self.pause is not None:
+                self.pause.set()            # the chat model's next step waits for this one
             while (chunk := await chunks.get()) is not None:
                 data = to_wire(chunk, rate, self.codec.fmt)     # a phrase at a time
                 if not data:
