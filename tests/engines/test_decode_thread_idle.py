@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import require_smollm2
+from near_tie import assert_same_or_a_near_tie
 from tiny_llama import write_tiny_llama
 from hypnos.engines.llama.engine import LlamaChatEngine
 from hypnos.engines.records import ChatRequest, LoadSpec
@@ -42,7 +43,8 @@ def engine(tmp_path_factory):
 
 def ask(eng):
     return eng.chat(ChatRequest(messages=[{"role": "user", "content": "Count to ten."}],
-                                max_tokens=16, temperature=0), None, threading.Event())
+                                max_tokens=16, temperature=0, logprobs=True, top_logprobs=2),
+                    None, threading.Event())
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
@@ -56,8 +58,10 @@ def test_an_idle_loop_ends_its_thread_and_its_compute_team(engine):
     assert wait_for(lambda: loop.thread is None)
     assert wait_for(lambda: os_threads() <= baseline), (os_threads(), baseline)
     second = ask(engine)                                 # a new thread serves it
-    assert second.text == first.text
-    assert second.finish_reason == first.finish_reason
+    # The same answer, or one parting where two tokens were nearly tied: the second ask
+    # reuses the first's cached prefix, another batch shape.
+    assert_same_or_a_near_tie(first, second)
+    assert second.completion_tokens > 0
 
 
 def test_calls_and_parking_start_a_thread_when_none_runs(engine):
