@@ -39,6 +39,7 @@ SAMPLE_RATE = 24000
 PAUSE_SECS = 0.180                       # silence between phrases
 MAX_PHRASE_CHARS = 200                   # longer sentences are cut at commas, then spaces
 MIN_PHRASE_CHARS = 5                     # shorter pieces ("Mr.", "Hi.") join the next one
+FIRST_PHRASE_WORDS = 4                   # the first phrase may end at a clause after these
 MIN_SPEED, MAX_SPEED = 0.5, 2.0          # what the Kokoro graph accepts
 FALLBACK_VOICE = "af_heart"
 OPENAI_VOICES = {
@@ -112,10 +113,22 @@ def _bounded(sentence: str, limit: int) -> list[str]:
     return parts
 
 
+def _quick_start(phrase: str) -> list[str]:
+    """The first phrase cut after its first clause (a comma and the like) that has
+    ``FIRST_PHRASE_WORDS`` words: the first audio waits for fewer words."""
+    for m in _CLAUSE_END.finditer(phrase):
+        head, tail = phrase[:m.start()], phrase[m.end():]
+        if len(head.split()) >= FIRST_PHRASE_WORDS and len(tail) >= MIN_PHRASE_CHARS:
+            return [head, tail]
+    return [phrase]
+
+
 def split_phrases(text: str, limit: int = MAX_PHRASE_CHARS) -> list[str]:
     """Split text into phrases: at sentence punctuation and line breaks first, then a
     sentence longer than ``limit`` at commas (and the like), then at spaces. Pieces shorter
-    than ``MIN_PHRASE_CHARS`` join the following one. Pure; never returns empty phrases."""
+    than ``MIN_PHRASE_CHARS`` join the following one. The first phrase also ends at its
+    first clause of ``FIRST_PHRASE_WORDS`` words, so a stream's first audio comes sooner.
+    Pure; never returns empty phrases."""
     phrases: list[str] = []
     carry = ""
     for sentence in _SENTENCE_END.split(text.strip()):
@@ -133,7 +146,7 @@ def split_phrases(text: str, limit: int = MAX_PHRASE_CHARS) -> list[str]:
             phrases[-1] = f"{phrases[-1]} {carry}"
         else:
             phrases.append(carry)
-    return phrases
+    return _quick_start(phrases[0]) + phrases[1:] if phrases else phrases
 
 
 def pcm16(audio) -> bytes:

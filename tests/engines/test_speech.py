@@ -88,6 +88,18 @@ def test_split_phrases_sentences_then_commas_then_spaces():
     assert [len(p) for p in split_phrases("x" * 450, limit=200)] == [200, 200, 50]
 
 
+def test_the_first_phrase_ends_at_its_first_clause_of_four_words():
+    """A stream's first audio waits for one clause, not a whole sentence; the phrases after
+    it are still whole sentences."""
+    assert split_phrases("Paris is the capital of France, known for its art. It is old, "
+                         "and big.") == ["Paris is the capital of France,",
+                                         "known for its art.", "It is old, and big."]
+    assert split_phrases("Yes, it is. Go on, then.") == ["Yes, it is.", "Go on, then."]
+    assert split_phrases("One two three four, ok.") == ["One two three four, ok."]   # short tail
+    text = "Well then, as you can see, the weather is fine today."
+    assert " ".join(split_phrases(text)) == text
+
+
 def test_voice_and_language_mapping():
     full = ["af_alloy", "af_bella", "af_heart", "am_echo", "bf_emma"]
     assert kokoro_voice("alloy", full) == "af_alloy"

@@ -247,9 +247,28 @@ def test_sentences_complete_as_the_text_streams():
 
 
 def test_a_run_on_sentence_is_cut_at_a_comma():
-    sp = SentenceSplitter(max_chars=40)
-    out = sp.push("one two three four five, six seven eight nine ten eleven")
+    sp = SentenceSplitter(max_chars=60, first_words=0)
+    assert sp.push("one two three four five, six seven eight nine ten eleven") == []
+    out = sp.push(" twelve thirteen")
     assert out == ["one two three four five,"] and sp.flush().startswith("six")
+
+
+def test_the_first_piece_ends_at_its_first_long_enough_clause():
+    """Only the answer's first piece is cut at a clause (so the voice starts sooner), and
+    only at a clause with FIRST_WORDS words that ends before the first sentence does."""
+    sp = SentenceSplitter()
+    out = []
+    for word in ("Dr. Smith, a friend of mine, came by today, early. "
+                 "He stayed, and we talked. Bye").split(" "):
+        out += sp.push(word + " ")
+    assert out == ["Dr. Smith, a friend of mine,", "came by today, early.",
+                   "He stayed, and we talked."]
+    assert sp.flush() == "Bye"
+    sp = SentenceSplitter()
+    assert sp.push("Yes, it is. Paris is the capital, ") == ["Yes, it is."]
+    assert sp.push("of France. ") == ["Paris is the capital, of France."]
+    assert " ".join(SentenceSplitter(first_words=0).push("One two three four, five six. ")) == (
+        "One two three four, five six.")
 
 
 # ------------------------------------------------------------------ audio
