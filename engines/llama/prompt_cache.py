@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hypnos.engines.llama import prompt_cache_file as files
+from hypnos.engines.llama.compute_threads import in_background
 from hypnos.engines.llama.prompt_cache_entries import (Counts, Entry, common_prefix,
                                                        eviction_order, model_row)
 from hypnos.engines.llama.prompt_cache_file import CorruptEntry, FileHeader
@@ -340,6 +341,7 @@ class PromptCache:
             self._writer.start()
 
     def _write_loop(self) -> None:
+        in_background()                 # never preempt a compute thread (compute_threads)
         while True:
             try:
                 entry = self._writes.get(timeout=60)
