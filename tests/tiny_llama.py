@@ -83,3 +83,14 @@ if __name__ == "__main__":
         Path(__file__).resolve().parents[1] / "models" / SMOLLM2
     out = write_tiny_llama(Path(sys.argv[1]), src)
     print(f"{out} ({out.stat().st_size} bytes)")
+
+
+def load_tiny_engine(folder: Path, source: Path, slots: int, threads: int):
+    """A ``LlamaChatEngine`` loaded with a tiny llama written in ``folder`` (1,024 tokens of
+    context over ``slots`` slots); the caller unloads it."""
+    from hypnos.engines.llama.engine import LlamaChatEngine
+    from hypnos.engines.records import LoadSpec
+    path = write_tiny_llama(folder / "tiny.gguf", source)
+    engine = LlamaChatEngine()
+    engine.load(LoadSpec("tiny", path, context_len=1024, slots=slots, threads=threads))
+    return engine

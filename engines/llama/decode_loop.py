@@ -250,18 +250,25 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
                     drafter.on_accept(0, 0, step_s)
 
     def _fill_batch(self, running: list[Slot]) -> list[tuple[Slot, int, int | None, list[int]]]:
-        """Put each running slot's pending tokens in the batch, single tokens first, and a
-        generating slot's draft (``spec.drafts``) after its token (logits at each). Returns
-        (slot, tokens taken, batch index of its logits or None, the draft)."""
+        """Put each running slot's pending tokens in the batch, and a generating slot's
+        draft (``spec.drafts``) after its token (logits at each). The batch's room goes to
+        single tokens first; in the batch the slots are in sequence order, because llama.cpp
+        cuts a batch over several KV streams into ubatches of consecutive sequence ids (one
+        forward pass each): three decoders and a prompt chunk out of that order cost a pass
+        more per step. Returns (slot, tokens taken, batch index of its logits or None, the
+        draft)."""
         batch, budget, n = self.batch, self.n_batch, 0
         order = sorted(running, key=lambda s: len(s.job.pending))
         drafts = self.spec.drafts(order)
-        entries = []
+        takes = {}
         for slot in order:
-            pending = slot.job.pending
-            take = min(len(pending), budget - n, self._prefill_room(slot))
-            if take <= 0:
-                continue
+            take = min(len(slot.job.pending), budget - n, self._prefill_room(slot))
+            if take > 0:
+                takes[slot.seq_id] = take
+                n += take + (len(drafts.get(slot.seq_id, [])) if take == 1 else 0)
+        entries, n = [], 0
+        for slot in sorted((s for s in order if s.seq_id in takes), key=lambda s: s.seq_id):
+            pending, take = slot.job.pending, takes[slot.seq_id]
             draft = drafts.get(slot.seq_id, []) if take == 1 else []
             pos0 = len(slot.tokens)
             for i, token in enumerate(pending[:take] + draft):

@@ -8,9 +8,8 @@ import time
 import pytest
 
 from conftest import require_smollm2
-from tiny_llama import write_tiny_llama
-from hypnos.engines.llama.engine import LlamaChatEngine
-from hypnos.engines.records import ChatRequest, LoadSpec
+from tiny_llama import load_tiny_engine
+from hypnos.engines.records import ChatRequest
 
 pytestmark = pytest.mark.real
 MESSAGES = [{"role": "user", "content": "Count to ten."}]
@@ -18,9 +17,8 @@ MESSAGES = [{"role": "user", "content": "Count to ten."}]
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    path = write_tiny_llama(tmp_path_factory.mktemp("pause") / "tiny.gguf", require_smollm2())
-    eng = LlamaChatEngine()
-    eng.load(LoadSpec("tiny", path, context_len=1024, slots=2, threads=1))
+    eng = load_tiny_engine(tmp_path_factory.mktemp("pause"), require_smollm2(), slots=2,
+                           threads=1)
     yield eng
     eng.unload()
 

@@ -12,9 +12,8 @@ import pytest
 
 from conftest import require_smollm2
 from near_tie import assert_same_or_a_near_tie
-from tiny_llama import write_tiny_llama
-from hypnos.engines.llama.engine import LlamaChatEngine
-from hypnos.engines.records import ChatRequest, LoadSpec
+from tiny_llama import load_tiny_engine
+from hypnos.engines.records import ChatRequest
 
 pytestmark = pytest.mark.real
 
@@ -34,9 +33,8 @@ def wait_for(check, seconds: float = 20.0) -> bool:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    path = write_tiny_llama(tmp_path_factory.mktemp("idle") / "tiny.gguf", require_smollm2())
-    eng = LlamaChatEngine()
-    eng.load(LoadSpec("tiny", path, context_len=1024, slots=2, threads=2))
+    eng = load_tiny_engine(tmp_path_factory.mktemp("idle"), require_smollm2(), slots=2,
+                           threads=2)
     yield eng
     eng.unload()
 
