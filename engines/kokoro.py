@@ -31,6 +31,7 @@ import threading
 import time
 
 from hypnos.engines.errors import EngineError, EngineUnavailable
+from hypnos.engines.phrase_breaks import first_break
 from hypnos.engines.records import LoadReport, LoadSpec, OnAudio, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ SAMPLE_RATE = 24000
 PAUSE_SECS = 0.180                       # silence between phrases
 MAX_PHRASE_CHARS = 200                   # longer sentences are cut at commas, then spaces
 MIN_PHRASE_CHARS = 5                     # shorter pieces ("Mr.", "Hi.") join the next one
-FIRST_PHRASE_WORDS = 4                   # the first phrase may end at a clause after these
 MIN_SPEED, MAX_SPEED = 0.5, 2.0          # what the Kokoro graph accepts
 FALLBACK_VOICE = "af_heart"
 OPENAI_VOICES = {
@@ -114,20 +114,19 @@ def _bounded(sentence: str, limit: int) -> list[str]:
 
 
 def _quick_start(phrase: str) -> list[str]:
-    """The first phrase cut after its first clause (a comma and the like) that has
-    ``FIRST_PHRASE_WORDS`` words: the first audio waits for fewer words."""
-    for m in _CLAUSE_END.finditer(phrase):
-        head, tail = phrase[:m.start()], phrase[m.end():]
-        if len(head.split()) >= FIRST_PHRASE_WORDS and len(tail) >= MIN_PHRASE_CHARS:
-            return [head, tail]
-    return [phrase]
+    """The first phrase cut at its first phrase break (`engines.phrase_breaks`): the first
+    audio waits for fewer words."""
+    cut = first_break(phrase)
+    if cut is None or len(phrase) - cut[1] < MIN_PHRASE_CHARS:
+        return [phrase]
+    return [phrase[:cut[0]], phrase[cut[1]:]]
 
 
 def split_phrases(text: str, limit: int = MAX_PHRASE_CHARS) -> list[str]:
     """Split text into phrases: at sentence punctuation and line breaks first, then a
     sentence longer than ``limit`` at commas (and the like), then at spaces. Pieces shorter
     than ``MIN_PHRASE_CHARS`` join the following one. The first phrase also ends at its
-    first clause of ``FIRST_PHRASE_WORDS`` words, so a stream's first audio comes sooner.
+    first phrase break (``_quick_start``), so a stream's first audio comes sooner.
     Pure; never returns empty phrases."""
     phrases: list[str] = []
     carry = ""

@@ -5,30 +5,30 @@ A sentence ends at ``.``, ``!``, ``?`` or ``…`` (with closing quotes or bracke
 followed by white space, or at a line break; a stretch longer than ``max_chars`` with no end
 is cut at its last comma or space, so a run-on answer does not keep the voice waiting.
 
-The answer's first piece may end sooner, at a clause mark (``,``, ``;``, ``:``) with at
-least ``FIRST_WORDS`` words before it: the voice starts as soon as that clause is written and
-spoken, instead of waiting for the whole first sentence (on a 2-core CPU Kokoro takes about
-1.5 s for a 13-word sentence). A clause mark is a spoken pause, so the cut is not heard.
+The answer's first piece may end sooner, at its first phrase break (a clause mark, or the
+space before a word such as "in" or "which") with at least ``FIRST_WORDS`` words before it
+(`engines.phrase_breaks`, which Kokoro's own splitter uses too): the voice starts as soon as
+that phrase is written and spoken, instead of waiting for the whole first sentence (on a
+2-core CPU Kokoro takes about 1.5 s for a 13-word sentence).
 """
 from __future__ import annotations
 
 import re
 
+from hypnos.engines.phrase_breaks import FIRST_WORDS, first_break
+
 # The end of a sentence: its mark (closers after it) and the white space that follows.
 _END = re.compile(r"[.!?…]+[\"')\]”’]*\s+|\n+")
-# The end of a clause: its mark and the white space that follows.
-_CLAUSE = re.compile(r"[,;:]\s+")
 # "e.g. " or "Dr. ": a dot after these is not an end.
 _NOT_ENDS = ("e.g", "i.e", "etc", "mr", "mrs", "ms", "dr", "vs", "st", "no")
 MAX_CHARS = 200
 MIN_CHARS = 2
-FIRST_WORDS = 4
 
 
 class SentenceSplitter:
     """Feed text with ``push``; each call returns the sentences it completed, stripped, in
     order. ``flush`` returns what is left (the last sentence, which may have no end mark).
-    ``first_words``: the first piece ends at a clause mark with that many words before it
+    ``first_words``: the first piece ends at a phrase break with that many words before it
     (0: it waits for its sentence's end like the rest)."""
 
     def __init__(self, max_chars: int = MAX_CHARS, first_words: int = FIRST_WORDS):
@@ -41,7 +41,7 @@ class SentenceSplitter:
         out: list[str] = []
         start = 0
         if not self.started and self.first_words:
-            start = self._first_clause(out)
+            start = self._first_phrase(out)
         for m in _END.finditer(self.pending):
             piece = self.pending[start:m.end()]
             if _abbreviation(piece) or len(piece.strip()) < MIN_CHARS:
@@ -57,17 +57,16 @@ class SentenceSplitter:
         self.started = self.started or bool(out)
         return out
 
-    def _first_clause(self, out: list[str]) -> int:
-        """Before any piece: where a first clause of ``first_words`` words ends in ``pending``
-        (appended to ``out``), if it ends before the first sentence does; else 0."""
+    def _first_phrase(self, out: list[str]) -> int:
+        """Before any piece: where a first phrase of ``first_words`` words ends in
+        ``pending`` (appended to ``out``), if it ends before the first sentence does; else 0."""
         end = next((m.start() for m in _END.finditer(self.pending)
                     if not _abbreviation(self.pending[:m.end()])), len(self.pending))
-        for m in _CLAUSE.finditer(self.pending, 0, end):
-            head = self.pending[:m.end()].strip()
-            if len(head.split()) >= self.first_words:
-                out.append(head)
-                return m.end()
-        return 0
+        cut = first_break(self.pending[:end], self.first_words)
+        if cut is None:
+            return 0
+        out.append(self.pending[:cut[0]].strip())
+        return cut[1]
 
     def flush(self) -> str | None:
         rest, self.pending = self.pending.strip(), ""

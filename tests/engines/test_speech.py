@@ -98,6 +98,8 @@ def test_the_first_phrase_ends_at_its_first_clause_of_four_words():
     assert split_phrases("One two three four, ok.") == ["One two three four, ok."]   # short tail
     text = "Well then, as you can see, the weather is fine today."
     assert " ".join(split_phrases(text)) == text
+    assert split_phrases("Paris is a lovely city in France. It is old.") == [
+        "Paris is a lovely city", "in France.", "It is old."]      # before a phrase's opener
 
 
 def test_voice_and_language_mapping():

@@ -271,6 +271,22 @@ def test_the_first_piece_ends_at_its_first_long_enough_clause():
         "One two three four, five six.")
 
 
+def test_the_first_piece_may_end_before_a_word_that_opens_a_phrase():
+    """As the words stream in, the first piece is cut before "located" once that word is
+    whole, exactly as Kokoro's own splitter cuts the same text."""
+    from hypnos.engines.kokoro import split_phrases
+    text = "Paris is a historical city located in the Balkans, it says. It is old."
+    sp, out = SentenceSplitter(), []
+    for word in text.split(" "):
+        out += sp.push(word + " ")
+    assert out == ["Paris is a historical city", "located in the Balkans, it says.",
+                   "It is old."]
+    assert split_phrases(text)[:2] == out[:2]
+    sp = SentenceSplitter()
+    assert sp.push("Paris is a big city in") == []              # "in" may be "inside"
+    assert sp.push("side the walls. ") == ["Paris is a big city inside the walls."]
+
+
 # ------------------------------------------------------------------ audio
 
 def test_pcm16_round_trip_and_resampling_keep_a_tone():

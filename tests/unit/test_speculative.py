@@ -55,9 +55,11 @@ def test_ngram_prefers_the_place_that_matches_longest():
     # later, after 7 (only 5 match): the longer match wins although it is older.
     ctx = [9, 1, 2, 3, 4, 5, 20, 21, 7, 1, 2, 3, 4, 5, 30, 31, 9, 1, 2, 3, 4, 5]
     assert NgramDrafter().propose(ctx, 2) == [20, 21]
-    # Equal matches: the latest place wins.
+    # Equal matches: only what every place agrees on is drafted.
     ctx = [1, 2, 3, 4, 5, 20, 1, 2, 3, 4, 5, 30, 1, 2, 3, 4, 5]
-    assert NgramDrafter().propose(ctx, 1) == [30]
+    assert NgramDrafter().propose(ctx, 1) == []
+    ctx = [1, 2, 3, 4, 5, 20, 21, 7, 1, 2, 3, 4, 5, 20, 22, 8, 1, 2, 3, 4, 5]
+    assert NgramDrafter().propose(ctx, 4) == [20]
 
 
 def test_ngram_a_match_longer_than_the_cap_is_measured_to_the_cap():
@@ -89,6 +91,43 @@ def test_ngram_refused_drafts_raise_the_match_it_needs():
     for _ in range(3):
         d.on_accept(4, 4)
     assert d.propose(ctx, 4) == [8, 0, 1, 2]
+
+
+def test_a_record_drafts_what_followed_the_last_one_past_a_value_that_differs():
+    """Structured output from prose: a key (the anchor), a value that differs each record,
+    then the same syntax. After the value's closing token the draft is what followed the
+    earlier record's value, though no 5 tokens in a row match."""
+    key, close, next_key = [101, 102, 103], [104], [105, 106, 107]
+    first = [1, 2] + key + [50, 51] + close + next_key + [60] + [108]
+    ctx = first + [9, 9] + key + [70] + close
+    assert NgramDrafter().propose(ctx, 64) == [105, 106, 107, 60]     # the window's 4
+    idx = NgramIndex()
+    idx.sync(ctx)
+    assert idx.gapped_matches() == (3, [len([1, 2] + key + [50, 51] + close)])
+    # A value longer than GAP_MAX, a different closing token or a 2-token anchor: no draft.
+    assert NgramDrafter().propose(first + [9, 9] + key + [70, 71, 72, 73] + close, 64) == []
+    assert NgramDrafter().propose(first + [9, 9] + key + [70] + [99], 64) == []
+    assert NgramDrafter().propose(first + [9, 9] + key[1:] + [70] + close, 64) == []
+
+
+def test_a_third_record_drafts_its_keys_but_not_the_values_of_the_first_two():
+    key, close, other = [101, 102, 103, 104, 105], [106], [107, 108, 109]
+    ctx = [1] + key + [50] + close + other + [2] + key + [60] + close + other + [3] + key
+    assert NgramDrafter().propose(ctx, 64) == []         # 50 or 60: the places disagree
+    assert NgramDrafter().propose(ctx + [70] + close, 64) == other    # then they agree
+
+
+def test_a_gapped_match_is_a_guess_and_refused_drafts_raise_its_bar():
+    key, close = [101, 102, 103], [104]
+    ctx = [1, 2] + key + [50] + close + [105, 106] + [9, 9] + key + [70] + close
+    d = NgramDrafter()
+    assert d.propose(ctx, 64) == [105, 106, 9, 9]
+    d.on_accept(4, 0)
+    d.on_accept(4, 0)                                # under the floor: 6 anchor tokens needed
+    assert d.propose(ctx, 64) == []
+    long_key = [110, 111, 112, 101, 102, 103]
+    ctx = [1] + long_key + [50] + close + [105, 106] + [9] + long_key + [70] + close
+    assert d.propose(ctx, 64)[:2] == [105, 106]
 
 
 def test_an_answer_written_before_is_drafted_from_the_pool():
