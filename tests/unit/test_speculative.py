@@ -79,8 +79,8 @@ def test_ngram_index_extends_and_rebuilds():
 
 
 def test_ngram_refused_drafts_raise_the_match_it_needs():
-    d = NgramDrafter()
     ctx = [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6, 7]    # 7 tokens match
+    d = NgramDrafter(prompt_len=len(ctx))            # all prompt: no gapped match
     assert d.propose(ctx, 4) == [8, 0, 1, 2]
     d.on_accept(4, 0)
     assert d.propose(ctx, 4) == [8, 0, 1, 2]         # half the share is still the floor
@@ -121,13 +121,17 @@ def test_a_gapped_match_is_a_guess_and_refused_drafts_raise_its_bar():
     key, close = [101, 102, 103], [104]
     ctx = [1, 2] + key + [50] + close + [105, 106] + [9, 9] + key + [70] + close
     d = NgramDrafter()
-    assert d.propose(ctx, 64) == [105, 106, 9, 9]
-    d.on_accept(4, 0)
-    d.on_accept(4, 0)                                # under the floor: 6 anchor tokens needed
-    assert d.propose(ctx, 64) == []
+    for _ in range(2):
+        assert d.propose(ctx, 64) == [105, 106, 9, 9]
+        d.on_accept(4, 0)                            # refused twice: under the floor
+    assert d.propose(ctx, 64) == []                  # 6 anchor tokens needed now
     long_key = [110, 111, 112, 101, 102, 103]
     ctx = [1] + long_key + [50] + close + [105, 106] + [9] + long_key + [70] + close
     assert d.propose(ctx, 64)[:2] == [105, 106]
+    # Its misses are its own: the window and the bar of exact copies are untouched.
+    assert d.window == drafts.LOOKUP_WINDOW and d.share == 1.0
+    copy = [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert d.propose(copy, 64) == [8, 0, 1, 2]
 
 
 def test_an_answer_written_before_is_drafted_from_the_pool():

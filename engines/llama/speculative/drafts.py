@@ -117,8 +117,9 @@ class NgramIndex:
         earlier place with a value of 1 to ``GAP_MAX`` tokens of its own. That is structured
         output from prose: in ``"city": "Lagos",`` then ``"city": "Krakow",`` the key is the
         anchor, the city the value, and what followed the first ``",`` (the next key) is the
-        draft, where an exact match never reaches ``MATCH_MIN`` tokens. Only the longest
-        anchor's places; (0, []) when there is none."""
+        draft, where an exact match never reaches ``MATCH_MIN`` tokens (the values may also be
+        equal: a short exact match). Only the longest anchor's places; (0, []) when there is
+        none."""
         toks = self.tokens
         last = len(toks) - 1
         best, starts = 0, []
@@ -203,7 +204,9 @@ class NgramDrafter:
     """Prompt lookup: where the context's last tokens (at least ``MATCH_MIN``) occurred
     before (in the context, else in the model's recent answers: ``pool``), the tokens that
     followed there are the draft, twice as many as matched (at most ``n_max``, and the
-    window: ``LOOKUP_WINDOW``). Pays where
+    window: ``LOOKUP_WINDOW``); where they occurred at several places, only what all of them
+    agree on (``agreed``). Without such a match, a record's end drafts what followed the
+    last one's (``NgramIndex.gapped_matches``, an anchor of ``ANCHOR_MIN``). Pays where
     the answer repeats its input or an earlier answer (code edits, quotes, structured output,
     a question asked again) and, by the length floor, drafts almost nowhere else. Its
     answer joins the pool when its job ends, after its prompt's last ``MATCH_CAP`` tokens."""
@@ -216,8 +219,13 @@ class NgramDrafter:
         self.pool, self.prompt_len = pool, prompt_len
         self.share = 1.0                    # running share of drafted tokens accepted
         self.window = LOOKUP_WINDOW         # this step's longest draft
+        # Gapped drafts keep figures of their own, so their misses (prose has a few) never
+        # shorten the window or raise the bar of the copies this drafter makes.
+        self.gapped_share = 1.0
+        self.gapped = False                 # the last draft came from a gapped match
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
+        self.gapped = False
         n_max = min(n_max, self.window)
         if n_max <= 0 or len(context) <= self.index.n:
             return []
@@ -228,20 +236,27 @@ class NgramDrafter:
             _, draft = self.pool.continuation(context, max(need, m + 1), n_max)
             if draft:
                 return draft
-        if m < need:
-            m, starts = self.index.gapped_matches()
-            if m < ANCHOR_MIN * (1 if self.share >= FLOOR else 2):
-                return []
-        return agreed(context, starts, min(n_max, DRAFT_PER_MATCH * m))
+        if m >= need:
+            return agreed(context, starts, min(n_max, DRAFT_PER_MATCH * m))
+        if len(context) <= self.prompt_len:     # the prompt's end: no record in the answer
+            return []
+        m, starts = self.index.gapped_matches()
+        if m < ANCHOR_MIN * (1 if self.gapped_share >= FLOOR else 2):
+            return []
+        self.gapped = True
+        return agreed(context, starts, min(n_max, LOOKUP_WINDOW, DRAFT_PER_MATCH * m))
 
     def plan(self, context: list[int], n_max: int) -> Plan:
         return self.propose(context, n_max), None
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
-        if drafted:
+        if drafted and self.gapped:
+            self.gapped_share += FLOOR_WEIGHT * (accepted / drafted - self.gapped_share)
+        elif drafted:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
             self.window = (min(2 * self.window, LOOKUP_WINDOW_MAX) if accepted == drafted
                            else LOOKUP_WINDOW)
+        self.gapped = False
 
     def close(self) -> None:
         if self.pool is not None:
