@@ -34,15 +34,15 @@ FLOOR, FLOOR_WEIGHT = 0.5, 0.5
 PREDICTION_WINDOW, PREDICTION_WINDOW_MAX = 8, 64
 #: The shortest and longest suffix the prediction drafter matches (longest tried first).
 NGRAM_MAX, NGRAM_MIN = 3, 1
-#: A gapped match (``NgramIndex.gapped_match``): at least this many tokens agree before the
-#: value that differs, and a value is at most ``GAP_MAX`` tokens long on either side.
+#: A gapped match (``NgramIndex.gapped_matches``): at least this many tokens agree before
+#: the value, and a value is at most ``GAP_MAX`` tokens long on either side.
 ANCHOR_MIN, GAP_MAX = 3, 3
 
 
 class NgramIndex:
     """Every ``n``-gram of a growing token list, with the positions right after its latest
     ``CANDIDATES`` occurrences that have a continuation, and the same for every single token
-    (``gapped_match``). Appending is O(tokens added)."""
+    (``gapped_matches``). Appending is O(tokens added)."""
 
     def __init__(self, n: int = MATCH_MIN):
         self.n = n
