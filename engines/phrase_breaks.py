@@ -35,16 +35,21 @@ OPENERS = (
 )
 # A clause mark (head ends after it, tail starts after the space), or the space before an
 # opener (head ends before the space, tail starts at the word).
+# A run of white space is tried from its start only, so a long one costs its length once.
 _BREAK = re.compile(r"(?P<mark>[,;:](?=\s)|[、，；：])\s*"
-                    r"|\s+(?=(?:" + "|".join(OPENERS) + r")\s)")
+                    r"|(?<!\s)\s+(?=(?:" + "|".join(OPENERS) + r")\s)")
+_WORD_START = re.compile(r"(?<!\S)\S")
 
 
 def first_break(text: str, min_words: int = FIRST_WORDS) -> tuple[int, int] | None:
     """``(head_end, tail_start)`` of the first break in ``text`` with at least ``min_words``
     words before it, or None: ``text[:head_end]`` is the first phrase, ``text[tail_start:]``
-    the rest."""
+    the rest. Linear in ``text``: the words are counted once, as the breaks go by."""
+    words, counted = 0, 0
     for m in _BREAK.finditer(text):
         head_end = m.end("mark") if m.group("mark") else m.start()
-        if len(text[:head_end].split()) >= min_words:
+        words += sum(1 for _ in _WORD_START.finditer(text, counted, head_end))
+        counted = head_end
+        if words >= min_words:
             return head_end, m.end()
     return None

@@ -42,3 +42,12 @@ def test_a_word_still_being_written_is_not_a_break_yet():
 
 def test_text_without_spaces_is_never_cut_before_a_word():
     assert head_tail("こんにちは、元気ですか。") is None               # one "word" before the mark
+
+
+def test_long_runs_of_spaces_or_marks_are_read_once():
+    """A break is found (or not) in text made of long runs, which a search that went back
+    over each run would take minutes on."""
+    assert head_tail("one two three four" + " " * 100_000 + "in it.") == (
+        "one two three four", "in it.")
+    assert head_tail("あ、" * 100_000) is None
+    assert head_tail("one, two, three, four, five") == ("one, two, three, four,", "five")
