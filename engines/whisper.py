@@ -7,6 +7,14 @@ refused here: faster-whisper would read it as a Hugging Face hub id and try to d
 ``transcribe()`` blocks and runs in the caller's (worker) thread. Up to ``spec.slots`` calls
 may run at once (CTranslate2 workers); more wait inside CTranslate2. Audio is decoded with
 PyAV (bundled FFmpeg: wav, flac, ogg/opus, mp3, m4a...) and resampled to 16 kHz mono.
+
+The encoder reads a short clip in a 10 s window, not whisper's 30 s one (``window_frames``).
+faster-whisper pads every window to 30 s, and on a CPU the encoder's pass over that padding is
+about half of a short question's transcription (whisper tiny.en, 2 cores: 472 ms of ~1 s for
+a 2 s question; a 10 s window 99 ms). Whisper's decoder reads the encoder's output by
+attention, so the window only has to hold the speech; but it must not be much shorter than
+what whisper learned on: a window of the clip plus 1 s made tiny.en repeat itself on half of
+the clips of ``bench/whisper_window.py``, while a 10 s floor gave the same words as 30 s.
 """
 from __future__ import annotations
 
@@ -26,6 +34,40 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 DEFAULT_BEAM_SIZE = 5
+#: Whisper's window, in feature frames of 10 ms: the 30 s faster-whisper pads every window to.
+FULL_WINDOW = 3000
+#: The least window the encoder reads (10 s), and the silence kept after the speech in it (1 s).
+SHORT_WINDOW, TAIL = 1000, 100
+
+
+def window_frames(content: int) -> int:
+    """How many of a window's frames the encoder reads when ``content`` of them hold audio
+    (the rest is faster-whisper's padding): the audio and 1 s more, at least 10 s, at most
+    the whole window. Pure."""
+    return min(FULL_WINDOW, max(SHORT_WINDOW, content + TAIL))
+
+
+def trimmed(features):
+    """``features`` (mel frames on the last axis, padded with zero frames up to the full
+    window) cut to ``window_frames`` of their content. The padding is frames of exact zeros;
+    a frame of audio, silence included, is not zero in every one of its mel bands. Pure."""
+    import numpy as np
+    frames = features.shape[-1]
+    if frames != FULL_WINDOW:
+        return features
+    used = np.flatnonzero(features.reshape(-1, frames).any(axis=0))
+    keep = window_frames(int(used[-1]) + 1 if used.size else 0)
+    return features if keep >= frames else np.ascontiguousarray(features[..., :keep])
+
+
+def _short_window_model():
+    """faster-whisper's ``WhisperModel`` with its encoder reading ``trimmed`` windows."""
+    from faster_whisper import WhisperModel
+
+    class ShortWindowModel(WhisperModel):
+        def encode(self, features):
+            return super().encode(trimmed(features))
+    return ShortWindowModel
 
 
 def cuda_available() -> bool:
@@ -56,7 +98,7 @@ class WhisperTranscriber:
         the one the model was built on.
         """
         try:
-            from faster_whisper import WhisperModel
+            WhisperModel = _short_window_model()
         except ImportError:
             raise EngineUnavailable("faster_whisper", "stt") from None
         folder = spec.weights_path

@@ -1,0 +1,51 @@
+"""The window whisper's encoder reads (`engines.whisper.window_frames`, `trimmed`): pure, no
+model. That a short window transcribes as well as the 30 s one is `bench/whisper_window.py`'s
+claim, not a test's."""
+import numpy as np
+import pytest
+
+from hypnos.engines.whisper import FULL_WINDOW, SHORT_WINDOW, TAIL, trimmed, window_frames
+
+
+@pytest.mark.parametrize("content,frames", [
+    (0, SHORT_WINDOW), (169, SHORT_WINDOW), (SHORT_WINDOW - TAIL, SHORT_WINDOW),
+    (SHORT_WINDOW - TAIL + 1, SHORT_WINDOW + 1), (1600, 1700),
+    (FULL_WINDOW - TAIL, FULL_WINDOW), (FULL_WINDOW, FULL_WINDOW)])
+def test_the_window_is_the_audio_and_a_second_at_least_ten_seconds(content, frames):
+    assert window_frames(content) == frames
+
+
+def padded(content: int, shape=(80,)) -> np.ndarray:
+    x = np.zeros((*shape, FULL_WINDOW), np.float32)
+    x[..., :content] = -0.5
+    return x
+
+
+def test_a_short_clip_keeps_ten_seconds_of_its_padding():
+    x = padded(169)
+    x[3, 168] = 0.25                    # the last frame of audio is found by any band
+    out = trimmed(x)
+    assert out.shape == (80, SHORT_WINDOW) and out.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(out, x[:, :SHORT_WINDOW])
+
+
+def test_a_frame_of_audio_with_some_zero_bands_still_counts():
+    x = padded(1200)
+    x[:79, 1199] = 0                    # one band left non-zero in the last frame
+    assert trimmed(x).shape[-1] == 1300
+
+
+def test_batched_features_keep_the_longest_clip():
+    x = np.zeros((2, 80, FULL_WINDOW), np.float32)
+    x[0, :, :300] = -1
+    x[1, :, :1500] = -1
+    assert trimmed(x).shape == (2, 80, 1600)
+
+
+@pytest.mark.parametrize("x", [padded(FULL_WINDOW - 50), np.ones((80, 1234), np.float32)])
+def test_a_full_window_or_one_of_another_size_is_left_alone(x):
+    assert trimmed(x) is x
+
+
+def test_all_padding_reads_the_least_window():
+    assert trimmed(np.zeros((80, FULL_WINDOW), np.float32)).shape[-1] == SHORT_WINDOW
