@@ -113,12 +113,12 @@ def main() -> None:
                 texts.append("".join(s.text for s in segments).strip())
                 secs.append(time.perf_counter() - started)
             heard[name], totals[name] = texts, totals[name] + sum(secs)
-            errors = [wer(t, h) for (t, _), h in zip(said, texts)]
+            errors = [wer(t, h) for (t, _), h in zip(said, texts, strict=True)]
             print(f"noise {level:<5} {name:29} mean WER {statistics.mean(errors):.3f}   "
                   f"clips with an error {sum(e > 0 for e in errors):2}/{len(errors)}   "
                   f"median {statistics.median(secs) * 1000:4.0f} ms")
         full, short = heard.values()
-        for (text, audio), a, b in zip(said, full, short):
+        for (_, audio), a, b in zip(said, full, short, strict=True):
             if words(a) != words(b):
                 print(f"    {len(audio) / RATE:4.1f} s  30 s: {a!r}\n{'':12}short: {b!r}")
     full_s, short_s = totals.values()
