@@ -6,7 +6,9 @@ the same WAV file (made with the default lineup's Kokoro voice unless --audio na
     upload, decode, lease, engine, response) per audio second, median of --runs, after one
     warm-up request that loads the model; and the engine's own rtf from hypnos_telemetry;
   - faster-whisper's rtf called directly in this process on the same file with the same
-    settings (CPU int8 or CUDA float16, beam 5, all cores), after one warm-up;
+    settings (CPU int8 or CUDA float16, beam 5, all cores, and the engine's encoder window:
+    `bench/whisper_window.py` measures that window against faster-whisper's own), after one
+    warm-up;
   - the ratio server / direct (1.0 = no overhead). The server is stopped before the direct
     runs, so the two never compete for cores.
 
@@ -68,9 +70,8 @@ def through_server(config: Path, log: Path, wav: Path, runs: int) -> tuple[list[
 
 
 def direct(weights: Path, wav: Path, runs: int) -> list[float]:
-    from faster_whisper import WhisperModel
-
-    from hypnos.engines.whisper import cuda_available
+    from hypnos.engines.whisper import short_window_model, cuda_available
+    WhisperModel = short_window_model()
     device = "cuda" if cuda_available() else "cpu"
     model = WhisperModel(str(weights), device=device,
                          compute_type="float16" if device == "cuda" else "int8",

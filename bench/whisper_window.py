@@ -91,12 +91,12 @@ def main() -> None:
     args = ap.parse_args()
     from faster_whisper import WhisperModel
 
-    from hypnos.engines.whisper import _short_window_model
+    from hypnos.engines.whisper import short_window_model
     models_dir = Path(args.models_dir)
     folder = str(models_dir / args.model)
     device = dict(device="cpu", compute_type="int8", local_files_only=True)
     sides = {"30 s window (faster-whisper)": WhisperModel(folder, **device),
-             "short window (Hypnos)": _short_window_model()(folder, **device)}
+             "short window (Hypnos)": short_window_model()(folder, **device)}
     said = clips(models_dir)
     print(f"{args.model}: {len(said)} clips of "
           f"{min(len(a) for _, a in said) / RATE:.1f}-{max(len(a) for _, a in said) / RATE:.1f} s")

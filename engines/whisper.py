@@ -60,7 +60,7 @@ def trimmed(features):
     return features if keep >= frames else np.ascontiguousarray(features[..., :keep])
 
 
-def _short_window_model():
+def short_window_model():
     """faster-whisper's ``WhisperModel`` with its encoder reading ``trimmed`` windows."""
     from faster_whisper import WhisperModel
 
@@ -98,7 +98,7 @@ class WhisperTranscriber:
         the one the model was built on.
         """
         try:
-            WhisperModel = _short_window_model()
+            WhisperModel = short_window_model()
         except ImportError:
             raise EngineUnavailable("faster_whisper", "stt") from None
         folder = spec.weights_path
