@@ -8,13 +8,14 @@ refused here: faster-whisper would read it as a Hugging Face hub id and try to d
 may run at once (CTranslate2 workers); more wait inside CTranslate2. Audio is decoded with
 PyAV (bundled FFmpeg: wav, flac, ogg/opus, mp3, m4a...) and resampled to 16 kHz mono.
 
-The encoder reads a short clip in a 10 s window, not whisper's 30 s one (``window_frames``).
-faster-whisper pads every window to 30 s, and on a CPU the encoder's pass over that padding is
-about half of a short question's transcription (whisper tiny.en, 2 cores: 472 ms of ~1 s for
-a 2 s question; a 10 s window 99 ms). Whisper's decoder reads the encoder's output by
+The encoder reads a window's speech and 1 s more, at least 10 s (``window_frames``), not the
+30 s faster-whisper pads every window to. On a CPU the encoder's pass over that padding is
+about half of a short request's transcription (whisper tiny.en, 2 cores: 472 ms of about 1 s
+for a 2 s question, against 99 ms over 10 s). Whisper's decoder reads the encoder's output by
 attention, so the window only has to hold the speech; but it must not be much shorter than
-what whisper learned on: a window of the clip plus 1 s made tiny.en repeat itself on half of
-the clips of ``bench/whisper_window.py``, while a 10 s floor gave the same words as 30 s.
+the windows whisper learned on: the speech and 1 s alone made tiny.en get 11 of 20 spoken
+requests wrong, often by repeating itself, while with the 10 s floor it gives the same words
+as with 30 s (``bench/whisper_window.py``; figures in bench/README.md).
 """
 from __future__ import annotations
 
