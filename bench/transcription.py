@@ -6,9 +6,9 @@ the same WAV file (made with the default lineup's Kokoro voice unless --audio na
     upload, decode, lease, engine, response) per audio second, median of --runs, after one
     warm-up request that loads the model; and the engine's own rtf from hypnos_telemetry;
   - faster-whisper's rtf called directly in this process on the same file with the same
-    settings (CPU int8 or CUDA float16, beam 5, all cores, and the engine's encoder window:
-    `bench/whisper_window.py` measures that window against faster-whisper's own), after one
-    warm-up;
+    settings (CPU int8 or CUDA float16, beam 5, all cores, and the engine's encoder window
+    for a request without timestamps: `bench/whisper_window.py` measures that window against
+    faster-whisper's own), after one warm-up;
   - the ratio server / direct (1.0 = no overhead). The server is stopped before the direct
     runs, so the two never compete for cores.
 
@@ -70,7 +70,7 @@ def through_server(config: Path, log: Path, wav: Path, runs: int) -> tuple[list[
 
 
 def direct(weights: Path, wav: Path, runs: int) -> list[float]:
-    from hypnos.engines.whisper import short_window_model, cuda_available
+    from hypnos.engines.whisper import cuda_available, short_window_model, short_windows
     WhisperModel = short_window_model()
     device = "cuda" if cuda_available() else "cpu"
     model = WhisperModel(str(weights), device=device,
@@ -80,7 +80,8 @@ def direct(weights: Path, wav: Path, runs: int) -> list[float]:
     def once() -> float:
         t0 = time.perf_counter()
         segments, _info = model.transcribe(str(wav), language="en", beam_size=5)
-        list(segments)
+        with short_windows():           # the server's json response has no timestamps
+            list(segments)
         return time.perf_counter() - t0
     once()
     return [once() for _ in range(runs)]

@@ -236,6 +236,9 @@ class TranscribeRequest:
     prompt: str | None = None
     hotwords: list[str] = field(default_factory=list)
     filename: str | None = None
+    # Whether the caller reads the segments' start and end. Without them, a short clip is
+    # read in a short window (engines/whisper.py), whose timestamps are not the speech's.
+    timestamps: bool = True
 
 
 @dataclass

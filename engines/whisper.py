@@ -8,14 +8,15 @@ refused here: faster-whisper would read it as a Hugging Face hub id and try to d
 may run at once (CTranslate2 workers); more wait inside CTranslate2. Audio is decoded with
 PyAV (bundled FFmpeg: wav, flac, ogg/opus, mp3, m4a...) and resampled to 16 kHz mono.
 
-The encoder reads a window's speech and 1 s more, at least 10 s (``window_frames``), not the
-30 s faster-whisper pads every window to. On a CPU the encoder's pass over that padding is
-about half of a short request's transcription (whisper tiny.en, 2 cores: 472 ms of about 1 s
-for a 2 s question, against 99 ms over 10 s). Whisper's decoder reads the encoder's output by
-attention, so the window only has to hold the speech; but it must not be much shorter than
-the windows whisper learned on: the speech and 1 s alone made tiny.en get 11 of 20 spoken
-requests wrong, often by repeating itself, while with the 10 s floor it gives the same words
-as with 30 s (``bench/whisper_window.py``; figures in bench/README.md).
+A request that does not ask for timestamps (``TranscribeRequest.timestamps``) has a clip of
+up to 9 s read in a 10 s window (``window_frames``), not the 30 s faster-whisper pads every
+window to. On a CPU the encoder's pass over that padding is about half of a short request's
+transcription (whisper tiny.en, 2 cores: 472 ms of about 1 s for a 2 s question, against 99
+ms over 10 s). The words come out the same (``bench/whisper_window.py``, figures in
+bench/README.md), but not the timestamps: whisper places the segments as if in a longer
+window (a 2.4 s clip ends at 7.0 s). A shorter window than 10 s is worse (the speech and 1 s
+alone: 11 of 20 spoken requests wrong, often repeated over and over), and so is a window just
+over a longer clip (a sentence said four times in 9.6 s came back seven times).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from contextlib import contextmanager
 
 from hypnos.engines.errors import AudioDecodeError, EngineError, EngineUnavailable
 from hypnos.engines.records import (
@@ -37,15 +39,16 @@ SAMPLE_RATE = 16000
 DEFAULT_BEAM_SIZE = 5
 #: Whisper's window, in feature frames of 10 ms: the 30 s faster-whisper pads every window to.
 FULL_WINDOW = 3000
-#: The least window the encoder reads (10 s), and the silence kept after the speech in it (1 s).
+#: The short window (10 s), and the silence it keeps after the speech at least (1 s).
 SHORT_WINDOW, TAIL = 1000, 100
+_window = threading.local()          # .short: this thread's transcription may trim
 
 
 def window_frames(content: int) -> int:
     """How many of a window's frames the encoder reads when ``content`` of them hold audio
-    (the rest is faster-whisper's padding): the audio and 1 s more, at least 10 s, at most
-    the whole window. Pure."""
-    return min(FULL_WINDOW, max(SHORT_WINDOW, content + TAIL))
+    (the rest is faster-whisper's padding): the short window when the audio and 1 s fit in
+    it, else the whole window. Pure."""
+    return SHORT_WINDOW if content + TAIL <= SHORT_WINDOW else FULL_WINDOW
 
 
 def trimmed(features):
@@ -66,9 +69,23 @@ def short_window_model():
     from faster_whisper import WhisperModel
 
     class ShortWindowModel(WhisperModel):
+        """Trims only inside ``short_windows()`` on the calling thread (faster-whisper encodes
+        on the thread that reads its segments)."""
         def encode(self, features):
-            return super().encode(trimmed(features))
+            return super().encode(trimmed(features) if getattr(_window, "short", False)
+                                  else features)
     return ShortWindowModel
+
+
+@contextmanager
+def short_windows(on: bool = True):
+    """Within it, this thread's transcriptions read short clips in the short window."""
+    before = getattr(_window, "short", False)
+    _window.short = on
+    try:
+        yield
+    finally:
+        _window.short = before
 
 
 def cuda_available() -> bool:
@@ -164,12 +181,14 @@ class WhisperTranscriber:
         out: list[Segment] = []
         pieces: list[str] = []
         if not cancel.is_set():
-            for seg in segments:
-                pieces.append(seg.text)
-                out.append(Segment(start=round(seg.start, 3), end=round(seg.end, 3),
-                                   text=seg.text.strip()))
-                if cancel.is_set():
-                    break
+            with short_windows(not req.timestamps):       # the segments are decoded here
+                for seg in segments:
+                    pieces.append(seg.text)
+                    if req.timestamps:      # else not the speech's times: not kept
+                        out.append(Segment(start=round(seg.start, 3), end=round(seg.end, 3),
+                                           text=seg.text.strip()))
+                    if cancel.is_set():
+                        break
         return TranscribeResult(
             text="".join(pieces).strip(), language=info.language, duration_secs=duration,
             segments=out, processing_ms=(time.perf_counter() - started) * 1000)

@@ -120,7 +120,8 @@ class Hearing:
 
     async def _text(self, model: str, audio: bytes, rate: int) -> str:
         done = await transcribe(self.caller().sched, model, TranscribeRequest(
-            audio=wav_bytes(pcm16_to_float(audio), rate)), audio_param="audio")
+            audio=wav_bytes(pcm16_to_float(audio), rate), timestamps=False),
+            audio_param="audio")
         return spaced(done.result.text)
 
     def commit(self, item: dict, previous: str | None, model: str | None, audio: bytes,

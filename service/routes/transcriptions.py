@@ -202,7 +202,8 @@ async def transcriptions(request: Request) -> HTTPResponse:
     params = parse_request(request)
     req = TranscribeRequest(audio=params.audio, language=params.language,
                             prompt=params.prompt, hotwords=list(params.hotwords),
-                            filename=params.filename)
+                            filename=params.filename,
+                            timestamps=params.response_format in ("verbose_json", "srt", "vtt"))
     done = await transcribe(state_of(request).scheduler, params.model, req,
                             deadline_ms=deadline_ms(request), audio_param=params.audio_param)
     record_of(request).transcription(done.result)
