@@ -62,8 +62,11 @@ async function start() {
     const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
     const source = audioCtx.createMediaStreamSource(stream);
     const node = audioCtx.createScriptProcessor(4096, 1, 1);
-    const sent = { samples: 0 };
+    const sent = { samples: 0, open: true };
     node.onaudioprocess = (ev) => {
+      // A buffer the audio thread queued before release may still arrive after stop();
+      // sent after the commit, it would start the next turn with the end of this one.
+      if (!sent.open) return;
       const f = ev.inputBuffer.getChannelData(0);
       const pcm = new Int16Array(f.length);
       for (let i = 0; i < f.length; i++) pcm[i] = Math.max(-1, Math.min(1, f[i])) * 0x7fff;
@@ -90,6 +93,8 @@ function stop() {
   if (mic.pending) { mic = null; return; }   // released before the microphone opened
   const { stream, source, node, sent } = mic;
   mic = null;
+  sent.open = false;
+  node.onaudioprocess = null;
   node.disconnect(); source.disconnect();
   stream.getTracks().forEach((t) => t.stop());
   $("rt-talk").textContent = "Hold to talk (realtime)";
