@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import math
 import os
 import threading
 import time
@@ -185,13 +186,22 @@ class WhisperTranscriber:
                 for seg in segments:
                     pieces.append(seg.text)
                     if req.timestamps:      # else not the speech's times: not kept
-                        out.append(Segment(start=round(seg.start, 3), end=round(seg.end, 3),
-                                           text=seg.text.strip()))
+                        start, end = within(seg.start, seg.end, duration)
+                        out.append(Segment(start=start, end=end, text=seg.text.strip()))
                     if cancel.is_set():
                         break
         return TranscribeResult(
             text="".join(pieces).strip(), language=info.language, duration_secs=duration,
             segments=out, processing_ms=(time.perf_counter() - started) * 1000)
+
+
+def within(start: float, end: float, duration: float) -> tuple[float, float]:
+    """A segment's (start, end), rounded to the millisecond and held inside the audio's
+    ``duration``: whisper's timestamp tokens can name a time past the end of the speech
+    (seen with hotwords: 7.0 s for a 2.9 s clip), which a subtitle file or a client seeking
+    the audio must not get. Pure."""
+    end = min(round(max(end, 0.0), 3), math.floor(duration * 1000) / 1000)
+    return round(min(max(start, 0.0), end), 3), end
 
 
 def decode_audio(data: bytes):

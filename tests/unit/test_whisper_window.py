@@ -4,7 +4,7 @@ claim, not a test's."""
 import numpy as np
 import pytest
 
-from hypnos.engines.whisper import FULL_WINDOW, SHORT_WINDOW, TAIL, trimmed, window_frames
+from hypnos.engines.whisper import FULL_WINDOW, SHORT_WINDOW, TAIL, trimmed, window_frames, within
 
 
 @pytest.mark.parametrize("content,frames", [
@@ -50,3 +50,14 @@ def test_a_full_window_or_one_of_another_size_is_left_alone(x):
 
 def test_all_padding_reads_the_least_window():
     assert trimmed(np.zeros((80, FULL_WINDOW), np.float32)).shape[-1] == SHORT_WINDOW
+
+
+@pytest.mark.parametrize("start,end,duration,expected", [
+    (0.0, 2.4, 2.86, (0.0, 2.4)),           # inside: only rounded
+    (0.0, 7.0, 2.8636, (0.0, 2.863)),      # an end past the audio ends with it (in whole ms)
+    (3.5, 7.0, 2.86, (2.86, 2.86)),         # a segment wholly past it: empty at the end
+    (-0.02, 1.0, 2.0, (0.0, 1.0)),          # never before the start
+    (1.23456, 1.98765, 5.0, (1.235, 1.988)),
+])
+def test_segment_times_stay_inside_the_audio(start, end, duration, expected):
+    assert within(start, end, duration) == expected
