@@ -179,3 +179,22 @@ def test_auto_drafts_while_it_measures_and_the_target_still_decides():
         assert stats.plain_steps + stats.draft_steps > 0
     finally:
         eng.unload()
+
+
+@pytest.mark.real
+def test_the_engine_names_spaced_tokens_by_their_bare_twins(ngram):
+    """Prompt lookup across a respelling (a value copied from prose into JSON loses its
+    space) needs the vocabulary's names: on SmolLM2's vocabulary " data" is named "data",
+    and a token with no leading space is its own name."""
+    from hypnos.engines.llama.prompt import tokenize
+    name = ngram._spec.spelling
+    assert name is not None
+
+    def one(text):
+        ids = tokenize(ngram._ll, ngram._loop.vocab, text, False)
+        assert len(ids) == 1, f"{text!r} is {ids}"
+        return ids[0]
+
+    for word in ("data", "value", "Paris"):
+        assert name(one(" " + word)) == one(word)
+        assert name(one(word)) == one(word)

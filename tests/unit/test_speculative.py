@@ -329,3 +329,78 @@ def test_stats_count_rejections():
     s = SpecStats("ngram", 4, drafted=10, accepted=7)
     assert s.rejected == 3
     assert s.to_wire() == {"method": "ngram", "drafted": 10, "accepted": 7, "n_max": 4}
+
+
+# ------------------------------------------------------------------ across a respelling
+
+# A toy vocabulary: 10 is " Am", 20 is "Am"; 11 "ara", 12 " Ok", 13 "af", 14 "or";
+# 30 is " data", 31 "data"; 40 is ' "', 41 '": "', 42 '",'.
+PIECES = {10: b" Am", 20: b"Am", 11: b"ara", 12: b" Ok", 13: b"af", 14: b"or",
+          30: b" data", 31: b"data", 40: b' "', 41: b'": "', 42: b'",', 50: b" x"}
+SINGLE = {v: k for k, v in PIECES.items()}
+
+
+def spelling():
+    from hypnos.engines.llama.speculative.respelled import Spelling
+    return Spelling(lambda t: PIECES.get(t, b"?"), SINGLE.get)
+
+
+def test_spelling_names_a_spaced_token_by_its_bare_twin():
+    name = spelling()
+    assert name(10) == 20 and name(20) == 20          # " Am" and "Am" are one name
+    assert name(30) == 31 and name(12) == 12          # "Ok" alone is not a token here
+    assert name(41) == 41 and name(-1) == -1          # no leading space; the separator
+    assert name.names[10] == 20                       # looked up once, then kept
+
+
+def test_a_value_copied_without_its_space_drafts_the_rest_of_it():
+    """The prose says " Am ara Ok af or"; the JSON writes '": "Am ara' (no space before
+    Am): by name the last two tokens agree with the prompt's, so the rest of the name is
+    the draft (within the window of 4)."""
+    prompt = [1, 2, 10, 11, 12, 13, 14, 3, 4, 5, 6]
+    answer = [7, 8, 9, 41, 20, 11]
+    d = NgramDrafter(prompt_len=len(prompt), spelling=spelling())
+    assert d.propose(prompt + answer, 64) == [12, 13, 14, 3]
+    assert d.spelled
+    # Without the vocabulary's names nothing matches.
+    assert NgramDrafter(prompt_len=len(prompt)).propose(prompt + answer, 64) == []
+
+
+def test_one_token_alone_or_a_common_one_drafts_nothing():
+    prompt = [1, 2, 10, 11, 12, 13, 14, 3, 4, 5, 6]
+    d = NgramDrafter(prompt_len=len(prompt), spelling=spelling())
+    assert d.propose(prompt + [7, 8, 9, 41, 11], 64) == []       # "ara" after '": "'
+    common = [1, 10, 11, 2, 10, 11, 3, 10, 11, 4, 10, 11, 5, 10, 11, 6]  # 5 places
+    d = NgramDrafter(prompt_len=len(common), spelling=spelling())
+    assert d.propose(common + [7, 8, 41, 20, 11], 64) == []
+    assert not d.spelled
+
+
+def test_respelled_drafts_keep_their_own_share():
+    """Refused drafts of this kind raise its own bar (a third token must agree) and leave
+    the exact copies' window alone."""
+    prompt = [1, 2, 10, 11, 12, 13, 14, 3, 4, 5, 6]
+    answer = [7, 8, 9, 41, 20, 11]
+    d = NgramDrafter(prompt_len=len(prompt), spelling=spelling())
+    for _ in range(2):
+        draft = d.propose(prompt + answer, 64)
+        assert draft
+        d.on_accept(len(draft), 0)
+    assert d.respelled_share < drafts.FLOOR and d.share == 1.0
+    assert d.window == drafts.LOOKUP_WINDOW
+    assert d.propose(prompt + answer, 64) == []                  # '": "' is not " Am"'s
+    assert d.propose(prompt + [7, 8, 9, 2, 20, 11], 64) == [12, 13, 14, 3]   # 3 agree
+
+
+def test_lookup_first_passes_the_spelling_on():
+    prompt = [1, 2, 10, 11, 12, 13, 14, 3, 4, 5, 6]
+
+    class Model:
+        method = "draft"
+
+        def propose(self, context, n_max):
+            return [99]
+
+    first = LookupFirst(Model(), 2, prompt_len=len(prompt), spelling=spelling())
+    assert first.propose(prompt + [7, 8, 9, 41, 20, 11], 64) == [12, 13, 14, 3]
+    assert first.copied

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from hypnos.engines.llama.speculative import Drafter, Drafting, SpecStats
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
                                                      PredictionDrafter)
+from hypnos.engines.llama.speculative.respelled import llama_spelling
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
 
 MODES = ("off", "auto", "ngram", "draft", "mtp")
@@ -103,10 +104,14 @@ class Speculation:
     ``auto`` figures move), dropping it from ``learnt`` only forgets it."""
 
     def __init__(self, config: SpecConfig, can_rollback: bool,
-                 draft_source: DraftSource | None = None, observer=None):
+                 draft_source: DraftSource | None = None, observer=None,
+                 spelling: Callable[[int], int] | None = None):
         self.config = config
         self.can_rollback = can_rollback
         self.draft_source = draft_source
+        #: The vocabulary's names of tokens (``respelled.Spelling``) prompt lookup matches
+        #: values copied without their space by; None: exact tokens only.
+        self.spelling = spelling
         #: What the decode loop shows every target batch to (``MtpDrafter.observe_batch``).
         self.observer = observer
         #: Partition -> what its answers taught, least recently used first (``PARTITIONS``).
@@ -145,12 +150,12 @@ class Speculation:
         stats = (learnt.kinds.setdefault(kind, KindStats(n)) if "auto" in layers
                  else None)
         wrap = {"auto": lambda d: AutoDrafter(d, stats),
-                "lookup": lambda d: LookupFirst(d, n, learnt.pool, prompt_len)}
+                "lookup": lambda d: LookupFirst(d, n, learnt.pool, prompt_len, self.spelling)}
         wrappers = [wrap[layer] for layer in layers[1:]]
         figures = SpecStats(method, n, lookup_max=NGRAM_N_MAX if "lookup" in layers else 0)
         if layers[0] == "ngram":
-            return compose(NgramDrafter(pool=learnt.pool, prompt_len=prompt_len),
-                           wrappers), None, figures
+            return compose(NgramDrafter(pool=learnt.pool, prompt_len=prompt_len,
+                                        spelling=self.spelling), wrappers), None, figures
         source = self.draft_source
         assert source is not None               # a "model" row needs one (``recipe``)
         if not wrappers:
@@ -260,7 +265,8 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
         mtp = open_mtp(ll, model, ctx, model_id=spec.model_id, mtp_path=spec.files.get(
             "mtp_path"), gpu_layers=spec.gpu_layers, n_seq_max=spec.slots,
             n_ctx=n_ctx_seq * spec.slots, n_threads=threads, n_batch=n_batch)
-        return Speculation(config, can_rollback, mtp.for_seq, observer=mtp), mtp
+        return Speculation(config, can_rollback, mtp.for_seq, observer=mtp,
+                           spelling=llama_spelling(ll, vocab)), mtp
     draft = None
     path = spec.files.get("draft_path")
     if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:
@@ -273,4 +279,5 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
         draft = DraftModel(ll, path, config.draft, vocab, spec.slots, n_ctx_seq, threads,
                            n_batch, gpu_layers=spec.gpu_layers,
                            extra_bufts=bool(spec.options.get("extra_buffers", extra_buffers_ok())))
-    return Speculation(config, can_rollback, draft.for_seq if draft else None), draft
+    return Speculation(config, can_rollback, draft.for_seq if draft else None,
+                       spelling=llama_spelling(ll, vocab)), draft

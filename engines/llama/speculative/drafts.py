@@ -4,7 +4,10 @@ Both are deterministic (a point-mass draft), and both are pure: token lists in, 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypnos.engines.llama.speculative import Plan
+from hypnos.engines.llama.speculative.respelled import RESPELLED_MIN, RespelledIndex
 
 #: Prompt lookup drafts only where the context's last ``MATCH_MIN`` tokens occurred before.
 #: A short match is a guess on free text ("of the" is followed by anything), a long one is
@@ -206,7 +209,9 @@ class NgramDrafter:
     followed there are the draft, twice as many as matched (at most ``n_max``, and the
     window: ``LOOKUP_WINDOW``); where they occurred at several places, only what all of them
     agree on (``agreed``). Without such a match, a record's end drafts what followed the
-    last one's (``NgramIndex.gapped_matches``, an anchor of ``ANCHOR_MIN``). Pays where
+    last one's (``NgramIndex.gapped_matches``, an anchor of ``ANCHOR_MIN``), and, given the
+    vocabulary's ``spelling``, a value copied from the prompt without its space drafts the
+    rest of it (``respelled.RespelledIndex``). Pays where
     the answer repeats its input or an earlier answer (code edits, quotes, structured output,
     a question asked again) and, by the length floor, drafts almost nowhere else. Its
     answer joins the pool when its job ends, after its prompt's last ``MATCH_CAP`` tokens."""
@@ -214,18 +219,22 @@ class NgramDrafter:
     method = "ngram"
 
     def __init__(self, match_min: int = MATCH_MIN, pool: AnswerPool | None = None,
-                 prompt_len: int = 0):
+                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None):
         self.index = NgramIndex(match_min)
         self.pool, self.prompt_len = pool, prompt_len
+        self.respelled = (RespelledIndex(spelling, prompt_len) if spelling is not None
+                          else None)
         self.share = 1.0                    # running share of drafted tokens accepted
         self.window = LOOKUP_WINDOW         # this step's longest draft
         # Gapped drafts keep figures of their own, so their misses (prose has a few) never
         # shorten the window or raise the bar of the copies this drafter makes.
         self.gapped_share = 1.0
         self.gapped = False                 # the last draft came from a gapped match
+        self.respelled_share = 1.0          # the same for drafts across a respelling
+        self.spelled = False                # the last draft came from one
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
-        self.gapped = False
+        self.gapped = self.spelled = False
         n_max = min(n_max, self.window)
         if n_max <= 0 or len(context) <= self.index.n:
             return []
@@ -241,10 +250,15 @@ class NgramDrafter:
         if len(context) <= self.prompt_len:     # the prompt's end: no record in the answer
             return []
         m, starts = self.index.gapped_matches()
-        if m < ANCHOR_MIN * (1 if self.gapped_share >= FLOOR else 2):
+        if m >= ANCHOR_MIN * (1 if self.gapped_share >= FLOOR else 2):
+            self.gapped = True
+            return agreed(context, starts, min(n_max, LOOKUP_WINDOW, DRAFT_PER_MATCH * m))
+        if self.respelled is None:
             return []
-        self.gapped = True
-        return agreed(context, starts, min(n_max, LOOKUP_WINDOW, DRAFT_PER_MATCH * m))
+        starts = self.respelled.starts(
+            context, RESPELLED_MIN + (0 if self.respelled_share >= FLOOR else 1))
+        self.spelled = bool(starts)
+        return agreed(context, starts, min(n_max, LOOKUP_WINDOW)) if starts else []
 
     def plan(self, context: list[int], n_max: int) -> Plan:
         return self.propose(context, n_max), None
@@ -252,11 +266,13 @@ class NgramDrafter:
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         if drafted and self.gapped:
             self.gapped_share += FLOOR_WEIGHT * (accepted / drafted - self.gapped_share)
+        elif drafted and self.spelled:
+            self.respelled_share += FLOOR_WEIGHT * (accepted / drafted - self.respelled_share)
         elif drafted:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
             self.window = (min(2 * self.window, LOOKUP_WINDOW_MAX) if accepted == drafted
                            else LOOKUP_WINDOW)
-        self.gapped = False
+        self.gapped = self.spelled = False
 
     def close(self) -> None:
         if self.pool is not None:
@@ -337,8 +353,8 @@ class LookupFirst:
     to the model."""
 
     def __init__(self, model, n_model: int, pool: AnswerPool | None = None,
-                 prompt_len: int = 0):
-        self.lookup = NgramDrafter(pool=pool, prompt_len=prompt_len)
+                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None):
+        self.lookup = NgramDrafter(pool=pool, prompt_len=prompt_len, spelling=spelling)
         self.model, self.n_model = model, n_model
         self.method = model.method
         self.copied = False                 # the last draft came from the lookup
