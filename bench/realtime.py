@@ -4,7 +4,8 @@ SmolLM2-135M, Kokoro-82M), all warm.
 
 For a one-sentence and a three-sentence answer, over --turns turns each, prints p50/p95 of:
   - realtime, from input_audio_buffer.commit to the first non-silent audio of the answer;
-  - realtime with the server VAD, from input_audio_buffer.speech_stopped to that audio;
+  - realtime with the server VAD, the question spoken in real time as from a microphone,
+    from input_audio_buffer.speech_stopped to that audio;
   - sequential HTTP: transcribe, chat, then /v1/audio/speech streamed to its first
     non-silent byte, from the first request sent;
 and the ratio realtime / sequential. It also transcribes each realtime answer's audio and
@@ -23,6 +24,7 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,10 +91,14 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
         conn.send({"type": "session.update", "session": {
             "type": "realtime", "instructions": instructions, "max_output_tokens": tokens,
             "audio": {"input": {"turn_detection": turn}}}})
-        audio = question + (b"\0" * 48000 if vad else b"")
-        for i in range(0, len(audio), 9600):
-            conn.send({"type": "input_audio_buffer.append",
-                       "audio": base64.b64encode(audio[i:i + 9600]).decode()})
+        if vad:         # a microphone: the question, then a second of quiet, in real time
+            sender = threading.Thread(target=speak, args=(conn, question + b"\0" * 48000),
+                                      daemon=True)
+            sender.start()
+        else:
+            for i in range(0, len(question), 9600):
+                conn.send({"type": "input_audio_buffer.append",
+                           "audio": base64.b64encode(question[i:i + 9600]).decode()})
         start = None
         if not vad:
             conn.send({"type": "input_audio_buffer.commit"})
@@ -115,8 +121,20 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
                 break
             elif kind_ == "error":
                 raise RuntimeError(ev["error"])
+        if vad:
+            sender.join()
     assert start is not None and first is not None, "no answer audio"
     return first - start, transcript, b"".join(chunks)
+
+
+def speak(conn, pcm: bytes, chunk_ms: int = 100) -> None:
+    """Append 24 kHz pcm16 ``pcm`` as a microphone would: ``chunk_ms`` of it every
+    ``chunk_ms``, on the clock."""
+    step, began = 48 * chunk_ms, time.perf_counter()
+    for n, i in enumerate(range(0, len(pcm), step)):
+        time.sleep(max(0.0, began + n * chunk_ms / 1000 - time.perf_counter()))
+        conn.send({"type": "input_audio_buffer.append",
+                   "audio": base64.b64encode(pcm[i:i + step]).decode()})
 
 
 def sequential_turn(srv: ServerProcess, question: bytes, kind: str) -> float:

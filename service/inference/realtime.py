@@ -46,6 +46,7 @@ log = logging.getLogger("hypnos.realtime")
 GONE = (ConnectionClosed, WebsocketClosed)
 MIN_COMMIT_MS = 100                 # OpenAI's least committable buffer
 IDLE_KEEP_MS = 2000                 # audio kept before speech while the VAD waits
+PAUSE_MS = 200                      # quiet after which the speech so far is transcribed
 
 
 @dataclass(frozen=True)
@@ -196,12 +197,17 @@ class RealtimeSession:
         assert vad is not None
         if self.vad is None:
             self.vad = (SileroStream(), StreamResampler(self.buffer.rate, VAD_RATE),
-                        TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms))
+                        TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms,
+                                     pause_ms=PAUSE_MS))
             self.vad[2].index = int(start_ms // WINDOW_MS)  # positions on the session's clock
         stream, rs, turns = self.vad
         for turn in turns.push(stream.push(rs.push(pcm16_to_float(pcm)))):
             if turn.kind == "started":
                 await self._speech_started(turn.ms)
+            elif turn.kind == "paused":
+                buf = self.buffer
+                self.hearing.pause(self._stt(), buf.before(turn.ms), buf.rate, buf.received_ms,
+                                   responding=self.response is not None)
             else:
                 await self._speech_stopped(turn.ms)
         buf = self.buffer

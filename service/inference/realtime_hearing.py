@@ -16,6 +16,13 @@ session's response is being made, none once the speech is longer than ``PARTIAL_
 finishes (an engine call stops only between segments) and is dropped; the final
 transcription waits for the model behind it.
 
+Pauses: once the VAD hears ``realtime.PAUSE_MS`` of quiet, a partial of exactly the audio a
+stop there would commit starts (``pause``; the same rules, but no wait for the clock or for
+``PARTIAL_EVERY_MS``), so by the time the stop comes (``silence_duration_ms`` of quiet) the
+words are partly or wholly heard. A commit whose audio is byte for byte the audio of the
+partial made last takes that partial's text as its final transcription instead of asking
+again; when the speech resumed, the audio differs and the commit transcribes its own.
+
 Threading: the event loop; the engine calls in worker threads.
 """
 from __future__ import annotations
@@ -71,7 +78,8 @@ class Hearing:
                  clock: Callable[[], float] = time.monotonic):
         self.caller, self.send, self.clock = caller, send, clock
         self.finals: set[asyncio.Task] = set()      # final transcriptions in flight
-        self.partial: asyncio.Task | None = None
+        self.partial: asyncio.Task | None = None   # its result: the text, None if it failed
+        self.partial_of: tuple | None = None        # the (item, model, audio) it transcribes
         self.item: str | None = None                # the speech being heard (partials)
         self.deltas = TranscriptDeltas()
         self.partial_at = (0.0, 0.0)                # (session ms, clock) of the last partial
@@ -90,33 +98,55 @@ class Hearing:
     def listen(self, model: str | None, speech: InputBuffer, responding: bool) -> None:
         """``speech`` holds all the speech so far: start a partial transcription of it when
         one is due and the rules above allow."""
-        if self.item is None or model is None or responding or self.finals:
-            return
-        if self.partial is not None and not self.partial.done():
+        if not self._may_start(model, responding):
             return
         now, wall = speech.received_ms, self.clock()
         if not partial_due(now - self.partial_at[0], wall - self.partial_at[1], speech.held_ms):
             return
         if not transcriber_idle(self.caller().sched, model):
             return
-        self.partial_at = (now, wall)
-        self.partial = asyncio.ensure_future(self._partial(self.item, model, bytes(speech.data),
-                                                           speech.rate))
+        self._start_partial(model, bytes(speech.data), speech.rate, now, wall)
 
-    async def _partial(self, item_id: str, model: str, speech: bytes, rate: int) -> None:
+    def pause(self, model: str | None, speech: bytes, rate: int, now_ms: float,
+              responding: bool) -> None:
+        """The VAD heard a pause (``now_ms`` of audio received): ``speech`` is what a stop
+        there would commit. Transcribe it now, unless a transcription is running or the
+        speech is too long (rules above)."""
+        if not self._may_start(model, responding):
+            return
+        if len(speech) / 2 / rate * 1000 > PARTIAL_MAX_MS or \
+                not transcriber_idle(self.caller().sched, model):
+            return
+        self._start_partial(model, speech, rate, now_ms, self.clock())
+
+    def _may_start(self, model: str | None, responding: bool) -> bool:
+        """Whether speech is being heard and nothing else of this session transcribes."""
+        return not (self.item is None or model is None or responding or self.finals or
+                    (self.partial is not None and not self.partial.done()))
+
+    def _start_partial(self, model: str, speech: bytes, rate: int, now_ms: float,
+                       wall: float) -> None:
+        assert self.item is not None
+        self.partial_at = (now_ms, wall)
+        self.partial_of = (self.item, model, speech)
+        self.partial = asyncio.ensure_future(self._partial(self.item, model, speech, rate))
+
+    async def _partial(self, item_id: str, model: str, speech: bytes, rate: int) -> str | None:
+        """The text of ``speech`` (None when it could not be had), sent as a delta while the
+        item is still being spoken."""
         try:
             text = await self._text(model, speech, rate)
-            if self.item != item_id:        # committed or cleared meanwhile: dropped
-                return
-            if delta := self.deltas.partial(text):
+            if self.item == item_id and (delta := self.deltas.partial(text)):
                 await self.send(event("conversation.item.input_audio_transcription.delta",
                                       item_id=item_id, content_index=0, delta=delta))
+            return text
         except HypnosError as exc:          # the final transcription reports failures
             log.debug("a partial transcription failed: %s", exc.message)
         except GONE:
             pass
         except Exception:  # noqa: BLE001 - a partial's bug must not end the session
             log.exception("a realtime partial transcription failed")
+        return None
 
     async def _text(self, model: str, audio: bytes, rate: int) -> str:
         done = await transcribe(self.caller().sched, model, TranscribeRequest(
@@ -126,20 +156,25 @@ class Hearing:
 
     def commit(self, item: dict, previous: str | None, model: str | None, audio: bytes,
                rate: int, deltas: TranscriptDeltas) -> None:
-        """Transcribe the user ``item``'s ``audio`` (``deltas``: what its partials sent)."""
-        task = asyncio.ensure_future(self._final(item, previous, model, audio, rate, deltas))
+        """Transcribe the user ``item``'s ``audio`` (``deltas``: what its partials sent), or
+        take the text of the last partial when it transcribed this very audio."""
+        heard = self.partial if self.partial_of == (item["id"], model, audio) else None
+        task = asyncio.ensure_future(self._final(item, previous, model, audio, rate, deltas,
+                                                 heard))
         self.finals.add(task)
         task.add_done_callback(self.finals.discard)
 
     async def _final(self, item: dict, previous: str | None, model: str | None, audio: bytes,
-                     rate: int, deltas: TranscriptDeltas) -> None:
+                     rate: int, deltas: TranscriptDeltas,
+                     heard: asyncio.Task | None = None) -> None:
         part = item["content"][0]
         text = ""
         try:
             if model is None:
                 raise InvalidRequest("The pool has no speech_to_text model to hear audio with",
                                      param=STT_PARAM)
-            text = await self._text(model, audio, rate)
+            said = await heard if heard is not None else None
+            text = said if said is not None else await self._text(model, audio, rate)
             if delta := deltas.final(text):
                 await self.send(event("conversation.item.input_audio_transcription.delta",
                                       item_id=item["id"], content_index=0, delta=delta))

@@ -62,6 +62,10 @@ class InputBuffer:
         del self.data[:nbytes]
         self.start_ms += self.ms(nbytes)
 
+    def before(self, ms: float) -> bytes:
+        """The audio before ``ms``, as ``cut(ms)`` would return it; the buffer keeps it."""
+        return bytes(self.data[:self._bytes(ms - self.start_ms)])
+
     def cut(self, ms: float) -> bytes:
         """The audio before ``ms``; what follows stays, the buffer now starting at ``ms``."""
         nbytes = self._bytes(ms - self.start_ms)

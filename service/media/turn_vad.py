@@ -48,7 +48,7 @@ class SileroStream:
 
 @dataclass(frozen=True)
 class TurnEvent:
-    kind: str                   # started | stopped
+    kind: str                   # started | paused | stopped
     ms: int                     # where, in the audio since the detector began
 
 
@@ -57,12 +57,20 @@ class TurnDetector:
     ``min_speech_ms`` of such windows came in a row; it stops once ``silence_ms`` of windows
     stay below ``threshold - 0.15`` (hysteresis: a dip does not end a turn). Reported
     positions: a start is the first speech window's start less ``prefix_ms`` (never below
-    0), a stop is the end of the last speech window. Pure."""
+    0), a stop is the end of the last speech window.
+
+    With ``pause_ms`` (shorter than ``silence_ms``), a quiet run that reaches it is reported
+    as ``paused`` at the position its stop would have: the audio a stop would commit is
+    known by then, and whether it is committed depends only on the speech not resuming
+    before ``silence_ms``. Pure."""
 
     def __init__(self, threshold: float = 0.5, silence_ms: int = 500, prefix_ms: int = 300,
-                 min_speech_ms: int = 96):
+                 min_speech_ms: int = 96, pause_ms: int | None = None):
         self.threshold, self.low = threshold, max(0.0, threshold - 0.15)
         self.silence_windows = max(1, -(-silence_ms // WINDOW_MS))
+        pause = None if pause_ms is None else max(1, -(-pause_ms // WINDOW_MS))
+        self.pause_windows = pause if pause is not None and pause < self.silence_windows \
+            else None
         self.speech_windows = max(1, -(-min_speech_ms // WINDOW_MS))
         self.prefix_ms = prefix_ms
         self.index = 0              # windows seen
@@ -82,6 +90,8 @@ class TurnDetector:
                                             max(0, first * WINDOW_MS - self.prefix_ms)))
             elif p < self.low:
                 self.run += 1
+                if self.run == self.pause_windows:
+                    events.append(TurnEvent("paused", (self.last_speech + 1) * WINDOW_MS))
                 if self.run >= self.silence_windows:
                     self.speaking, self.run = False, 0
                     events.append(TurnEvent("stopped", (self.last_speech + 1) * WINDOW_MS))

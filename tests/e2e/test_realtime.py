@@ -1,7 +1,8 @@
 """GET /v1/realtime through a real `hypnos serve` on the default lineup's voice models, driven
 by the official openai SDK's realtime client (issue 42): a spoken question heard and
 answered in audio and text, a forced function call round trip, barge-in, a bad event, the
-server VAD on noise and silence, partial transcripts while the user speaks, a G.711 session,
+server VAD on noise and silence, partial transcripts while the user speaks, the words heard
+at a pause kept as the final transcription, a G.711 session,
 the key's rate limits, and keys and Origin on the upgrade. Every frame the server sends is
 validated against the SDK's server-event types."""
 import base64
@@ -370,6 +371,43 @@ def test_partial_transcripts_while_the_user_speaks(server):
     words = joined.split()
     if heard["transcript"].split()[:len(words)] == words:     # the final agreed
         assert joined == heard["transcript"]
+
+
+def test_a_pause_is_heard_before_the_stop_and_the_stop_keeps_its_words(server, question):
+    """After 200 ms of quiet the speech so far is transcribed; when the stop (here 1.2 s of
+    quiet) commits that very audio, the words heard at the pause are the final transcription,
+    and the model is not asked again. The question and its first 300 ms of quiet go in one
+    append (so no partial can start before the pause) once the model is loaded and idle (a
+    busy model is not asked at a pause), and the rest of the quiet only once the pause's
+    transcription is done: that order holds on any machine."""
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        s.until("session.created")
+        s.send({"type": "session.update", "session": {
+            "type": "realtime", "output_modalities": ["text"], "audio": {"input": {
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200,
+                                   "create_response": False}}}}})
+        s.until("session.updated")
+        deadline = time.monotonic() + 300       # the session's prefetch loads the model
+        while (st := whisper_status(server))["current_tier"] == "tier3_nvme_ssd" or \
+                st["active_leases"]:                 # busy: a pause is not transcribed
+            assert time.monotonic() < deadline, "the speech_to_text model never got idle"
+            time.sleep(0.05)
+        served = st["total_requests_served"]
+        quiet = question + b"\0" * 14400                  # 300 ms at 24 kHz
+        s.append(quiet, chunk=len(quiet))
+        s.send({"type": "conversation.item.retrieve", "item_id": "none"})   # a marker
+        s.until("error")
+        deadline = time.monotonic() + 300
+        while whisper_status(server)["total_requests_served"] == served:
+            assert time.monotonic() < deadline, "nothing was transcribed at the pause"
+            time.sleep(0.05)
+        assert not [e for e in s.seen if e["type"] == "input_audio_buffer.speech_stopped"]
+        s.append(b"\0" * 72000)                          # 1.5 s more: the stop
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        assert first(s, "input_audio_buffer.speech_stopped")["item_id"] == heard["item_id"]
+        assert "france" in heard["transcript"].lower()
+        assert whisper_status(server)["total_requests_served"] - served == 1
 
 
 def test_g711_session_round_trip(server, question):

@@ -91,8 +91,11 @@ def test_input_buffer_keeps_the_session_clock():
     assert buf.held_ms == buf.received_ms == 1000
     buf.drop_before(400)
     assert (buf.start_ms, buf.held_ms) == (400, 600)
+    buf.data[:] = bytes(range(256)) * 37 + bytes(128)    # 600 ms that are not all alike
+    ahead = buf.before(700)                              # what cut(700) will return, kept
+    assert (buf.start_ms, buf.held_ms) == (400, 600)
     head = buf.cut(700)
-    assert len(head) == 300 * 16 and (buf.start_ms, buf.held_ms) == (700, 300)
+    assert head == ahead and len(head) == 300 * 16 and (buf.start_ms, buf.held_ms) == (700, 300)
     buf.convert(24000)                         # a new input format: same time, new rate
     assert buf.rate == 24000 and buf.held_ms == pytest.approx(300, abs=0.1)
     buf.append(b"\0" * 4800)                   # 100 ms at 24 kHz

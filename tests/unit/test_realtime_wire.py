@@ -316,6 +316,31 @@ def test_turn_detector_rules():
     assert events[1].ms == (16 + len(speech)) * WINDOW_MS
 
 
+def test_turn_detector_reports_a_pause_where_its_stop_would_be():
+    """A pause (``pause_ms`` of quiet) is reported at the position the stop would have; speech
+    that resumes moves the stop, and each quiet run pauses once."""
+    windows = lambda ms: -(-ms // WINDOW_MS)  # noqa: E731
+    det = TurnDetector(threshold=0.5, silence_ms=500, prefix_ms=0, min_speech_ms=96,
+                       pause_ms=200)
+    speech = [0.9] * 20
+    events = det.push(np.array(speech + [0.1] * windows(300) + speech +
+                               [0.1] * windows(500)))
+    assert [e.kind for e in events] == ["started", "paused", "paused", "stopped"]
+    quiet = windows(300)
+    assert events[1].ms == 20 * WINDOW_MS                       # the first speech's end
+    assert events[2].ms == events[3].ms == (40 + quiet) * WINDOW_MS
+    # A window between the two thresholds is no quiet: the run starts again after it.
+    det = TurnDetector(threshold=0.5, silence_ms=500, pause_ms=200)
+    events = det.push(np.array(speech + [0.1] * 5 + [0.4] + [0.1] * windows(500)))
+    assert [e.kind for e in events] == ["started", "paused", "stopped"]
+    assert events[1].ms == events[2].ms == 26 * WINDOW_MS
+    # No pause when it would come with the stop or after it, nor without pause_ms.
+    for pause in (500, 800, None):
+        det = TurnDetector(threshold=0.5, silence_ms=500, pause_ms=pause)
+        assert [e.kind for e in det.push(np.array(speech + [0.1] * windows(600)))] == \
+            ["started", "stopped"]
+
+
 def test_silero_hears_no_speech_in_silence_or_faint_noise_and_any_chunking_agrees():
     rng = np.random.default_rng(3)
     audio = np.concatenate([np.zeros(8000), rng.normal(0, 0.005, 16000)]).astype(np.float32)
