@@ -98,7 +98,7 @@ class Hearing:
     def listen(self, model: str | None, speech: InputBuffer, responding: bool) -> None:
         """``speech`` holds all the speech so far: start a partial transcription of it when
         one is due and the rules above allow."""
-        if not self._may_start(model, responding):
+        if model is None or not self._may_start(responding):
             return
         now, wall = speech.received_ms, self.clock()
         if not partial_due(now - self.partial_at[0], wall - self.partial_at[1], speech.held_ms):
@@ -112,16 +112,16 @@ class Hearing:
         """The VAD heard a pause (``now_ms`` of audio received): ``speech`` is what a stop
         there would commit. Transcribe it now, unless a transcription is running or the
         speech is too long (rules above)."""
-        if not self._may_start(model, responding):
+        if model is None or not self._may_start(responding):
             return
         if len(speech) / 2 / rate * 1000 > PARTIAL_MAX_MS or \
                 not transcriber_idle(self.caller().sched, model):
             return
         self._start_partial(model, speech, rate, now_ms, self.clock())
 
-    def _may_start(self, model: str | None, responding: bool) -> bool:
+    def _may_start(self, responding: bool) -> bool:
         """Whether speech is being heard and nothing else of this session transcribes."""
-        return not (self.item is None or model is None or responding or self.finals or
+        return not (self.item is None or responding or self.finals or
                     (self.partial is not None and not self.partial.done()))
 
     def _start_partial(self, model: str, speech: bytes, rate: int, now_ms: float,
