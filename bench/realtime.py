@@ -5,7 +5,8 @@ SmolLM2-135M, Kokoro-82M), all warm.
 For a one-sentence and a three-sentence answer, over --turns turns each, prints p50/p95 of:
   - realtime, from input_audio_buffer.commit to the first non-silent audio of the answer;
   - realtime with the server VAD, the question spoken in real time as from a microphone,
-    from input_audio_buffer.speech_stopped to that audio;
+    from input_audio_buffer.speech_stopped to that audio, and to the question's transcript
+    (...input_audio_transcription.completed);
   - sequential HTTP: transcribe, chat, then /v1/audio/speech streamed to its first
     non-silent byte, from the first request sent;
 and the ratio realtime / sequential. It also transcribes each realtime answer's audio and
@@ -83,8 +84,9 @@ def pcm_wav(pcm: bytes, rate: int = 24000) -> bytes:
 
 
 def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
-                  vad: bool) -> tuple[float, str, bytes]:
-    """(seconds from commit / speech stop to first loud audio, transcript, answer audio)."""
+                  vad: bool) -> tuple[float, str, bytes, float]:
+    """(seconds from commit / speech stop to first loud audio, transcript, answer audio,
+    seconds from the same moment to the question's transcription)."""
     _, instructions, tokens = KINDS[kind]
     with client.realtime.connect(model="chat") as conn:
         turn = {"type": "server_vad", "silence_duration_ms": 500} if vad else None
@@ -104,12 +106,14 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
             conn.send({"type": "input_audio_buffer.commit"})
             conn.send({"type": "response.create"})
             start = time.perf_counter()
-        first, chunks, transcript = None, [], ""
+        first, heard, chunks, transcript = None, None, [], ""
         while True:
             ev = json.loads(conn.recv_bytes())
             kind_ = ev["type"]
             if kind_ == "input_audio_buffer.speech_stopped" and start is None:
                 start = time.perf_counter()
+            elif kind_ == "conversation.item.input_audio_transcription.completed":
+                heard = time.perf_counter()
             elif kind_ == "response.output_audio.delta":
                 pcm = base64.b64decode(ev["delta"])
                 chunks.append(pcm)
@@ -123,8 +127,8 @@ def realtime_turn(client: openai.OpenAI, question: bytes, kind: str,
                 raise RuntimeError(ev["error"])
         if vad:
             sender.join()
-    assert start is not None and first is not None, "no answer audio"
-    return first - start, transcript, b"".join(chunks)
+    assert start is not None and first is not None and heard is not None, "no answer audio"
+    return first - start, transcript, b"".join(chunks), heard - start
 
 
 def speak(conn, pcm: bytes, chunk_ms: int = 100) -> None:
@@ -202,17 +206,20 @@ def main() -> None:
                 realtime_turn(client, question, kind, False)
                 sequential_turn(srv, question, kind)
             for kind, question in questions.items():
-                rt, vad, seq, quality, sentences = [], [], [], [], []
+                rt, vad, seq, quality, sentences, heard = [], [], [], [], [], []
                 for _ in range(args.turns):
-                    secs, transcript, audio = realtime_turn(client, question, kind, False)
+                    secs, transcript, audio, _ = realtime_turn(client, question, kind, False)
                     rt.append(secs)
                     quality.append(heard_back(srv, transcript, audio))
                     sentences.append(len(re.findall(r"[.!?]+(?:\s|$)", transcript.strip())))
-                    vad.append(realtime_turn(client, question, kind, True)[0])
+                    secs, _, _, secs_heard = realtime_turn(client, question, kind, True)
+                    vad.append(secs)
+                    heard.append(secs_heard)
                     seq.append(sequential_turn(srv, question, kind))
                 print(f"{kind}, {args.turns} turns:")
                 for name, vals in (("realtime, from commit", rt),
                                    ("realtime, from VAD stop", vad),
+                                   ("  its question heard by", heard),
                                    ("sequential HTTP", seq)):
                     print(f"  {name:26} p50 {p(vals, 50):7.0f} ms   p95 {p(vals, 95):7.0f} ms")
                 ratio = statistics.median(rt) / statistics.median(seq)

@@ -39,7 +39,10 @@ class Spelling:
 
 
 def llama_spelling(ll, vocab) -> Spelling:
-    """A ``Spelling`` over a loaded llama.cpp vocabulary (``ll``: ``llama_cpp.llama_cpp``)."""
+    """A ``Spelling`` over a loaded llama.cpp vocabulary (``ll``: ``llama_cpp.llama_cpp``).
+
+    Threading: one caller at a time. Every call shares the two ctypes buffers below (and the
+    ``Spelling``'s cache); the engine's decode thread, which drafts, is the only caller."""
     buf = ctypes.create_string_buffer(256)
     ids = (ll.llama_token * 4)()
 
