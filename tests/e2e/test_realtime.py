@@ -329,6 +329,19 @@ def whisper_status(server) -> dict:
     return next(m for m in server.status()["models"] if m["id"] == "whisper")
 
 
+def listening(conn, silence_ms: int) -> Session:
+    """A text-only session with the server VAD (``silence_ms`` of quiet ends a turn) that
+    transcribes turns but makes no answer."""
+    s = Session(conn)
+    s.until("session.created")
+    s.send({"type": "session.update", "session": {
+        "type": "realtime", "output_modalities": ["text"], "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": silence_ms,
+                               "create_response": False}}}}})
+    s.until("session.updated")
+    return s
+
+
 def test_partial_transcripts_while_the_user_speaks(server):
     """With the server VAD, the speech so far is transcribed again after each second of new
     speech; the words two partials agree on go out as deltas, and the final transcription
@@ -341,13 +354,7 @@ def test_partial_transcripts_while_the_user_speaks(server):
                           "Paris today?")
     second = 48000
     with client(server.base).realtime.connect(model="chat") as conn:
-        s = Session(conn)
-        s.until("session.created")
-        s.send({"type": "session.update", "session": {
-            "type": "realtime", "output_modalities": ["text"], "audio": {"input": {
-                "turn_detection": {"type": "server_vad", "silence_duration_ms": 800,
-                                   "create_response": False}}}}})
-        s.until("session.updated")
+        s = listening(conn, silence_ms=800)
         s.append(b"\0" * (second // 2))
         served = whisper_status(server)["total_requests_served"]
         for i in range(0, len(said), second):
@@ -381,13 +388,7 @@ def test_a_pause_is_heard_before_the_stop_and_the_stop_keeps_its_words(server, q
     busy model is not asked at a pause), and the rest of the quiet only once the pause's
     transcription is done: that order holds on any machine."""
     with client(server.base).realtime.connect(model="chat") as conn:
-        s = Session(conn)
-        s.until("session.created")
-        s.send({"type": "session.update", "session": {
-            "type": "realtime", "output_modalities": ["text"], "audio": {"input": {
-                "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200,
-                                   "create_response": False}}}}})
-        s.until("session.updated")
+        s = listening(conn, silence_ms=1200)
         deadline = time.monotonic() + 300       # the session's prefetch loads the model
         while (st := whisper_status(server))["current_tier"] == "tier3_nvme_ssd" or \
                 st["active_leases"]:                 # busy: a pause is not transcribed
