@@ -12,7 +12,9 @@ with no event while no answer or transcription is being made (an ``error`` event
 ``idle_timeout``, then a close).
 
 Threading: the event loop. One task reads; the response and each transcription run as their
-own tasks; sends are serialised by one lock, so each frame goes out whole.
+own tasks; sends are serialised by one lock, so each frame goes out whole. The server VAD
+computes in `VAD_THREADS`, awaited by the reading task (so events stay in order): the loop
+never waits for it, and it never queues behind a model's load in the default executor.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import binascii
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +37,7 @@ from hypnos.service.inference.realtime_book import SessionInfo
 from hypnos.service.inference.realtime_hearing import Hearing
 from hypnos.service.inference.realtime_response import Response, Voices
 from hypnos.service.media.realtime_audio import InputBuffer, from_wire
-from hypnos.service.media.resample import StreamResampler, pcm16_to_float
-from hypnos.service.media.turn_vad import VAD_RATE, WINDOW_MS, SileroStream, TurnDetector
+from hypnos.service.media.turn_vad import SpeechTurns, TurnDetector, prepare
 from hypnos.service.wire.realtime_in import (FORMAT_RATES, Settings, apply_settings, new_id,
                                              parse_event, parse_item)
 from hypnos.service.wire.realtime_out import (error_event, event, item_added, item_done,
@@ -47,6 +49,7 @@ GONE = (ConnectionClosed, WebsocketClosed)
 MIN_COMMIT_MS = 100                 # OpenAI's least committable buffer
 IDLE_KEEP_MS = 2000                 # audio kept before speech while the VAD waits
 PAUSE_MS = 200                      # quiet after which the speech so far is transcribed
+VAD_THREADS = ThreadPoolExecutor(2, thread_name_prefix="hypnos-vad")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class RealtimeSession:
         self.items: list[dict] = []
         self.spoken: dict[str, list[tuple[float, str]]] = {}   # assistant item -> sentences
         self.buffer = InputBuffer(FORMAT_RATES[self.settings.input_format])
-        self.vad: tuple[SileroStream, StreamResampler, TurnDetector] | None = None
+        self.vad: SpeechTurns | None = None
         self.speech_item: str | None = None     # the item the VAD's current speech will be
         self.response: tuple[asyncio.Task, Response] | None = None
         self.hearing = Hearing(deps.caller, self.send)
@@ -81,6 +84,7 @@ class RealtimeSession:
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
+        asyncio.get_running_loop().run_in_executor(VAD_THREADS, _prepare_vad)
         try:
             await self.send(event("session.created", session=self._session()))
             while (frame := await self._recv()) is not None:
@@ -195,13 +199,13 @@ class RealtimeSession:
     async def _detect(self, pcm: bytes, start_ms: float) -> None:
         vad = self.settings.vad
         assert vad is not None
+        loop = asyncio.get_running_loop()
         if self.vad is None:
-            self.vad = (SileroStream(), StreamResampler(self.buffer.rate, VAD_RATE),
-                        TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms,
-                                     pause_ms=PAUSE_MS))
-            self.vad[2].index = int(start_ms // WINDOW_MS)  # positions on the session's clock
-        stream, rs, turns = self.vad
-        for turn in turns.push(stream.push(rs.push(pcm16_to_float(pcm)))):
+            detector = TurnDetector(vad.threshold, vad.silence_ms, vad.prefix_ms,
+                                    pause_ms=PAUSE_MS)
+            self.vad = await loop.run_in_executor(VAD_THREADS, SpeechTurns, self.buffer.rate,
+                                                  detector, start_ms)
+        for turn in await loop.run_in_executor(VAD_THREADS, self.vad.push, pcm):
             if turn.kind == "started":
                 await self._speech_started(turn.ms)
             elif turn.kind == "paused":
@@ -392,3 +396,12 @@ HANDLERS = {
     "response.create": RealtimeSession._response_create,
     "response.cancel": RealtimeSession._response_cancel,
 }
+
+
+def _prepare_vad() -> None:
+    """`turn_vad.prepare` as a session opens, so its first audio does not wait for it. A
+    failure here is left to the first `SpeechTurns`, which reports it to the client."""
+    try:
+        prepare()
+    except Exception:  # noqa: BLE001
+        log.debug("preparing the server VAD failed", exc_info=True)

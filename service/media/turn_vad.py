@@ -1,11 +1,14 @@
 """Turn detection for the realtime route: the Silero VAD that ships with faster-whisper
 (``faster_whisper.vad``, its ONNX file inside the wheel: no download), run on a stream, and
 `TurnDetector`, the pure rule that turns its speech probabilities into "speech started" and
-"speech stopped" at positions in the session's audio.
+"speech stopped" at positions in the session's audio. `SpeechTurns` chains them for one
+session: wire-rate pcm16 in, turn events out.
 
 `SileroStream` keeps the model's recurrent state and the last 64 samples between calls, so
 feeding a stream in any chunking gives the same probabilities as feeding it whole. It blocks
-(onnxruntime, about a millisecond per second of audio): run it in a worker thread.
+(onnxruntime, about a millisecond per second of audio), and so does `SpeechTurns`: run them in
+a worker thread. The first in a process also loads the model (and imports faster_whisper):
+`prepare` does that ahead.
 """
 from __future__ import annotations
 
@@ -13,10 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hypnos.service.media.resample import StreamResampler, pcm16_to_float
+
 VAD_RATE = 16000
 WINDOW = 512                    # samples per probability (32 ms at 16 kHz)
 CONTEXT = 64                    # samples of the window before, as the model expects
 WINDOW_MS = WINDOW * 1000 // VAD_RATE
+
+
+def prepare() -> None:
+    """Loads the Silero model, which a process's first `SpeechTurns` needs. Blocks."""
+    from faster_whisper.vad import get_vad_model
+    get_vad_model()                                  # cached: one ONNX session per process
 
 
 class SileroStream:
@@ -99,3 +110,18 @@ class TurnDetector:
                 self.run, self.last_speech = 0, self.index
             self.index += 1
         return events
+
+
+class SpeechTurns:
+    """One session's server VAD: 16-bit PCM at ``rate`` in, the ``detector``'s events out,
+    their positions on the session's clock (``start_ms``: where the first audio pushed
+    begins). Blocks: one call at a time, in a worker thread."""
+
+    def __init__(self, rate: int, detector: TurnDetector, start_ms: float):
+        self.silero = SileroStream()
+        self.resampler = StreamResampler(rate, VAD_RATE)
+        self.detector = detector
+        detector.index = int(start_ms // WINDOW_MS)
+
+    def push(self, pcm: bytes) -> list[TurnEvent]:
+        return self.detector.push(self.silero.push(self.resampler.push(pcm16_to_float(pcm))))

@@ -14,7 +14,7 @@ from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.errors import InvalidRequest
 from hypnos.service.media.resample import (StreamResampler, float_to_pcm16, pcm16_to_float,
                                            resample)
-from hypnos.service.media.turn_vad import WINDOW_MS, SileroStream, TurnDetector
+from hypnos.service.media.turn_vad import WINDOW_MS, SileroStream, SpeechTurns, TurnDetector
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.codec import TurnEnd
 from hypnos.service.wire.realtime_in import (Settings, Vad, apply_settings, chat_body,
@@ -298,11 +298,21 @@ def test_pcm16_round_trip_and_resampling_keep_a_tone():
     assert len(low) == 16000
     spectrum = np.abs(np.fft.rfft(low))
     assert abs(np.argmax(spectrum) * 16000 / len(low) - 440) < 2
-    rs = StreamResampler(24000, 16000)
-    chunks = [rs.push(tone[i:i + 1000]) for i in range(0, 24000, 1000)]
-    assert sum(len(c) for c in chunks) == 16000
-    gap = np.concatenate(chunks) - low        # each chunk is filtered alone: edges differ a bit
-    assert np.sqrt(np.mean(gap ** 2)) < 0.02
+    whole = StreamResampler(24000, 16000).push(tone)
+    # each output waits only for the filter's half width after it
+    assert 16000 - 2 * StreamResampler(24000, 16000).half <= len(whole) < 16000
+    for step in (1, 7, 1000, 4801):           # the filter runs across chunks: any chunking
+        rs = StreamResampler(24000, 16000)
+        chunked = np.concatenate([rs.push(tone[i:i + step]) for i in range(0, 24000, step)])
+        assert np.array_equal(chunked, whole)
+    # centred: output n is the tone at n / 16000 s (past the first filter width)
+    ideal = 0.5 * np.sin(2 * np.pi * 440 * np.arange(len(whole)) / 16000)
+    assert np.abs(whole[24:] - ideal[24:]).max() < 1e-3
+    assert np.sqrt(np.mean((whole[24:] - low[24:len(whole)]) ** 2)) < 1e-2
+    above = (0.5 * np.sin(2 * np.pi * 10000 * t)).astype(np.float32)    # past 16 kHz's Nyquist
+    assert np.abs(StreamResampler(24000, 16000).push(above)[24:]).max() < 0.02
+    up = StreamResampler(8000, 16000).push(tone[::3])                    # G.711's rate, up
+    assert np.abs(up[48:] - ideal[48:len(up)]).max() < 1e-3
 
 
 def test_turn_detector_rules():
@@ -349,6 +359,47 @@ def test_silero_hears_no_speech_in_silence_or_faint_noise_and_any_chunking_agree
     chunked = np.concatenate([parts.push(audio[i:i + 700]) for i in range(0, len(audio), 700)])
     assert len(whole) == len(audio) // 512 and np.allclose(whole, chunked, atol=1e-5)
     assert whole.max() < 0.5
+
+
+def test_speech_turns_place_windows_on_the_session_clock():
+    turns = SpeechTurns(24000, TurnDetector(), start_ms=1000)
+    assert turns.detector.index == 1000 // WINDOW_MS
+    assert turns.push(b"\0" * 48000) == []             # a second of silence at 24 kHz
+    assert turns.detector.index == 1000 // WINDOW_MS + 16000 // 512
+
+
+def test_the_server_vad_computes_off_the_event_loop(monkeypatch):
+    """Silero and the resampler block (and their first use in a process takes seconds on a
+    busy machine): a session awaits them in a worker thread, so the loop serves on."""
+    import asyncio
+    import base64
+    import threading
+
+    from hypnos.service.inference import realtime
+    from hypnos.service.inference.realtime_book import SessionInfo
+    from hypnos.service.inference.realtime_response import Voices
+    threads, sent, push = [], [], SpeechTurns.push
+
+    def recorded(self, pcm):
+        threads.append(threading.current_thread())
+        return push(self, pcm)
+    monkeypatch.setattr(SpeechTurns, "push", recorded)
+
+    class Socket:
+        async def send(self, frame):
+            sent.append(json.loads(frame))
+
+    async def session():
+        deps = realtime.SessionDeps(voices=Voices("chat", None), transcriber=None,
+                                    caller=lambda: None, idle_secs=60, max_buffer_secs=60)
+        s = realtime.RealtimeSession(Socket(), deps, SessionInfo("chat"))
+        for _ in range(3):
+            await s._one(json.dumps({"type": "input_audio_buffer.append",
+                                     "audio": base64.b64encode(b"\0" * 4800).decode()}))
+        return threading.current_thread()
+    loop_thread = asyncio.run(session())
+    assert len(threads) == 3 and loop_thread not in threads
+    assert sent == []                                   # no error, no turn in silence
 
 
 @pytest.mark.parametrize("header,key", [
