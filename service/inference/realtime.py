@@ -34,6 +34,7 @@ from websockets.exceptions import ConnectionClosed
 from hypnos.service.errors import HypnosError, InvalidRequest
 from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.realtime_book import SessionInfo
+from hypnos.service.inference.realtime_conversation import Conversation
 from hypnos.service.inference.realtime_hearing import Hearing
 from hypnos.service.inference.realtime_response import Response, Voices
 from hypnos.service.media.realtime_audio import InputBuffer, from_wire
@@ -71,8 +72,7 @@ class RealtimeSession:
     def __init__(self, ws: Any, deps: SessionDeps, info: SessionInfo):
         self.ws, self.deps, self.info = ws, deps, info
         self.settings = Settings()
-        self.items: list[dict] = []
-        self.spoken: dict[str, list[tuple[float, str]]] = {}   # assistant item -> sentences
+        self.conversation = Conversation()
         self.buffer = InputBuffer(FORMAT_RATES[self.settings.input_format])
         self.vad: SpeechTurns | None = None
         self.speech_item: str | None = None     # the item the VAD's current speech will be
@@ -84,7 +84,7 @@ class RealtimeSession:
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        asyncio.get_running_loop().run_in_executor(VAD_THREADS, _prepare_vad)
+        asyncio.get_running_loop().run_in_executor(VAD_THREADS, prepare)   # ahead of audio
         try:
             await self.send(event("session.created", session=self._session()))
             while (frame := await self._recv()) is not None:
@@ -267,10 +267,10 @@ class RealtimeSession:
     async def _commit(self, audio: bytes, item_id: str, deltas: TranscriptDeltas) -> None:
         """The buffer's audio becomes a user item; its transcription runs as a task."""
         self.turn_end_at = time.monotonic()
-        previous = self.items[-1]["id"] if self.items else None
+        previous = self.conversation.last_id()
         item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
                 "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
-        self.items.append(item)
+        self.conversation.append(item)
         await self.send(event("input_audio_buffer.committed", item_id=item_id,
                               previous_item_id=previous))
         for frame in item_added(item, previous):
@@ -279,48 +279,22 @@ class RealtimeSession:
 
     # ------------------------------------------------------------------ the conversation
 
-    def _index(self, item_id: object) -> int:
-        for i, item in enumerate(self.items):
-            if item["id"] == item_id:
-                return i
-        raise InvalidRequest(f"No item with id '{item_id}' in the conversation",
-                             param="item_id", code="item_not_found")
-
     async def _item_create(self, ev: dict) -> None:
         item = parse_item(ev.get("item"))
-        if any(i["id"] == item["id"] for i in self.items):
-            raise InvalidRequest(f"An item with id '{item['id']}' exists already",
-                                 param="item.id", code="item_exists")
-        prev = ev.get("previous_item_id")
-        at = len(self.items) if prev in (None, "") else (
-            0 if prev == "root" else self._index(prev) + 1)
-        self.items.insert(at, item)
-        previous = self.items[at - 1]["id"] if at else None
+        previous = self.conversation.insert(item, ev.get("previous_item_id"))
         for frame in [*item_added(item, previous), item_done(item, previous)]:
             await self.send(frame)
 
     async def _item_delete(self, ev: dict) -> None:
-        item = self.items.pop(self._index(ev.get("item_id")))
-        self.spoken.pop(item["id"], None)
+        item = self.conversation.delete(ev.get("item_id"))
         await self.send(event("conversation.item.deleted", item_id=item["id"]))
 
     async def _item_retrieve(self, ev: dict) -> None:
-        item = self.items[self._index(ev.get("item_id"))]
+        item = self.conversation.get(ev.get("item_id"))
         await self.send(event("conversation.item.retrieved", item=item))
 
     async def _item_truncate(self, ev: dict) -> None:
-        item = self.items[self._index(ev.get("item_id"))]
-        end = ev.get("audio_end_ms")
-        if isinstance(end, bool) or not isinstance(end, int) or end < 0:
-            raise InvalidRequest("'audio_end_ms' must be a non-negative integer",
-                                 param="audio_end_ms")
-        sentences = self.spoken.get(item["id"])
-        if item.get("role") != "assistant" or sentences is None:
-            raise InvalidRequest("Only an assistant message with audio can be truncated",
-                                 param="item_id")
-        kept = [text for start, text in sentences if start < end]
-        self.spoken[item["id"]] = [(s, t) for s, t in sentences if s < end]
-        item["content"] = [{"type": "output_audio", "transcript": " ".join(kept)}]
+        item, end = self.conversation.truncate(ev.get("item_id"), ev.get("audio_end_ms"))
         await self.send(event("conversation.item.truncated", item_id=item["id"],
                               content_index=0, audio_end_ms=end))
 
@@ -347,7 +321,7 @@ class RealtimeSession:
     async def _respond(self, response: Response) -> None:
         try:
             await self.hearing.wait()           # the user's words first
-            response.items = list(self.items)
+            response.items = list(self.conversation.items)
             started, self.turn_end_at = self.turn_end_at or time.monotonic(), None
             codec = await response.run()
             self.deps.timed("realtime_turn", started, time.monotonic())
@@ -357,9 +331,9 @@ class RealtimeSession:
             if codec.end is not None:
                 self.info.tokens_in += codec.end.first.prompt_tokens
                 self.info.tokens_out += sum(r.completion_tokens for r in codec.end.results)
-            self.items += codec.output
-            if codec.message is not None and codec.audio:
-                self.spoken[codec.message["id"]] = list(codec.spoken)
+            for item in codec.output:
+                spoken = codec.spoken if item is codec.message and codec.audio else None
+                self.conversation.append(item, spoken)
             await self.send(rate_limits_event(self.deps.rate_limits(self._unbilled())))
         except GONE:
             pass
@@ -397,11 +371,3 @@ HANDLERS = {
     "response.cancel": RealtimeSession._response_cancel,
 }
 
-
-def _prepare_vad() -> None:
-    """`turn_vad.prepare` as a session opens, so its first audio does not wait for it. A
-    failure here is left to the first `SpeechTurns`, which reports it to the client."""
-    try:
-        prepare()
-    except Exception:  # noqa: BLE001
-        log.debug("preparing the server VAD failed", exc_info=True)

@@ -12,12 +12,14 @@ a worker thread. The first in a process also loads the model (and imports faster
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from hypnos.service.media.resample import StreamResampler, pcm16_to_float
 
+log = logging.getLogger("hypnos.realtime")
 VAD_RATE = 16000
 WINDOW = 512                    # samples per probability (32 ms at 16 kHz)
 CONTEXT = 64                    # samples of the window before, as the model expects
@@ -25,9 +27,13 @@ WINDOW_MS = WINDOW * 1000 // VAD_RATE
 
 
 def prepare() -> None:
-    """Loads the Silero model, which a process's first `SpeechTurns` needs. Blocks."""
-    from faster_whisper.vad import get_vad_model
-    get_vad_model()                                  # cached: one ONNX session per process
+    """Loads the Silero model, which a process's first `SpeechTurns` needs. Blocks. A
+    failure is left to that `SpeechTurns`, which raises it where it can be reported."""
+    try:
+        from faster_whisper.vad import get_vad_model
+        get_vad_model()                              # cached: one ONNX session per process
+    except Exception:  # noqa: BLE001
+        log.debug("the Silero VAD did not load ahead", exc_info=True)
 
 
 class SileroStream:
