@@ -206,7 +206,10 @@ def _operation(path: str, method: str, spec: Endpoint, params: list[str]) -> dic
     return op
 
 
+@functools.cache
 def hypnos_version() -> str:
+    """The installed package's version, read once (it reads package metadata from disk, and
+    /health asks on every probe)."""
     try:
         return version("hypnos")
     except PackageNotFoundError:
