@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import ctypes
 import logging
-import math
 import threading
 import time
 from typing import TypeVar
 from collections.abc import Callable
 
-import numpy as np
 
 from hypnos.engines.llama.checkpoints import Trimming
 from hypnos.engines.llama.compute_threads import IDLE_EXIT_S
@@ -39,6 +36,7 @@ from hypnos.engines.llama.prompt_reuse import CachedPrefixes
 from hypnos.engines.llama.sampling import build_sampler, repeating
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import Speculative
+from hypnos.engines.llama.token_reading import TokenReading
 
 #: How often a loop whose every job is paused (``Job.pause``) looks whether one may go on.
 PAUSE_POLL_S = 0.005
@@ -48,7 +46,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
+class DecodeLoop(SlotQueue, Trimming, CachedPrefixes, TokenReading):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with ``drafting`` gets its drafts checked in the same batches by ``spec`` (a
     ``verify.Speculative``); ``observer`` (an ``MtpDrafter``, or None) is shown every batch
@@ -87,11 +85,7 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
         self._init_checkpoints(swa_full)
         self.drafts = drafts
         self.cache = cache
-        self._piece_buf = ctypes.create_string_buffer(256)
-        # Per token, once: its bytes (both renderings) and whether it ends an answer.
-        self._pieces: dict[tuple[int, bool], bytes] = {}
-        self._eog: dict[int, bool] = {}
-        self._logits_row = ctypes.c_float * ll.llama_vocab_n_tokens(vocab)
+        self._init_reading()
         # The decode thread: started by the first job or call, ended after ``IDLE_EXIT_S``
         # with nothing to do (``compute_threads``: an idle thread's OpenMP team would slow
         # every other model's compute). None while there is none.
@@ -331,10 +325,7 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
         job.sampled += 1
         if job.t_first is None:
             job.t_first = time.perf_counter()
-        eog = self._eog.get(token)
-        if eog is None:
-            eog = self._eog[token] = bool(self.ll.llama_vocab_is_eog(self.vocab, token))
-        if eog:
+        if self._ends_answer(token):
             self._finish(slot, "stop")
             return
         rules = job.rules
@@ -375,52 +366,6 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes):
         job.generated += len(closing)
         job.rules.closed_call = True
         self._finish(slot, "length")
-
-    def _sample(self, job: Job, index: int) -> int:
-        """The job's next token from the logits at batch ``index``, through its sampler chain
-        (which then accepts it); a plain greedy job takes the argmax directly."""
-        if job.sampling.plain_greedy:
-            return self._greedy(index)
-        return self.ll.llama_sampler_sample(job.sampler, self.ctx, index)
-
-    def _greedy(self, index: int) -> int:
-        """The argmax of the raw logits at batch ``index`` (the first on a tie), which is what
-        a plain greedy chain picks; its accept does nothing. ``llama_sampler_sample`` would
-        first copy the whole vocabulary into a candidate array (~50 us a token at 49k)."""
-        row = self.ll.llama_get_logits_ith(self.ctx, index)
-        return int(np.frombuffer(self._logits_row.from_address(ctypes.addressof(row.contents)),
-                                 dtype=np.float32).argmax())
-
-    def _logprob(self, index: int, token: int, top: int):
-        """(logprob of ``token``, [(bytes, logprob) of the ``top`` likeliest]) from the raw
-        logits at batch ``index``: the model's distribution before any sampler."""
-        n_vocab = self.ll.llama_vocab_n_tokens(self.vocab)
-        logits = np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, index),
-                                       shape=(n_vocab,))
-        peak = float(logits.max())
-        lse = peak + math.log(float(np.exp(logits - peak).sum()))
-        alternatives = []
-        if top:
-            ids = np.argpartition(-logits, top)[:top]
-            ids = ids[np.argsort(-logits[ids])]
-            alternatives = [(self._piece(int(i)), float(logits[i]) - lse) for i in ids]
-        return float(logits[token]) - lse, alternatives
-
-    def _piece(self, token: int, special: bool = False) -> bytes:
-        """The token's bytes; special (control) tokens render as nothing, or as their text
-        with ``special`` (as a grammar reads them)."""
-        piece = self._pieces.get((token, special))
-        if piece is None:
-            piece = self._pieces[(token, special)] = self._render(token, special)
-        return piece
-
-    def _render(self, token: int, special: bool) -> bytes:
-        buf = self._piece_buf
-        n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
 
     def claim(self, slot: Slot, partition: str) -> None:
         """The slot's KV holds ``partition``'s tokens from now on. When it held another's, its
