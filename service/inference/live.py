@@ -7,6 +7,13 @@ scheduler lease, so the model can be evicted between utterances, never during on
 task per session runs the transcriptions in order, so frames arrive in order; a partial is
 only started when the worker is idle, and dropped when newer work is waiting.
 
+Ahead of the final: once a pause has fixed where the utterance would end (`EnergyVad.settled`,
+``post_pad`` after its last voiced frame; the final is cut only at ``silence_ms``), that audio
+is transcribed at once, as a partial, and a final of the very same samples takes its text
+instead of asking the model again. Speech that resumes makes it an ordinary partial. The
+periodic partials hold back once the speaker has been quiet for ``PAUSING_MS``, so the
+worker is free when the pause fixes the utterance.
+
 Threading: everything here runs on the event loop; the engine call runs in a worker thread.
 """
 from __future__ import annotations
@@ -27,7 +34,7 @@ from hypnos.service import errors
 from hypnos.service.config.schema import LimitsConfig
 from hypnos.service.media.audio_frames import EnergyVad, PcmReader, SampleBuffer, wav_bytes
 from hypnos.service.inference.capabilities import TRANSCRIPTION, require
-from hypnos.service.inference.transcription import transcribe
+from hypnos.service.inference.transcription import Transcription, transcribe
 from hypnos.service.scheduling.scheduler import Scheduler
 from hypnos.service.wire import json_text
 from hypnos.service.wire.transcription import parse_hotwords, parse_language
@@ -38,6 +45,9 @@ log = logging.getLogger("hypnos.live")
 LIVE_LIMITS = {"live_max_session_secs": 600.0, "live_idle_timeout_secs": 30.0,
                "live_max_utterance_secs": 30.0}
 PARTIAL_EVERY_SECS = 1.0
+# No periodic partial once the speaker has been quiet this long: the pause's own transcription
+# (``_maybe_settled``) is due, and a partial of nearly the same audio would hold the worker.
+PAUSING_MS = 150
 FORMATS = ("pcm16", "f32")
 GONE = (ConnectionClosed, WebsocketClosed)
 
@@ -105,7 +115,7 @@ class SessionEnd(Exception):
 
 @dataclass
 class Job:
-    kind: str              # partial | final
+    kind: str              # partial | settled (a partial a final may reuse) | final
     id: int                # the utterance
     start: int             # sample indices in the session's stream
     end: int
@@ -133,6 +143,8 @@ class LiveSession:
         self.received = 0             # samples
         self.utterance = 0            # id of the utterance in progress
         self.partial_at = 0           # sample index the last partial ran to
+        self.settled: tuple[int, int, int] | None = None   # (id, start, end) asked ahead
+        self.ahead: tuple[tuple[int, int, int], Transcription] | None = None  # key, result
 
     async def run(self) -> None:
         try:
@@ -215,17 +227,28 @@ class LiveSession:
         self.buffer.append(samples)
         for start, end in vad.push(samples):
             self._submit("final", start, end)
+        self._maybe_settled()
         self._maybe_partial()
         self.buffer.trim(vad.keep_from())
 
     def _maybe_partial(self) -> None:
         opts, _, vad = self._opened()
         start, now = vad.start, vad.position
-        if not opts.partials or start is None or self.running or not self.jobs.empty():
+        if not opts.partials or start is None or self.running or not self.jobs.empty() or \
+                vad.quiet() >= PAUSING_MS * opts.sample_rate // 1000:
             return          # start is None: not speaking
         if now - max(start, self.partial_at) >= PARTIAL_EVERY_SECS * opts.sample_rate:
             self.partial_at = now
             self._submit("partial", start, now)
+
+    def _maybe_settled(self) -> None:
+        """Transcribe the utterance as a pause has fixed it, if the worker is idle."""
+        cut = self._opened()[2].settled()
+        if cut is None or self.running or not self.jobs.empty() or \
+                self.settled == (self.utterance, *cut):
+            return
+        self.settled = (self.utterance, *cut)
+        self._submit("settled", *cut)
 
     def _submit(self, kind: str, start: int, end: int) -> None:
         self.jobs.put_nowait(Job(kind, self.utterance, start, end,
@@ -265,18 +288,34 @@ class LiveSession:
 
     async def _transcribe(self, job: Job) -> None:
         o = self._opened()[0]
+        # The frames carry the VAD's times, not whisper's segments: a short utterance is
+        # read in whisper's short window (about half the time; engines/whisper.py).
         req = TranscribeRequest(audio=wav_bytes(job.samples, o.sample_rate),
-                                language=o.language, prompt=o.prompt, hotwords=list(o.hotwords))
+                                language=o.language, prompt=o.prompt, hotwords=list(o.hotwords),
+                                timestamps=False)
         span = {"id": job.id, "start": round(job.start / o.sample_rate, 3),
                 "end": round(job.end / o.sample_rate, 3)}
+        key = (job.id, job.start, job.end)
         try:
-            done = await transcribe(self.sched, o.model, req)
+            if job.kind == "final" and self.ahead is not None and self.ahead[0] == key:
+                done = self.ahead[1]            # the same samples, transcribed at the pause
+            else:
+                done = await transcribe(self.sched, o.model, req)
         except errors.HypnosError as exc:
+            if job.kind == "settled":
+                return                          # its final asks again, and reports
             # The utterance is lost (model busy, cannot load...); the session goes on.
             await self._send({"type": "error", "code": exc.type, "message": exc.message,
                               **span})
             return
-        frame = {"type": job.kind, "text": done.result.text, **span}
+        if job.kind == "settled":
+            self.ahead = (key, done)
+            if not o.partials:
+                return
+        elif job.kind == "final":
+            self.ahead = None
+        kind = "partial" if job.kind == "settled" else job.kind
+        frame = {"type": kind, "text": done.result.text, **span}
         if job.kind == "final":
             frame["hypnos_telemetry"] = done.telemetry
         await self._send(frame)

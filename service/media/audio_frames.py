@@ -52,6 +52,19 @@ class EnergyVad:
         return self.start if self.start is not None else max(self.prev_end,
                                                              self.position - self.pre_pad)
 
+    def quiet(self) -> int:
+        """Samples since the last voiced frame of the utterance in progress (0 when none)."""
+        return self.position - self.last_voiced_end if self.start is not None else 0
+
+    def settled(self) -> tuple[int, int] | None:
+        """The utterance in progress as a pause would close it, once that is fixed: its end
+        (``post_pad`` after the last voiced frame) has passed and it holds enough speech.
+        None while nobody speaks, while the end may still move, or for a click."""
+        if self.start is None or self.voiced < self.min_speech:
+            return None
+        end = self.last_voiced_end + self.post_pad
+        return (self.start, end) if end <= self.position else None
+
     def push(self, samples: np.ndarray) -> list[tuple[int, int]]:
         """Feed samples; the utterances that closed, as (start, end) sample indices."""
         data = np.concatenate([self.pending, samples.astype(np.float32, copy=False)])

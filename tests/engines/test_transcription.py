@@ -285,6 +285,29 @@ def test_vad_closes_an_utterance_at_a_pause_while_streaming():
     assert vad.flush() is None
 
 
+def test_vad_settles_an_utterance_where_its_pause_will_close_it():
+    """Once ``post_pad`` of quiet has passed, ``settled`` is the cut the pause will make (if
+    the speech does not resume); resumed speech moves it, and a click never settles."""
+    vad = EnergyVad(16000, silence_ms=800)
+    assert vad.quiet() == 0
+    cuts = vad.push(np.concatenate([silence(0.5), tone(1.0), silence(0.2)]))
+    assert cuts == [] and vad.settled() is None              # the end may still move
+    assert vad.quiet() == pytest.approx(0.2 * 16000, abs=480)   # 30 ms frames
+    assert vad.push(silence(0.15)) == []
+    early = vad.settled()
+    assert early is not None
+    assert vad.push(silence(0.2)) == [] and vad.settled() == early
+    vad.push(tone(0.5))                                      # speech again
+    assert vad.settled() is None
+    vad.push(silence(0.4))
+    later = vad.settled()
+    assert later is not None and later[0] == early[0] and later[1] > early[1]
+    assert vad.push(silence(0.5)) == [later] and vad.settled() is None
+    click = EnergyVad(16000, silence_ms=800)
+    click.push(np.concatenate([silence(0.5), tone(0.06), silence(0.5)]))
+    assert click.settled() is None
+
+
 def test_vad_drops_clicks_and_cuts_long_speech():
     vad = EnergyVad(16000, silence_ms=300, max_utterance_secs=2.0)
     assert vad.push(np.concatenate([tone(0.06), silence(1.0)])) == []    # a click
@@ -637,6 +660,50 @@ def test_live_final_arrives_at_a_pause_while_the_client_streams(server, speech):
     assert ws.close_code == 1000
     partials = [f for f in frames if f["type"] == "partial"]
     assert all(p["id"] in (0, 1) and p["start"] < p["end"] for p in partials)
+
+
+@real
+@pytest.mark.slow
+def test_live_pause_is_transcribed_ahead_and_the_final_keeps_it(server, speech):
+    """Once a pause fixes where the utterance ends (300 ms after its last voiced frame), that
+    audio is transcribed and sent as a partial; the final, cut after ``silence_ms`` of quiet,
+    is the same samples and takes its text: the model is asked once. The speech and its first
+    600 ms of quiet go in one frame while the model is idle (no partial can start before the
+    pause, and a busy worker is not asked ahead), the rest only after that partial came: the
+    order holds on any machine."""
+    from websockets.sync.client import connect as sync_connect
+    rate, headers = speech.rate, {"Authorization": f"Bearer {KEY}"}
+
+    def whisper():
+        status = httpx.get(server.base + "/v1/memory/status", headers=headers, timeout=30)
+        return next(m for m in status.json()["models"] if m["id"] == "whisper")
+    url = server.base.replace("http", "ws") + LIVE_PATH
+    with sync_connect(url, additional_headers=headers) as ws:
+        ws.send(json.dumps({"model": "whisper", "sample_rate": rate, "language": "en",
+                            "silence_ms": 1500}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "ready"
+        deadline = time.monotonic() + 60
+        while (st := whisper())["active_leases"]:
+            assert time.monotonic() < deadline, "whisper never got idle"
+            time.sleep(0.05)
+        served = st["total_requests_served"]
+        ws.send(speech.pcm16(np.concatenate([np.zeros(int(0.3 * rate), np.float32),
+                                             speech.fox, np.zeros(int(0.6 * rate), np.float32)])))
+        partial = json.loads(ws.recv(timeout=120))
+        assert partial["type"] == "partial" and partial["id"] == 0
+        assert_fox(partial["text"])
+        ws.send(speech.pcm16(np.zeros(int(1.5 * rate), np.float32)))
+        final = json.loads(ws.recv(timeout=120))
+        ws.send(json.dumps({"type": "end"}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "done"
+    assert final["type"] == "final" and final["id"] == 0
+    assert (final["text"], final["start"], final["end"]) == \
+        (partial["text"], partial["start"], partial["end"])
+    deadline = time.monotonic() + 30
+    while (st := whisper())["active_leases"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert st["total_requests_served"] - served == 1
 
 
 @real
