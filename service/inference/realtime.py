@@ -190,7 +190,8 @@ class RealtimeSession:
         if self.settings.vad is not None:
             await self._detect(pcm, start)
             if self.speech_item is not None:
-                self.hearing.listen(self._stt(), buf, responding=self.response is not None)
+                self.hearing.listen(self._stt(), buf, responding=self.response is not None,
+                                    quiet_ms=self.vad.detector.quiet_ms() if self.vad else 0)
 
     def _stt(self) -> str | None:
         """The session's speech_to_text model."""

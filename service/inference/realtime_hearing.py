@@ -21,7 +21,9 @@ stop there would commit starts (``pause``; the same rules, but no wait for the c
 ``PARTIAL_EVERY_MS``), so by the time the stop comes (``silence_duration_ms`` of quiet) the
 words are partly or wholly heard. A commit whose audio is byte for byte the audio of the
 partial made last takes that partial's text as its final transcription instead of asking
-again; when the speech resumed, the audio differs and the commit transcribes its own.
+again; when the speech resumed, the audio differs and the commit transcribes its own. A
+periodic partial is not started once the speech has been quiet for ``PAUSING_MS``, so that
+the model is free when the pause comes.
 
 Threading: the event loop; the engine calls in worker threads.
 """
@@ -50,6 +52,9 @@ from hypnos.service.wire.transcript_deltas import TranscriptDeltas, spaced
 log = logging.getLogger("hypnos.realtime")
 Send = Callable[[str], Awaitable[None]]
 PARTIAL_EVERY_MS = 1000
+# No periodic partial once the speaker has been quiet this long: the pause's transcription is
+# due (``pause``), and a partial of nearly the same audio would hold the model.
+PAUSING_MS = 100
 PARTIAL_MAX_MS = 15000
 STT_PARAM = "session.audio.input.transcription"
 GONE = (ConnectionClosed, WebsocketClosed)
@@ -95,10 +100,11 @@ class Hearing:
         deltas, self.item, self.deltas = self.deltas, None, TranscriptDeltas()
         return deltas
 
-    def listen(self, model: str | None, speech: InputBuffer, responding: bool) -> None:
-        """``speech`` holds all the speech so far: start a partial transcription of it when
-        one is due and the rules above allow."""
-        if model is None or not self._may_start(responding):
+    def listen(self, model: str | None, speech: InputBuffer, responding: bool,
+               quiet_ms: int = 0) -> None:
+        """``speech`` holds all the speech so far, the last ``quiet_ms`` of it quiet: start a
+        partial transcription of it when one is due and the rules above allow."""
+        if model is None or quiet_ms >= PAUSING_MS or not self._may_start(responding):
             return
         now, wall = speech.received_ms, self.clock()
         if not partial_due(now - self.partial_at[0], wall - self.partial_at[1], speech.held_ms):

@@ -95,6 +95,10 @@ class TurnDetector:
         self.run = 0                # speech windows in a row (not speaking) / quiet (speaking)
         self.last_speech = 0        # index of the last speech window
 
+    def quiet_ms(self) -> int:
+        """How long the speech in progress has been quiet (0 when none is)."""
+        return self.run * WINDOW_MS if self.speaking else 0
+
     def push(self, probs: np.ndarray) -> list[TurnEvent]:
         events = []
         for p in probs:

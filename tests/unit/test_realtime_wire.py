@@ -361,6 +361,34 @@ def test_silero_hears_no_speech_in_silence_or_faint_noise_and_any_chunking_agree
     assert whole.max() < 0.5
 
 
+def test_no_periodic_partial_once_the_speech_goes_quiet():
+    """The detector says how long the speech has been quiet; ``Hearing.listen`` starts no
+    periodic partial from ``PAUSING_MS`` of it (the pause's own transcription is due)."""
+    from hypnos.service.inference.realtime_hearing import PAUSING_MS, Hearing
+    from hypnos.service.media.realtime_audio import InputBuffer
+    det = TurnDetector(threshold=0.5, silence_ms=500)
+    assert det.quiet_ms() == 0
+    det.push(np.array([0.9] * 10 + [0.1] * 4))
+    assert det.quiet_ms() == 4 * WINDOW_MS
+    det.push(np.array([0.9]))
+    assert det.quiet_ms() == 0
+    asked = []
+
+    def caller():                           # reached only when a partial may start
+        asked.append(True)
+        raise LookupError("asked")
+    hearing = Hearing(caller, send=None)
+    hearing.begin("item_1", 0.0)
+    hearing.partial_at = (-10_000.0, -10.0)  # a partial is due on every rule of the clock
+    speech = InputBuffer(24000)
+    speech.append(b"\1\0" * 48000)
+    hearing.listen("whisper", speech, responding=False, quiet_ms=PAUSING_MS)
+    assert asked == [] and hearing.partial is None
+    with pytest.raises(LookupError):
+        hearing.listen("whisper", speech, responding=False, quiet_ms=PAUSING_MS - WINDOW_MS)
+    assert asked == [True]
+
+
 def test_speech_turns_place_windows_on_the_session_clock():
     turns = SpeechTurns(24000, TurnDetector(), start_ms=1000)
     assert turns.detector.index == 1000 // WINDOW_MS
