@@ -43,6 +43,10 @@ from hypnos.service.state import AppState, state
 
 log = logging.getLogger("hypnos.app")
 _names = itertools.count()
+#: The largest WebSocket frame read (Sanic's default is 1 MiB). OpenAI's Realtime protocol
+#: allows an event of up to 15 MiB, so a larger ``input_audio_buffer.append`` is read and
+#: answered by the session's own bound (an ``error`` event), not by a dropped socket.
+WEBSOCKET_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
 class HypnosApp(Sanic):
@@ -92,6 +96,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
     app.config.RESPONSE_TIMEOUT = config.limits.request_timeout_secs
     app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.WEBSOCKET_MAX_SIZE = WEBSOCKET_MAX_FRAME_BYTES
     app.config.NOISY_EXCEPTIONS = False
     for m in config.models:
         sched.add(build_state(config, m))

@@ -19,8 +19,6 @@ never waits for it, and it never queues behind a model's load in the default exe
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Callable
@@ -35,12 +33,12 @@ from hypnos.service.errors import HypnosError, InvalidRequest
 from hypnos.service.inference.caller import Caller
 from hypnos.service.inference.realtime_book import SessionInfo
 from hypnos.service.inference.realtime_conversation import Conversation
-from hypnos.service.inference.realtime_hearing import Hearing
+from hypnos.service.inference.realtime_hearing import Hearing, check_transcriber
 from hypnos.service.inference.realtime_response import Response, Voices
-from hypnos.service.media.realtime_audio import InputBuffer, from_wire
+from hypnos.service.media.realtime_audio import InputBuffer, decode_event_audio
 from hypnos.service.media.turn_vad import SpeechTurns, TurnDetector, prepare
-from hypnos.service.wire.realtime_in import (FORMAT_RATES, Settings, apply_settings, new_id,
-                                             parse_event, parse_item)
+from hypnos.service.wire.realtime_in import (FORMAT_RATES, Settings, apply_settings,
+                                             item_audio, new_id, parse_event, parse_item)
 from hypnos.service.wire.realtime_out import (error_event, event, item_added, item_done,
                                               rate_limits_event)
 from hypnos.service.wire.transcript_deltas import TranscriptDeltas
@@ -160,7 +158,10 @@ class RealtimeSession:
         if not isinstance(body, dict):
             raise InvalidRequest("'session' must be an object", param="session")
         before = self.settings
-        self.settings = apply_settings(self.settings, body, "session")
+        settings = apply_settings(self.settings, body, "session")
+        if settings.transcription not in (None, before.transcription):
+            check_transcriber(self.deps.caller().sched, settings.transcription, body)
+        self.settings = settings
         if self.settings.input_format != before.input_format:
             self.buffer.convert(FORMAT_RATES[self.settings.input_format])
         if (self.settings.vad, self.settings.input_format) != (before.vad, before.input_format):
@@ -170,14 +171,7 @@ class RealtimeSession:
     # ------------------------------------------------------------------ the input buffer
 
     async def _append(self, ev: dict) -> None:
-        audio = ev.get("audio")
-        fmt = self.settings.input_format
-        if not isinstance(audio, str):
-            raise InvalidRequest(f"'audio' must be base64 audio ({fmt})", param="audio")
-        try:
-            pcm = from_wire(base64.b64decode(audio, validate=True), fmt)
-        except (binascii.Error, ValueError):
-            raise InvalidRequest("'audio' is not valid base64", param="audio") from None
+        pcm = decode_event_audio(ev.get("audio"), self.settings.input_format, "audio")
         buf = self.buffer
         if buf.ms(len(buf.data) + len(pcm)) > self.deps.max_buffer_secs * 1000:
             raise InvalidRequest(
@@ -282,9 +276,33 @@ class RealtimeSession:
 
     async def _item_create(self, ev: dict) -> None:
         item = parse_item(ev.get("item"))
+        heard = self._item_audio(item)
         previous = self.conversation.insert(item, ev.get("previous_item_id"))
-        for frame in [*item_added(item, previous), item_done(item, previous)]:
+        for frame in item_added(item, previous):
             await self.send(frame)
+        if heard is None:
+            await self.send(item_done(item, previous))
+            return
+        index, pcm = heard              # done once heard, as a committed item is
+        self.hearing.commit(item, previous, self._stt(), pcm, self.buffer.rate,
+                            TranscriptDeltas(), index)
+
+    def _item_audio(self, item: dict) -> tuple[int, bytes] | None:
+        """The user item's audio to hear (content index, 16-bit PCM at the input format's
+        rate), decoded and bounded as appended audio is; None: nothing to hear."""
+        found = item_audio(item)
+        if found is None:
+            return None
+        index, audio = found
+        at = f"item.content[{index}].audio"
+        pcm = decode_event_audio(audio, self.settings.input_format, at)
+        ms = self.buffer.ms(len(pcm))
+        if ms < MIN_COMMIT_MS or ms > self.deps.max_buffer_secs * 1000:
+            raise InvalidRequest(
+                f"'{at}' holds {ms:.0f} ms of audio; from {MIN_COMMIT_MS} ms to "
+                f"{self.deps.max_buffer_secs:g} s (limits.realtime_max_buffer_secs) is heard",
+                param=at)
+        return index, pcm
 
     async def _item_delete(self, ev: dict) -> None:
         item = self.conversation.delete(ev.get("item_id"))
@@ -320,11 +338,13 @@ class RealtimeSession:
         self.info.responding = True
 
     async def _respond(self, response: Response) -> None:
-        try:
-            await self.hearing.wait()           # the user's words first
+        async def heard() -> None:              # the user's words first
+            await self.hearing.wait()
             response.items = list(self.conversation.items)
+
+        try:
             started, self.turn_end_at = self.turn_end_at or time.monotonic(), None
-            codec = await response.run()
+            codec = await response.run(heard)
             self.deps.timed("realtime_turn", started, time.monotonic())
             if response.first_audio is not None:
                 self.deps.timed("realtime_first_audio", started, response.first_audio)

@@ -40,6 +40,7 @@ from websockets.exceptions import ConnectionClosed
 from hypnos.engines.records import TranscribeRequest
 from hypnos.service.errors import HypnosError, InvalidRequest
 from hypnos.service.inference.caller import Caller
+from hypnos.service.inference.capabilities import TRANSCRIPTION, require
 from hypnos.service.inference.transcription import transcribe
 from hypnos.service.media.audio_frames import wav_bytes
 from hypnos.service.media.realtime_audio import InputBuffer
@@ -73,6 +74,21 @@ def transcriber_idle(sched: Scheduler, model: str) -> bool:
         return sched.get(model).leases == 0
     except Refused:
         return False
+
+
+def check_transcriber(sched: Scheduler, model: str, body: dict) -> None:
+    """Refuses, naming the field ``body`` (a session.update's session) set it by, a
+    transcription model the pool cannot hear with (OpenAI's "whisper-1" in a pool without
+    that name or alias): every turn would fail with it."""
+    at = ("session.input_audio_transcription.model" if "input_audio_transcription" in body
+          else f"{STT_PARAM}.model")
+    try:
+        require(sched, model, TRANSCRIPTION, param=at)
+    except HypnosError as exc:
+        raise InvalidRequest(
+            f"{exc.message.rstrip('.')}. Name a speech_to_text model of the pool (or give "
+            f"one the alias '{model}'), or leave the model out to use the pool's own",
+            param=at, code="model_not_found" if exc.status == 404 else exc.code) from None
 
 
 class Hearing:
@@ -161,19 +177,20 @@ class Hearing:
         return spaced(done.result.text)
 
     def commit(self, item: dict, previous: str | None, model: str | None, audio: bytes,
-               rate: int, deltas: TranscriptDeltas) -> None:
+               rate: int, deltas: TranscriptDeltas, index: int = 0) -> None:
         """Transcribe the user ``item``'s ``audio`` (``deltas``: what its partials sent), or
-        take the text of the last partial when it transcribed this very audio."""
+        take the text of the last partial when it transcribed this very audio; the
+        transcript goes to the item's content part ``index``."""
         heard = self.partial if self.partial_of == (item["id"], model, audio) else None
         task = asyncio.ensure_future(self._final(item, previous, model, audio, rate, deltas,
-                                                 heard))
+                                                 heard, index))
         self.finals.add(task)
         task.add_done_callback(self.finals.discard)
 
     async def _final(self, item: dict, previous: str | None, model: str | None, audio: bytes,
                      rate: int, deltas: TranscriptDeltas,
-                     heard: asyncio.Task | None = None) -> None:
-        part = item["content"][0]
+                     heard: asyncio.Task | None = None, index: int = 0) -> None:
+        part = item["content"][index]
         text = ""
         try:
             if model is None:
@@ -183,14 +200,14 @@ class Hearing:
             text = said if said is not None else await self._text(model, audio, rate)
             if delta := deltas.final(text):
                 await self.send(event("conversation.item.input_audio_transcription.delta",
-                                      item_id=item["id"], content_index=0, delta=delta))
+                                      item_id=item["id"], content_index=index, delta=delta))
             await self.send(event(
                 "conversation.item.input_audio_transcription.completed", item_id=item["id"],
-                content_index=0, transcript=text,
+                content_index=index, transcript=text,
                 usage={"type": "duration", "seconds": round(len(audio) / 2 / rate, 3)}))
         except HypnosError as exc:
             await self.send(event("conversation.item.input_audio_transcription.failed",
-                                  item_id=item["id"], content_index=0,
+                                  item_id=item["id"], content_index=index,
                                   error={"type": exc.type, "code": exc.code,
                                          "message": exc.message}))
         part["transcript"] = text

@@ -90,8 +90,9 @@ class Response:
     def __init__(self, caller: Caller, voices: Voices, settings: Settings, items: list[dict],
                  send: Send, rid: str,
                  rate_limits: Callable[[], list[dict]] = lambda: []):
-        """``items``: the conversation the answer follows (may be set until ``run``);
-        ``rate_limits``: the key's limits, sent after ``response.created``."""
+        """``items``: the conversation the answer follows (it may change until ``run``'s
+        ``before`` returns); ``rate_limits``: the key's limits, sent after
+        ``response.created``."""
         self.caller, self.voices, self.settings, self.items = caller, voices, settings, items
         self.send, self.rid, self.rate_limits = send, rid, rate_limits
         self.audio = "audio" in settings.modalities and voices.speech is not None
@@ -106,15 +107,19 @@ class Response:
         self.pause = threading.Event() if self.audio and share_cores(
             caller, voices.chat, voices.speech) else None
 
-    async def run(self) -> ResponseCodec:
-        """Returns the codec (its items and spoken sentences) once response.done is out."""
+    async def run(self, before: Callable[[], Awaitable[None]] | None = None) -> ResponseCodec:
+        """Returns the codec (its items and spoken sentences) once response.done is out.
+        ``before``: awaited after ``response.created`` and before the answer is written (the
+        user's words being heard); ``items`` may change until it returns. A cancel at any
+        point, that wait included, still ends in ``response.done``."""
         codec = self.codec
-        codec.previous = self.items[-1]["id"] if self.items else None
-        await self.send(event("response.created", response=response_object(
-            self.rid, "in_progress", modalities=codec.modalities, voice=self.settings.voice,
-            fmt=codec.fmt)))
-        await self.send(rate_limits_event(self.rate_limits()))
+        created = False
         try:
+            await self.send(self._created())
+            created = True
+            await self.send(rate_limits_event(self.rate_limits()))
+            if before is not None:
+                await before()
             await self._produce()
             status, reason = codec.status()
         except asyncio.CancelledError:
@@ -125,11 +130,20 @@ class Response:
             await self.send(error_event(exc.message, kind=exc.type, code=exc.code,
                                         param=exc.param))
         self.finishing = True
+        if not created:                     # cancelled before it went out
+            await self.send(self._created())
         for frame in codec.finish(status, reason):
             await self.send(frame)
         return codec
 
+    def _created(self) -> str:
+        codec = self.codec
+        return event("response.created", response=response_object(
+            self.rid, "in_progress", modalities=codec.modalities, voice=self.settings.voice,
+            fmt=codec.fmt))
+
     async def _produce(self) -> None:
+        self.codec.previous = self.items[-1]["id"] if self.items else None
         params = parse_chat(chat_body(self.voices.chat, self.settings, self.items),
                             self.caller.limits)
         speaker = asyncio.ensure_future(self._speak()) if self.audio else None

@@ -1,10 +1,14 @@
 """The realtime route's audio: its wire formats (24 kHz pcm16, 8 kHz G.711 mu-law / A-law)
 to and from 16-bit PCM, and `InputBuffer`, the session's uncommitted audio placed on the
-session's clock. Pure: no I/O, no event loop."""
+session's clock; an event's base64 audio decoded. Pure: no I/O, no event loop."""
 from __future__ import annotations
+
+import base64
+import binascii
 
 import numpy as np
 
+from hypnos.service.errors import InvalidRequest
 from hypnos.service.media import g711
 from hypnos.service.media.resample import float_to_pcm16, pcm16_to_float, resample
 from hypnos.service.wire.realtime_in import FORMAT_RATES, PCM, PCMA, PCMU
@@ -18,6 +22,17 @@ def from_wire(data: bytes, kind: str) -> bytes:
     if kind == PCM:
         return data[:len(data) - len(data) % 2]
     return g711.decode(data, LAWS[kind]).astype("<i2").tobytes()
+
+
+def decode_event_audio(audio: object, kind: str, param: str) -> bytes:
+    """An event's base64 ``audio`` field of format ``kind`` as 16-bit PCM at the format's
+    rate; an InvalidRequest naming ``param`` when it is not base64 text."""
+    if not isinstance(audio, str):
+        raise InvalidRequest(f"'{param}' must be base64 audio ({kind})", param=param)
+    try:
+        return from_wire(base64.b64decode(audio, validate=True), kind)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"'{param}' is not valid base64", param=param) from None
 
 
 def to_wire(pcm: bytes, rate: int, kind: str) -> bytes:

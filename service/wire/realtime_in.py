@@ -310,7 +310,27 @@ def _part(value: Any, role: str, at: str) -> dict:
     transcript = part.get("transcript")
     out = {"type": "output_audio" if role == "assistant" else "input_audio",
            "transcript": _str(transcript, f"{at}.transcript") if transcript is not None else ""}
+    if role == "user" and part.get("audio") is not None:
+        # base64 in the session's input format: the session transcribes it (``item_audio``)
+        out["audio"] = _str(part["audio"], f"{at}.audio")
     return out
+
+
+def item_audio(item: dict) -> tuple[int, str] | None:
+    """(content index, base64 audio) of the one user ``input_audio`` part of a parsed
+    ``item`` that carries audio and no transcript, taken out of the item (the session
+    transcribes it; the item keeps the transcript); None when no part needs hearing. A
+    part with a transcript says what its audio says, and its audio is dropped."""
+    parts = item.get("content", [])
+    carrying = [i for i, p in enumerate(parts) if "audio" in p]
+    if len(carrying) > 1:
+        raise InvalidRequest("A message item may carry audio in one input_audio part only",
+                             param=f"item.content[{carrying[1]}].audio")
+    if not carrying:
+        return None
+    at = carrying[0]
+    audio = parts[at].pop("audio")
+    return None if parts[at]["transcript"] else (at, audio)
 
 
 def item_text(item: dict) -> str:

@@ -1,6 +1,7 @@
 """GET /v1/realtime through a real `hypnos serve` on the default lineup's voice models, driven
 by the official openai SDK's realtime client (issue 42): a spoken question heard and
-answered in audio and text, a forced function call round trip, barge-in, a bad event, the
+answered in audio and text, an audio item heard, a cancel while the words are heard, a
+forced function call round trip, barge-in, a bad event (an unknown transcription model too), the
 server VAD on noise and silence, partial transcripts while the user speaks, the words heard
 at a pause kept as the final transcription, a G.711 session,
 the key's rate limits, and keys and Origin on the upgrade. Every frame the server sends is
@@ -286,8 +287,58 @@ def test_bad_events_get_error_events_and_the_socket_stays(server):
         assert s.until("error")["error"]["code"] == "response_cancel_not_active"
         s.send({"type": "conversation.item.delete", "item_id": "nope"})
         assert s.until("error")["error"]["code"] == "item_not_found"
+        # A transcription model the pool lacks (OpenAI's name) is refused, in either shape,
+        # and the session keeps hearing with the pool's own.
+        s.send({"type": "session.update", "session": {"type": "realtime", "audio": {
+            "input": {"transcription": {"model": "whisper-1"}}}}})
+        err = s.until("error")["error"]
+        assert err["code"] == "model_not_found" and \
+            err["param"] == "session.audio.input.transcription.model"
+        s.send({"type": "session.update", "session": {
+            "input_audio_transcription": {"model": "gpt-4o-transcribe"}}})
+        assert s.until("error")["error"]["param"] == "session.input_audio_transcription.model"
         s.send({"type": "session.update", "session": {"type": "realtime", "voice": "alloy"}})
-        assert s.until("session.updated")["session"]["audio"]["output"]["voice"] == "alloy"
+        updated = s.until("session.updated")["session"]
+        assert updated["audio"]["output"]["voice"] == "alloy"
+        assert updated["audio"]["input"]["transcription"]["model"] == "whisper"
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}})
+        item = s.until("conversation.item.done")["item"]["id"]
+        s.send({"type": "conversation.item.delete", "item_id": item})
+        assert s.until("conversation.item.deleted")["item_id"] == item
+
+
+def test_an_audio_item_is_heard_and_a_cancel_while_hearing_ends_the_response(server,
+                                                                              question):
+    """Audio in a conversation.item.create's input_audio part is transcribed into the item,
+    as committed audio is; a response cancelled while it waits for the user's words still
+    answers with response.created and response.done (status cancelled)."""
+    with client(server.base).realtime.connect(model="chat") as conn:
+        s = Session(conn)
+        manual(s, output_modalities=["text"])
+        s.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [
+                {"type": "input_audio", "audio": base64.b64encode(question).decode()}]}})
+        item = s.until("conversation.item.added")["item"]
+        assert item["content"] == [{"type": "input_audio", "transcript": ""}]
+        heard = s.until("conversation.item.input_audio_transcription.completed")
+        assert heard["item_id"] == item["id"] and "france" in heard["transcript"].lower()
+        done = s.until("conversation.item.done")["item"]
+        assert done["id"] == item["id"] and done["content"][0]["transcript"] == \
+            heard["transcript"]
+        # Committed, answered and cancelled at once: the cancel reaches the response while
+        # the commit's transcription runs (or, later, while it writes).
+        s.append(question)
+        s.send({"type": "input_audio_buffer.commit"})
+        s.send({"type": "response.create"})
+        s.send({"type": "response.cancel"})
+        created = s.until("response.created")["response"]
+        ended = s.until("response.done")["response"]
+        assert ended["id"] == created["id"] and ended["status"] == "cancelled"
+        assert ended["status_details"]["reason"] == "client_cancelled"
+        s.send({"type": "response.create"})        # the session answers the next one
+        again = s.until("response.done")["response"]
+        assert again["id"] != created["id"] and again["status"] in ("completed", "incomplete")
 
 
 def test_server_vad_ignores_noise_and_silence_and_hears_speech(server, question):
@@ -520,7 +571,8 @@ def test_keys_and_origin_on_the_upgrade(keyed):
 
 
 def test_buffer_bound_and_idle_timeout(keyed):
-    """limits.realtime_max_buffer_secs refuses audio past it (the socket stays); a session
+    """limits.realtime_max_buffer_secs refuses audio past it, in a frame of any size up to
+    OpenAI's (the socket stays); a session
     with no event for limits.realtime_idle_timeout_secs gets an error event, then a close."""
     with connect(ws_url(keyed.base), open_timeout=30, close_timeout=5,
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
@@ -528,6 +580,13 @@ def test_buffer_bound_and_idle_timeout(keyed):
         ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
         assert json.loads(ws.recv())["type"] == "session.updated"
+        # A frame over 1 MiB (Sanic's default bound; OpenAI allows 15 MiB) is read and
+        # answered by the session's own bound.
+        ws.send(json.dumps({"type": "input_audio_buffer.append",
+                            "audio": base64.b64encode(b"\0" * 1_200_000).decode()}))
+        err = json.loads(ws.recv())
+        EVENTS.validate_python(err)
+        assert err["error"]["code"] == "input_audio_buffer_full"
         second = base64.b64encode(b"\0" * 48000).decode()
         ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
         ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))

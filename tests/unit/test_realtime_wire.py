@@ -18,7 +18,8 @@ from hypnos.service.media.turn_vad import WINDOW_MS, SileroStream, SpeechTurns, 
 from hypnos.service.wire.chat import parse_chat
 from hypnos.service.wire.codec import TurnEnd
 from hypnos.service.wire.realtime_in import (Settings, Vad, apply_settings, chat_body,
-                                             chat_messages, parse_event, parse_item)
+                                             chat_messages, item_audio, parse_event,
+                                             parse_item)
 from hypnos.service.wire.realtime_out import (ResponseCodec, error_event, event,
                                               rate_limits_event)
 from hypnos.service.wire.sentences import SentenceSplitter
@@ -144,6 +145,33 @@ def test_a_bad_item_is_named(item, param):
     with pytest.raises(InvalidRequest) as e:
         parse_item(item)
     assert e.value.param == param
+
+
+def test_a_user_audio_part_is_taken_out_to_be_heard():
+    """A user input_audio part's base64 audio leaves the item (the session transcribes it
+    into the part's transcript); a transcript given with it says what it says, and the audio
+    is dropped; an assistant's audio is never kept; two parts with audio are refused."""
+    said = parse_item({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Listen:"}, {"type": "input_audio", "audio": "AAA="}]})
+    assert item_audio(said) == (1, "AAA=")
+    assert said["content"][1] == {"type": "input_audio", "transcript": ""}
+    assert item_audio(said) is None                     # taken once
+    told = parse_item({"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": "AAA=", "transcript": "hello"}]})
+    assert item_audio(told) is None and told["content"][0] == {"type": "input_audio",
+                                                               "transcript": "hello"}
+    spoken = parse_item({"type": "message", "role": "assistant", "content": [
+        {"type": "audio", "audio": "AAA=", "transcript": "hi"}]})
+    assert item_audio(spoken) is None and "audio" not in spoken["content"][0]
+    twice = parse_item({"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": "AAA="}, {"type": "input_audio", "audio": "AAA="}]})
+    with pytest.raises(InvalidRequest) as e:
+        item_audio(twice)
+    assert e.value.param == "item.content[1].audio"
+    with pytest.raises(InvalidRequest) as e:
+        parse_item({"type": "message", "role": "user",
+                    "content": [{"type": "input_audio", "audio": 7}]})
+    assert e.value.param == "item.content[0].audio"
 
 
 # ------------------------------------------------------------------ the codec
