@@ -127,6 +127,30 @@ def test_best_k_drafts_only_where_it_pays():
     assert 1 <= best_k(0.6, 0.1, 0.01, 8) < 8
 
 
+def test_best_k_takes_a_measured_length_over_the_line():
+    """Where a step of 3 drafts was measured cheaper than the line (a CPU's kernels take
+    positions in groups of 4), the length goes there: without the reading, one draft."""
+    assert best_k(0.85, 1.0, 0.7, 8) == 1
+    assert best_k(0.85, 1.0, 0.7, 8, {3: 2.6}) == 3
+    assert best_k(0.85, 1.0, 0.7, 8, {1: 5.0, 2: 5.0, 3: 5.0}) == 0    # all too dear
+
+
+def test_kind_stats_read_each_draft_length_and_trust_it_after_a_few_steps():
+    stats = KindStats(n_max=8)
+    for step_s in (0.5, 0.1):
+        stats.record(3, 3, step_s)
+    assert stats.measured() == {}                       # two readings: the line still
+    stats.record(3, 3, 0.1)
+    # A plain mean of the first readings: the slow first step does not outweigh two.
+    assert stats.measured() == {3: pytest.approx(0.7 / 3)}
+    line = KindStats(n_max=8)
+    for s in (stats, line):     # plain steps of 0.1 s, 0.08 s a draft, 90 % taken
+        s.plain_steps = s.draft_steps = WARMUP
+        s.plain_s, s.per_draft_s, s.accepted, s.rejections = 0.1, 0.08, 9.0, 1.0
+    assert line.n_for_next() == 1
+    assert stats.n_for_next() == 3
+
+
 def _feed(stats: KindStats, steps: int, accepted: int, drafted: int, plain_s: float,
           draft_s: float) -> None:
     for _ in range(steps):

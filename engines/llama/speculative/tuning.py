@@ -1,10 +1,13 @@
 """``speculative = "auto"``: draft only where it pays, measured per model and kind of request.
 
 The model is the one that decides speculation's worth on any hardware: a decode step with k
-drafted tokens costs ``plain + k * per_draft`` seconds (verifying k extra positions) and
-yields ``(1 - a^(k+1)) / (1 - a)`` tokens on average, ``a`` being the chance that a drafted
-token is accepted (each step stops at the first rejection). ``best_k`` picks the k in
-1..n_max with the most tokens per second, and none when no k beats plain decoding by
+drafted tokens costs ``plain + k * per_draft`` seconds (verifying k extra positions), or what
+steps of exactly k drafts were measured to cost once ``SIZE_READINGS`` of them were (a CPU's
+matrix kernels work on columns in groups, so a batch of 4 positions may cost less than one of
+3: Qwen2.5-Coder-0.5B on 2 AVX2 cores, ``bench/spec_step_costs.py``), and yields
+``(1 - a^(k+1)) / (1 - a)`` tokens on average, ``a`` being the chance that a drafted token is
+accepted (each step stops at the first rejection). ``best_k`` picks the k in 1..n_max with
+the most tokens per second, and none when no k beats plain decoding by
 ``MARGIN``; then only one step in ``PROBE_EVERY`` drafts, which keeps the figures fresh at a
 bounded cost (about 1/PROBE_EVERY of a slow-down at worst). ``KindStats`` holds the running
 figures (exponential averages), ``AutoDrafter`` wraps a drafter with them. Pure but for the
@@ -12,7 +15,7 @@ clock readings the decode loop hands in.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hypnos.engines.llama.speculative import Drafter, Plan
 
@@ -23,6 +26,8 @@ PROBE_EVERY = 16
 #: Steps of each sort seen before the figures are trusted (drafting meanwhile).
 WARMUP = 8
 ALPHA = 0.1            # weight of a new reading in the averages
+#: Steps of one draft length read before their own cost is used instead of the line's.
+SIZE_READINGS = 3
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -33,11 +38,15 @@ def expected_tokens(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def best_k(a: float, plain_s: float, per_draft_s: float, n_max: int) -> int:
-    """The draft length (0: do not draft) with the most tokens per second."""
+def best_k(a: float, plain_s: float, per_draft_s: float, n_max: int,
+           measured: dict[int, float] | None = None) -> int:
+    """The draft length (0: do not draft) with the most tokens per second; a step of k
+    drafts costs ``measured[k]`` seconds where given, ``plain_s + k * per_draft_s`` else."""
     best, best_rate = 0, 0.0
+    measured = measured or {}
     for k in range(1, n_max + 1):
-        rate = expected_tokens(a, k) / (plain_s + k * max(per_draft_s, 0.0))
+        cost = measured.get(k) or plain_s + k * max(per_draft_s, 0.0)
+        rate = expected_tokens(a, k) / cost
         if rate > best_rate:
             best, best_rate = k, rate
     return best if best_rate * plain_s >= MARGIN else 0
@@ -55,6 +64,13 @@ class KindStats:
     plain_steps: int = 0
     draft_steps: int = 0
     since_probe: int = 0
+    #: Drafted tokens k -> the running seconds of a step of k drafts, and how many were read.
+    size_s: dict[int, float] = field(default_factory=dict)
+    size_steps: dict[int, int] = field(default_factory=dict)
+
+    def measured(self) -> dict[int, float]:
+        """The step costs read often enough to be trusted (``SIZE_READINGS``)."""
+        return {k: s for k, s in self.size_s.items() if self.size_steps[k] >= SIZE_READINGS}
 
     @property
     def acceptance(self) -> float:
@@ -65,7 +81,8 @@ class KindStats:
         """How many tokens the next step may draft (0: a plain step)."""
         if self.plain_steps < WARMUP or self.draft_steps < WARMUP:
             return self.n_max
-        k = best_k(self.acceptance, self.plain_s, self.per_draft_s, self.n_max)
+        k = best_k(self.acceptance, self.plain_s, self.per_draft_s, self.n_max,
+                   self.measured())
         if k:
             return k
         self.since_probe += 1
@@ -85,6 +102,12 @@ class KindStats:
             extra = max(step_s - self.plain_s, 0.0) / drafted
             self.per_draft_s = _ema(self.per_draft_s, extra, self.draft_steps)
         self.draft_steps += 1
+        seen = self.size_steps.get(drafted, 0)
+        # A plain mean of the first readings (one slow step must not decide a length for
+        # good), then the same decay as the other figures.
+        weight = max(1.0 / (seen + 1), ALPHA)
+        self.size_s[drafted] = self.size_s.get(drafted, 0.0) * (1 - weight) + step_s * weight
+        self.size_steps[drafted] = seen + 1
         # Decayed counts, so the acceptance follows the recent requests.
         self.accepted = self.accepted * (1 - ALPHA) + accepted
         self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
