@@ -99,7 +99,8 @@ class Response:
         self.sentences: asyncio.Queue[str | None] = asyncio.Queue()
         self.codec = ResponseCodec(rid, audio=self.audio, voice=settings.voice,
                                    speak=self.sentences.put_nowait,
-                                   fmt=settings.output_format)
+                                   fmt=settings.output_format,
+                                   max_tokens=settings.max_output_tokens)
         self.reason = "client_cancelled"        # set before a cancel
         self.finishing = False                  # the closing events are going out
         self.first_audio: float | None = None   # time.monotonic() of the first audio sent
@@ -140,7 +141,7 @@ class Response:
         codec = self.codec
         return event("response.created", response=response_object(
             self.rid, "in_progress", modalities=codec.modalities, voice=self.settings.voice,
-            fmt=codec.fmt))
+            fmt=codec.fmt, max_tokens=codec.max_tokens))
 
     async def _produce(self) -> None:
         self.codec.previous = self.items[-1]["id"] if self.items else None

@@ -1,8 +1,9 @@
 // Push-to-talk over GET /v1/realtime (OpenAI's Realtime protocol): hold the button to speak,
 // release to send; the answer streams back as text and 24 kHz audio. The microphone is read
 // at 24 kHz and sent as pcm16 input_audio_buffer.append events; turn detection is off (the
-// button is the turn). Speaking again while the answer plays cancels it (response.cancel)
-// and stops its audio. The API key, when the server has one, goes as the subprotocol
+// button is the turn). Speaking again while the answer plays cancels it (response.cancel),
+// stops its audio and tells the server how much of it was heard (conversation.item.truncate),
+// so the conversation keeps only what the user heard. The API key, when the server has one, goes as the subprotocol
 // "openai-insecure-api-key.<key>" (a browser cannot set Authorization on a WebSocket).
 import { el, showError, showInfo } from "./api.js";
 import { wavBlob } from "./audio.js";
@@ -11,6 +12,9 @@ const RATE = 24000;
 const $ = (id) => document.getElementById(id);
 let ws = null, wsModel = null, audioCtx = null, mic = null, answer = null, responding = false;
 let playAt = 0, sources = [];
+// The answer being played: its message item and its audio's chunks as [start (audioCtx
+// time), seconds], so what was heard is known however the chunks were spaced.
+let playing = null;
 
 export function setup() {
   const talk = $("rt-talk");
@@ -58,7 +62,7 @@ async function start() {
   mic = { pending: true };
   try {
     const sock = await connect(model);
-    if (responding) { sock.send(JSON.stringify({ type: "response.cancel" })); silence(); }
+    interrupt(sock);
     const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
     const source = audioCtx.createMediaStreamSource(stream);
     const node = audioCtx.createScriptProcessor(4096, 1, 1);
@@ -105,10 +109,24 @@ function stop() {
   showInfo($("rt-state"), "answering…");
 }
 
+// The user talks over the answer: cancel it while it is made, and cut it to what was heard
+// while its audio plays (after the cancel, which puts the message in the conversation).
+function interrupt(sock) {
+  if (responding) sock.send(JSON.stringify({ type: "response.cancel" }));
+  if (playing && playing.item && audioCtx && playAt > audioCtx.currentTime) {
+    const now = audioCtx.currentTime;
+    const heard = playing.chunks.reduce((n, [at, secs]) => n + Math.min(Math.max(0, now - at), secs), 0);
+    sock.send(JSON.stringify({ type: "conversation.item.truncate", item_id: playing.item,
+                               content_index: 0, audio_end_ms: Math.round(heard * 1000) }));
+  }
+  silence();
+}
+
 function silence() {
   sources.forEach((s) => { try { s.stop(); } catch { /* already ended */ } });
   sources = [];
   playAt = 0;
+  playing = null;
 }
 
 function play(bytes) {
@@ -122,6 +140,8 @@ function play(bytes) {
   src.connect(audioCtx.destination);
   playAt = Math.max(playAt, audioCtx.currentTime + 0.05);
   src.start(playAt);
+  if (!playing || playing.item !== answer.item) playing = { item: answer.item, chunks: [] };
+  playing.chunks.push([playAt, buffer.duration]);
   playAt += buffer.duration;
   sources.push(src);
 }
@@ -146,6 +166,9 @@ function onEvent(ev) {
     case "response.created":
       responding = true;
       if (!answer) answer = turnBox();
+      break;
+    case "response.output_item.added":
+      if (answer && ev.item.type === "message") answer.item = ev.item.id;
       break;
     case "response.output_audio_transcript.delta":
     case "response.output_text.delta":

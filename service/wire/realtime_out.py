@@ -55,12 +55,14 @@ def rate_limits_event(limits: list[dict]) -> str:
 
 def response_object(rid: str, status: str, *, modalities: tuple[str, ...], voice: str,
                     output: list[dict] | None = None, usage: dict | None = None,
-                    details: dict | None = None, fmt: str = PCM) -> dict:
+                    details: dict | None = None, fmt: str = PCM,
+                    max_tokens: int | None = None) -> dict:
+    """``max_tokens``: the response's cap on output tokens (None: "inf", none)."""
     out: dict = {"id": rid, "object": "realtime.response", "status": status,
                  "status_details": details, "output": output or [],
                  "conversation_id": None, "output_modalities": list(modalities),
                  "audio": {"output": {"format": format_wire(fmt), "voice": voice}},
-                 "max_output_tokens": "inf"}
+                 "max_output_tokens": "inf" if max_tokens is None else max_tokens}
     if usage is not None:
         out["usage"] = usage
     return out
@@ -87,11 +89,12 @@ class ResponseCodec:
 
     def __init__(self, rid: str, *, audio: bool, voice: str,
                  speak: Callable[[str], None] = lambda _s: None, fmt: str = PCM,
-                 previous: str | None = None):
+                 previous: str | None = None, max_tokens: int | None = None):
         """``fmt``: the audio deltas' format; ``previous``: the conversation's last item
-        when the response starts (its first item follows it)."""
+        when the response starts (its first item follows it); ``max_tokens``: its cap on
+        output tokens (None: none)."""
         self.rid, self.audio, self.voice, self.speak = rid, audio, voice, speak
-        self.fmt, self.previous = fmt, previous
+        self.fmt, self.previous, self.max_tokens = fmt, previous, max_tokens
         self.splitter = SentenceSplitter()
         self.output: list[dict] = []        # the response's items, in order
         self.message: dict | None = None    # the assistant message, once it has text
@@ -243,7 +246,8 @@ class ResponseCodec:
                                                        "message": self.error.message}}
         frames.append(event("response.done", response=response_object(
             self.rid, status, modalities=self.modalities, voice=self.voice,
-            output=self.output, usage=usage_of(self.end), details=details, fmt=self.fmt)))
+            output=self.output, usage=usage_of(self.end), details=details, fmt=self.fmt,
+            max_tokens=self.max_tokens)))
         return frames
 
     def status(self) -> tuple[str, str | None]:

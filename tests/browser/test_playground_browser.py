@@ -6,6 +6,7 @@ go to tests/artifacts/playground/.
 An HTML upload converts through docling in the documents view, an audio upload is
 transcribed, answered and spoken in the voice view, and the embeddings view is compared against
 the API; the entities view (no GLiNER model here) is checked to degrade."""
+import base64
 import json
 import math
 import sys
@@ -262,6 +263,48 @@ def test_realtime_push_to_talk_hears_answers_and_speaks(tab, server):
     audio = page.wait_for_selector(".realtime-turn audio", timeout=SLOW_MS)
     assert float(audio.get_attribute("data-seconds")) > 0.3
     tab.screenshot("voice-realtime")
+    assert tab.console_errors == []
+
+
+def test_realtime_talking_over_the_answer_cuts_it_to_what_was_heard(tab, server):
+    """Issue 42's barge-in from the page: pressing push-to-talk while the answer's audio
+    plays stops it and sends conversation.item.truncate for the answer's message, with the
+    milliseconds played (after response.cancel while it is still being made); the server
+    confirms the cut. The press comes as the first audio arrives, which plays at least a
+    phrase's length, so the answer is always still playing then."""
+    page = tab.open("voice")
+    page.wait_for_selector('#voice-chat option[value="smol"]', state="attached")
+    sockets = []
+    page.on("websocket", lambda ws: "/v1/realtime" in ws.url and sockets.append(ws))
+    sent, got = [], []
+    page.dispatch_event("#rt-talk", "pointerdown")
+    page.wait_for_function("() => document.getElementById('rt-talk').textContent"
+                           ".startsWith('Release')", timeout=SLOW_MS)
+    ws = sockets[0]
+    ws.on("framesent", lambda f: sent.append(json.loads(f)))
+    ws.on("framereceived", lambda f: got.append(json.loads(f)))
+    page.wait_for_timeout(1500)
+    with ws.expect_event("framereceived", timeout=SLOW_MS,
+                         predicate=lambda f: '"response.output_audio.delta"' in f):
+        page.dispatch_event("#rt-talk", "pointerup")
+    page.dispatch_event("#rt-talk", "pointerdown")          # talk over it
+    with ws.expect_event("framereceived", timeout=SLOW_MS,
+                         predicate=lambda f: '"conversation.item.truncated"' in f):
+        pass
+    page.dispatch_event("#rt-talk", "pointerup")
+    message = [e["item"]["id"] for e in got if e["type"] == "response.output_item.added"
+               and e["item"]["type"] == "message"][0]
+    cut = [e for e in sent if e["type"] == "conversation.item.truncate"]
+    assert len(cut) == 1 and cut[0]["item_id"] == message
+    played = sum(len(base64.b64decode(e["delta"])) for e in got
+                 if e["type"] == "response.output_audio.delta") / 2 / 24000 * 1000
+    assert 0 <= cut[0]["audio_end_ms"] <= played + 1
+    kinds = [e["type"] for e in sent]
+    if "response.cancel" in kinds:                          # still being made when pressed
+        assert kinds.index("response.cancel") < kinds.index("conversation.item.truncate")
+    assert [e["item_id"] for e in got if e["type"] == "conversation.item.truncated"] == \
+        [message]
+    assert not [e for e in got if e["type"] == "error"]
     assert tab.console_errors == []
 
 

@@ -155,6 +155,7 @@ def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, questio
         created = s.until("response.created")["response"]
         done = s.until("response.done")["response"]
         assert done["id"] == created["id"] and done["status"] == "completed", done
+        assert created["max_output_tokens"] == done["max_output_tokens"] == 40  # the session's
         assert done["usage"]["output_tokens"] > 0 and done["usage"]["input_tokens"] > 0
         audio = audio_of(s.seen, done["id"])
         assert len(audio) > 24000 * 2 * 0.3 and rms(audio) > 0.01     # over 0.3 s, not silent

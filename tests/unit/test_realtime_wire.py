@@ -213,7 +213,8 @@ def test_codec_speaks_sentences_and_closes_with_what_was_heard():
 
 
 def test_codec_text_and_a_call():
-    codec = ResponseCodec("resp_2", audio=False, voice="alloy", previous="item_user")
+    codec = ResponseCodec("resp_2", audio=False, voice="alloy", previous="item_user",
+                          max_tokens=40)
     frames = codec.delta(0, ChatDelta(content="Hi"))
     frames += codec.delta(0, ChatDelta(content=" there."))
     frames += codec.delta(0, ChatDelta(tool_call=ToolCall("get_weather", '{"city": "Oslo"}')))
@@ -225,7 +226,7 @@ def test_codec_text_and_a_call():
     args = [e for e in evs if e["type"] == "response.function_call_arguments.done"][0]
     assert args["name"] == "get_weather" and args["output_index"] == 1
     done = evs[-1]["response"]
-    assert done["status"] == "incomplete"
+    assert done["status"] == "incomplete" and done["max_output_tokens"] == 40
     assert done["status_details"]["reason"] == "max_output_tokens"
     assert [o["type"] for o in done["output"]] == ["message", "function_call"]
     # Each item entered the conversation (created, added) after the one before it, and was
