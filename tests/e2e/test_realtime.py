@@ -5,7 +5,8 @@ forced function call round trip, barge-in, a bad event (an unknown transcription
 server VAD on noise and silence, partial transcripts while the user speaks, the words heard
 at a pause kept as the final transcription, a G.711 session,
 the key's rate limits, and keys and Origin on the upgrade. Every frame the server sends is
-validated against the SDK's server-event types."""
+validated against the SDK's server-event types, those it sends after a test's last expected
+event too (``Session.drain``)."""
 import base64
 import json
 import sys
@@ -108,6 +109,18 @@ class Session:
                 return ev
         raise AssertionError(f"no {kind} in {limit} events")
 
+    def drain(self, quiet: float = 1.0) -> None:
+        """Reads, validating each, the frames the server still sends, until ``quiet``
+        seconds pass without one (the test's last event is seldom the session's last)."""
+        socket = self.conn._connection      # the SDK's websocket: recv_bytes takes no timeout
+        while True:
+            try:
+                raw = socket.recv(timeout=quiet, decode=False)
+            except TimeoutError:
+                return
+            EVENTS.validate_json(raw)
+            self.seen.append(json.loads(raw))
+
     def send(self, event: dict) -> None:
         self.conn.send(event)
 
@@ -190,6 +203,7 @@ def test_spoken_question_is_heard_and_answered_in_audio_and_text(server, questio
         text = [e for e in s.seen if e["type"] == "response.output_text.done"][-1]["text"]
         assert done["status"] in ("completed", "incomplete") and deltas == text and text.strip()
         assert not audio_of(s.seen, done["id"])
+        s.drain()
     flows = server.status()["latency"]["workflows"]
     assert flows["realtime_first_audio"]["count"] >= 1
     assert flows["realtime_turn"]["count"] >= 2 and flows["realtime_first_audio"]["p50"] > 0
@@ -217,6 +231,7 @@ def test_forced_function_call_round_trip(server):
         done = s.until("response.done")["response"]
         assert done["status"] in ("completed", "incomplete")     # max_output_tokens may end it
         assert [o["type"] for o in done["output"]] == ["message"]
+        s.drain()
 
 
 def test_barge_in_cancels_the_answer_and_keeps_what_was_said(server, question):
@@ -267,6 +282,7 @@ def test_barge_in_cancels_the_answer_and_keeps_what_was_said(server, question):
                                          and e["response"]["id"] == rid)):]
         assert not [e for e in after if e.get("response_id") == rid
                     and e["type"] == "response.output_audio.delta"]      # none after done
+        s.drain()
 
 
 def test_bad_events_get_error_events_and_the_socket_stays(server):
@@ -307,6 +323,7 @@ def test_bad_events_get_error_events_and_the_socket_stays(server):
         item = s.until("conversation.item.done")["item"]["id"]
         s.send({"type": "conversation.item.delete", "item_id": item})
         assert s.until("conversation.item.deleted")["item_id"] == item
+        s.drain()
 
 
 def test_an_audio_item_is_heard_and_a_cancel_while_hearing_ends_the_response(server,
@@ -340,6 +357,7 @@ def test_an_audio_item_is_heard_and_a_cancel_while_hearing_ends_the_response(ser
         s.send({"type": "response.create"})        # the session answers the next one
         again = s.until("response.done")["response"]
         assert again["id"] != created["id"] and again["status"] in ("completed", "incomplete")
+        s.drain()
 
 
 def test_server_vad_ignores_noise_and_silence_and_hears_speech(server, question):
@@ -370,6 +388,7 @@ def test_server_vad_ignores_noise_and_silence_and_hears_speech(server, question)
         assert "france" in heard["transcript"].lower()
         done = s.until("response.done")["response"]         # create_response is on
         assert done["status"] in ("completed", "incomplete")
+        s.drain()
 
 
 def first(s: Session, kind: str) -> dict:
@@ -423,6 +442,7 @@ def test_partial_transcripts_while_the_user_speaks(server):
         assert first(s, "input_audio_buffer.committed")["item_id"] == item
         assert heard["item_id"] == item and "france" in heard["transcript"].lower()
         assert whisper_status(server)["total_requests_served"] - served >= 2   # a partial
+        s.drain()
     deltas = [e for e in s.seen if e["type"] ==
               "conversation.item.input_audio_transcription.delta" and e["item_id"] == item]
     assert deltas and s.seen.index(deltas[-1]) < s.seen.index(heard)
@@ -461,6 +481,7 @@ def test_a_pause_is_heard_before_the_stop_and_the_stop_keeps_its_words(server, q
         assert first(s, "input_audio_buffer.speech_stopped")["item_id"] == heard["item_id"]
         assert "france" in heard["transcript"].lower()
         assert whisper_status(server)["total_requests_served"] - served == 1
+        s.drain()
 
 
 def test_g711_session_round_trip(server, question):
@@ -486,6 +507,7 @@ def test_g711_session_round_trip(server, question):
         alaw = audio_of(s.seen, done["id"])
         assert len(alaw) > 8000 * 0.3                       # over 0.3 s at 8 kHz
         assert rms(g711.decode(alaw, "alaw").astype("<i2").tobytes()) > 0.01
+        s.drain()
 
 
 def test_rate_limits_report_the_keys_budgets(keyed):
@@ -506,6 +528,7 @@ def test_rate_limits_report_the_keys_budgets(keyed):
         before = s.until("rate_limits.updated")["rate_limits"]
         done = s.until("response.done")["response"]
         after = s.until("rate_limits.updated")["rate_limits"]
+        s.drain()
     limits = {r["name"]: r for r in before}
     assert set(limits) == {"requests", "tokens"}
     assert limits["requests"]["limit"] == 100 and limits["requests"]["remaining"] == 99
@@ -518,21 +541,28 @@ def test_rate_limits_report_the_keys_budgets(keyed):
         limits["tokens"]["remaining"] - spent
     with connect(ws_url(keyed.base), open_timeout=30,
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
-        assert json.loads(ws.recv())["type"] == "session.created"
+        assert frame(ws)["type"] == "session.created"
         ws.send(json.dumps({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user",
             "content": [{"type": "input_text", "text": "Hi."}]}}))
         ws.send(json.dumps({"type": "response.create", "response": {
             "output_modalities": ["text"], "max_output_tokens": 4}}))
-        while (ev := json.loads(ws.recv(timeout=60)))["type"] != "rate_limits.updated":
-            EVENTS.validate_python(ev)
+        while (ev := frame(ws, timeout=60))["type"] != "rate_limits.updated":
+            pass
         assert ev["rate_limits"] == []
-        while json.loads(ws.recv(timeout=60))["type"] != "response.done":
+        while frame(ws, timeout=60)["type"] != "response.done":
             pass
     # The next test may open this server's one session only once this one is closed.
     while httpx.get(keyed.base + "/v1/memory/status", timeout=30, headers={
             "Authorization": f"Bearer {KEY}"}).json()["realtime"]["open"]:
         time.sleep(0.05)
+
+
+def frame(ws, timeout: float | None = None) -> dict:
+    """The next frame of a plain websocket, validated against the SDK's server events."""
+    raw = ws.recv(timeout=timeout)
+    EVENTS.validate_json(raw)
+    return json.loads(raw)
 
 
 def ws_url(base: str) -> str:
@@ -545,13 +575,12 @@ def test_keys_and_origin_on_the_upgrade(keyed):
     assert refused.value.response.status_code == 401
     with connect(ws_url(keyed.base), open_timeout=30,
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
-        assert json.loads(ws.recv())["type"] == "session.created"
+        assert frame(ws)["type"] == "session.created"
     # A browser's way: the key as a subprotocol; the server picks "realtime".
     with connect(ws_url(keyed.base), open_timeout=30, origin="http://localhost:5173",
                  subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
         assert ws.subprotocol == "realtime"
-        first = json.loads(ws.recv())
-        EVENTS.validate_python(first)
+        first = frame(ws)
         assert first["type"] == "session.created"
         # One session is the limit: a second is refused before the upgrade.
         with pytest.raises(InvalidStatus) as busy:
@@ -577,26 +606,24 @@ def test_buffer_bound_and_idle_timeout(keyed):
     with no event for limits.realtime_idle_timeout_secs gets an error event, then a close."""
     with connect(ws_url(keyed.base), open_timeout=30, close_timeout=5,
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
-        assert json.loads(ws.recv())["type"] == "session.created"
+        assert frame(ws)["type"] == "session.created"
         ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
-        assert json.loads(ws.recv())["type"] == "session.updated"
+        assert frame(ws)["type"] == "session.updated"
         # A frame over 1 MiB (Sanic's default bound; OpenAI allows 15 MiB) is read and
         # answered by the session's own bound.
         ws.send(json.dumps({"type": "input_audio_buffer.append",
                             "audio": base64.b64encode(b"\0" * 1_200_000).decode()}))
-        err = json.loads(ws.recv())
-        EVENTS.validate_python(err)
+        err = frame(ws)
         assert err["error"]["code"] == "input_audio_buffer_full"
         second = base64.b64encode(b"\0" * 48000).decode()
         ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
         ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
-        err = json.loads(ws.recv())
-        EVENTS.validate_python(err)
+        err = frame(ws)
         assert err["error"]["code"] == "input_audio_buffer_full"
         ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
-        assert json.loads(ws.recv())["type"] == "input_audio_buffer.cleared"
-        idle = json.loads(ws.recv(timeout=30))          # nothing sent for 6 s
+        assert frame(ws)["type"] == "input_audio_buffer.cleared"
+        idle = frame(ws, timeout=30)          # nothing sent for 6 s
         assert idle["type"] == "error" and idle["error"]["code"] == "idle_timeout"
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=30)
