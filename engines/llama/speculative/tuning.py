@@ -67,10 +67,13 @@ class KindStats:
     #: Drafted tokens k -> the running seconds of a step of k drafts, and how many were read.
     size_s: dict[int, float] = field(default_factory=dict)
     size_steps: dict[int, int] = field(default_factory=dict)
+    #: Of ``size_s``, the costs read often enough to be trusted (``SIZE_READINGS``): kept as
+    #: they are read, so a decode step's decision builds nothing.
+    trusted: dict[int, float] = field(default_factory=dict)
 
     def measured(self) -> dict[int, float]:
         """The step costs read often enough to be trusted (``SIZE_READINGS``)."""
-        return {k: s for k, s in self.size_s.items() if self.size_steps[k] >= SIZE_READINGS}
+        return self.trusted
 
     @property
     def acceptance(self) -> float:
@@ -82,7 +85,7 @@ class KindStats:
         if self.plain_steps < WARMUP or self.draft_steps < WARMUP:
             return self.n_max
         k = best_k(self.acceptance, self.plain_s, self.per_draft_s, self.n_max,
-                   self.measured())
+                   self.trusted)
         if k:
             return k
         self.since_probe += 1
@@ -108,6 +111,8 @@ class KindStats:
         weight = max(1.0 / (seen + 1), ALPHA)
         self.size_s[drafted] = self.size_s.get(drafted, 0.0) * (1 - weight) + step_s * weight
         self.size_steps[drafted] = seen + 1
+        if seen + 1 >= SIZE_READINGS:
+            self.trusted[drafted] = self.size_s[drafted]
         # Decayed counts, so the acceptance follows the recent requests.
         self.accepted = self.accepted * (1 - ALPHA) + accepted
         self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
