@@ -2,15 +2,24 @@
 in numpy (known code points, every sample's round trip within its step, every code's), the
 wire formats to and from 16-bit PCM, the input buffer on the session's clock, when a partial
 transcription is due, and the partial-transcript deltas (appended text, never taken back;
-the final one authoritative)."""
+the final one authoritative); an event's base64 audio decoded in pieces, the event loop
+let run between them."""
+import asyncio
+import base64
+import os
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from hypnos.service.inference.realtime_hearing import partial_due
-from hypnos.service.media import g711
-from hypnos.service.media.realtime_audio import InputBuffer, from_wire, to_wire
+from hypnos.service.errors import InvalidRequest
+from hypnos.service.inference.realtime import RealtimeSession
+from hypnos.service.media import g711, realtime_audio
+from hypnos.service.media.realtime_audio import (InputBuffer, b64_pieces, decode_event_audio,
+                                                 from_wire, to_wire)
 from hypnos.service.media.resample import float_to_pcm16, pcm16_to_float
-from hypnos.service.wire.realtime_in import bytes_per_ms
+from hypnos.service.wire.realtime_in import PCM, PCMU, bytes_per_ms
 from hypnos.service.wire.transcript_deltas import TranscriptDeltas
 
 EVERY = np.arange(-32768, 32768).astype(np.int16)
@@ -101,6 +110,68 @@ def test_input_buffer_keeps_the_session_clock():
     buf.append(b"\0" * 4800)                   # 100 ms at 24 kHz
     assert len(buf.take()) == pytest.approx(400 * 48, abs=4)
     assert (buf.start_ms, buf.held_ms, buf.received_ms) == (1100, 0, 1100)
+
+
+# ------------------------------------------------------------------ base64 in pieces
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 5, 6, 7, 12, 13, 25, 300])
+def test_pieces_decode_what_one_decode_does(monkeypatch, size):
+    monkeypatch.setattr(realtime_audio, "B64_PIECE", 8)
+    raw = os.urandom(size)
+    text = base64.b64encode(raw).decode()
+    pieces = list(b64_pieces(text, "audio"))
+    assert b"".join(pieces) == raw
+    assert len(pieces) == max(1, -(-len(text) // 8))
+    assert decode_event_audio(text, PCMU, "audio") == from_wire(raw, PCMU)
+
+
+@pytest.mark.parametrize("text", [
+    "AAAAAA==AAAA",         # padding that ends a piece that is not the last
+    "AA==AAAAAAAA",
+    "AAAAAAAAAA",           # not a multiple of 4
+    "AAAAAAAAAA*A",         # a character outside the alphabet in the last piece
+    "AA\nAAAAAAAAA",
+    "AAAAAAAAAAAé",
+])
+def test_what_one_decode_refuses_the_pieces_refuse(monkeypatch, text):
+    with pytest.raises(ValueError):
+        base64.b64decode(text, validate=True)
+    monkeypatch.setattr(realtime_audio, "B64_PIECE", 8)
+    with pytest.raises(InvalidRequest, match="'item.content\\[0\\].audio' is not valid base64"):
+        list(b64_pieces(text, "item.content[0].audio"))
+
+
+def test_audio_that_is_not_text_is_refused():
+    with pytest.raises(InvalidRequest, match="must be base64 audio") as info:
+        decode_event_audio(["AAAA"], PCM, "audio")
+    assert info.value.param == "audio"
+
+
+def test_a_long_append_lets_the_event_loop_run_between_pieces(monkeypatch):
+    monkeypatch.setattr(realtime_audio, "B64_PIECE", 64)
+    raw = os.urandom(48 * 40)           # 2560 characters: 40 pieces
+    session = SimpleNamespace(settings=SimpleNamespace(input_format=PCM))
+
+    async def main():
+        ticks = 0
+        decoding = True
+
+        async def other():              # another session's task, say
+            nonlocal ticks
+            while decoding:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        pcm = await RealtimeSession._decoded(session, base64.b64encode(raw).decode(), "audio")
+        decoding = False
+        await task
+        return pcm, ticks
+
+    pcm, ticks = asyncio.run(main())
+    assert pcm == raw
+    assert ticks >= 39                  # it ran between every two pieces
 
 
 # ------------------------------------------------------------------ transcript deltas
