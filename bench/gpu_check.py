@@ -10,7 +10,8 @@ counted as passed).
         --llama-server BUILD/bin/llama-server --out DIR [--deadline UNIX_S]
     python bench/gpu_check.py --cpu-smoke --model SMALL.gguf --out DIR   # any CPU machine
 
-Checks (bench/gpu_checks_engine.py, bench/gpu_checks_serving.py):
+Checks (bench/gpu_checks_engine.py, bench/gpu_checks_serving.py,
+bench/gpu_checks_speculation.py):
   1. the build offloads (``llama_supports_gpu_offload()``), /health says backend cuda,
      accelerator true, and llama.cpp offloaded every layer;
   2. memory truth: NVML's per-process VRAM growth against the booking, both models, within
@@ -23,7 +24,10 @@ Checks (bench/gpu_checks_engine.py, bench/gpu_checks_serving.py):
      budget), round-robin, Hypnos against ``llama-server --models-max 1``;
   6. a simulated tier-1 budget splits layers as the planner says, and KV parking across a GPU
      swap restores the conversation;
-  7. what cannot run there, listed as skipped with the reason.
+  7. what cannot run there, listed as skipped with the reason;
+  8. speculation (issue 39): batches of every draft length timed on a GGUF of the default
+     chat model's shape, and the default's gain over ``off`` on the fresh prompt set
+     modelled from answers recorded on a CPU (bench/gpu_checks_speculation.py).
 Every check runs whatever the others did (an exception is its failure) and is skipped when
 --deadline leaves it too little time. ``--cpu-smoke`` runs the plumbing on the CPU (check 0,
 only there: llama.cpp, the app, its routes and tier moves on the small model) and records
@@ -47,11 +51,14 @@ from gpu_check_core import Check, Ctx, Row, render, run_check, steps_table  # no
 def checks() -> list[Check]:
     import gpu_checks_engine as eng
     import gpu_checks_serving as srv
+    import gpu_checks_speculation as spec
     return [
         Check(0, "plumbing on the CPU", eng.check_plumbing, 10, gpu=False),
         # The headline first, so that whatever else runs out of time, it has been measured.
         Check(5, "swap workload vs llama-server router", srv.check_swap_workload, 120),
         Check(1, "offload and /health", eng.check_offload, 30),
+        # Issue 39's open bounds, which only a GPU can settle: short, so early.
+        Check(8, "speculation: step costs, default vs off", spec.check_spec_costs, 45),
         Check(2, "memory truth vs NVML", eng.check_memory_truth, 60),
         Check(3, "tier moves vs pinned H2D", eng.check_tier_moves, 60),
         Check(4, "decode GPU vs CPU, vs llama-server", srv.check_decode, 90),

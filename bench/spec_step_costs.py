@@ -14,12 +14,15 @@ tokens for the price of a b = k + 1 batch: every draft accepted) and the break-e
 acceptance (the per-token acceptance a draft of k needs to pay at all, answers stopping at
 the first refused token).
 
-    python bench/spec_step_costs.py [--threads N] [--sizes 1,2,3,4,5,8,16,32,64]
-                                    [--rounds 9] [--at 512] [--weights PATH]
+    python bench/spec_step_costs.py [--threads N] [--sizes 1,2,3,...,64 (SIZES)]
+                                    [--rounds 9] [--at 512] [--weights PATH] [--json PATH]
+
+``--json`` writes the costs as ``spec_replay.py --costs`` reads them.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -30,6 +33,9 @@ from pathlib import Path
 from hypnos.engines.llama.speculative.tuning import expected_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The batch sizes timed by default: every draft length ``auto`` picks among up to 16
+#: (a CPU's kernels take positions in groups, so the cost is not a line), then sparser.
+SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 24, 32, 48, 64]
 
 
 def default_weights() -> Path:
@@ -94,41 +100,66 @@ def measure(engine, sizes: list[int], rounds: int, at: int) -> dict[int, float]:
     return {b: statistics.median(t[1:]) for b, t in times.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--sizes", default="1,2,3,4,5,8,16,32,64")
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--at", type=int, default=512, help="context tokens before the batch")
-    ap.add_argument("--weights", type=Path, default=None)
-    args = ap.parse_args()
-    sizes = sorted({int(s) for s in args.sizes.split(",")} | {1})
-    weights = args.weights or default_weights()
-
-    import llama_cpp
-
+def measure_costs(weights: Path, threads: int | None, sizes: list[int], rounds: int = 9,
+                  at: int = 512, gpu_layers: int = -1) -> dict[int, float]:
+    """``measure`` on ``weights`` loaded as the engine loads a chat model (speculation off,
+    ``gpu_layers`` on the GPU where the build has one)."""
     from hypnos.engines.llama.engine import LlamaChatEngine
     from hypnos.engines.records import LoadSpec
     engine = LlamaChatEngine()
-    engine.load(LoadSpec("bench", weights, context_len=4096, slots=1, threads=args.threads,
-                         options={"speculative": "off"}))
+    engine.load(LoadSpec("bench", weights, context_len=4096, slots=1, threads=threads,
+                         gpu_layers=gpu_layers, options={"speculative": "off"}))
     try:
-        med = measure(engine, sizes, args.rounds, args.at)
+        return measure(engine, sorted(set(sizes) | {1}), rounds, at)
     finally:
         engine.unload()
-    print(f"{weights.name}, {args.threads} threads, {platform.processor() or platform.machine()}"
-          f", context {args.at} tokens, medians of {args.rounds} interleaved rounds")
-    print(llama_cpp.llama_print_system_info().decode().strip())
+
+
+def costs_record(med: dict[int, float], weights: Path, threads: int | None,
+                 where: str | None = None) -> dict:
+    """The costs as a record (``spec_replay.StepCosts.from_record``): a plain step's
+    milliseconds, each batch size's plain steps, and where they were measured."""
+    plain = med[1]
+    where = where or (f"{weights.name}, {threads} threads, "
+                      f"{platform.processor() or platform.machine()}")
+    return {"where": where, "plain_ms": plain * 1000,
+            "steps": {str(b): med[b] / plain for b in sorted(med)}}
+
+
+def print_costs(med: dict[int, float]) -> None:
     plain = med[1]
     print(f"{'batch':>5} {'ms':>8} {'plain steps':>11} {'per draft':>9} {'ceiling':>7} "
           f"{'break-even a':>12}")
-    for b in sizes:
+    for b in sorted(med):
         steps, k = med[b] / plain, b - 1
         per = (steps - 1) / k if k else 0.0
         ceiling = b / steps
         even = break_even(k, steps) if k else float("nan")
         print(f"{b:5} {med[b] * 1000:8.1f} {steps:11.2f} {per:9.2f} {ceiling:6.2f}x "
               f"{even:12.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--at", type=int, default=512, help="context tokens before the batch")
+    ap.add_argument("--weights", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="write the costs here")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    weights = args.weights or default_weights()
+
+    import llama_cpp
+    med = measure_costs(weights, args.threads, sizes, args.rounds, args.at)
+    print(f"{weights.name}, {args.threads} threads, {platform.processor() or platform.machine()}"
+          f", context {args.at} tokens, medians of {args.rounds} interleaved rounds")
+    print(llama_cpp.llama_print_system_info().decode().strip())
+    print_costs(med)
+    if args.json is not None:
+        args.json.write_text(json.dumps(costs_record(med, weights, args.threads), indent=1)
+                             + "\n")
 
 
 if __name__ == "__main__":

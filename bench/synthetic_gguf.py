@@ -56,6 +56,11 @@ class Shape:
 # (width, ffn, heads, heads_kv, vocab), smallest first; a size takes the largest family whose
 # embeddings and one layer fit in it with room for two layers.
 FAMILIES = ((256, 704, 4, 2, 4096), (2048, 5632, 16, 4, 32000), (4096, 11008, 32, 8, 32000))
+#: The default chat model's shape (Qwen2.5-Coder-0.5B: 24 layers of 896, 14 heads over 2 KV
+#: heads, its 151,936-token vocabulary), for costs that depend on the shape and not on what
+#: the weights say (the GPU check's step costs, issue 39). Qwen2's attention biases are left
+#: out: a few thousand additions a layer.
+QWEN25_05B = Shape(width=896, ffn=4864, heads=14, heads_kv=2, vocab=151936, layers=24)
 
 
 def shape_for(size_bytes: int) -> Shape:
@@ -118,11 +123,13 @@ def add_vocab(w, vocab: int) -> None:
     w.add_chat_template(TEMPLATE)
 
 
-def write(path: Path, size_bytes: int, seed: int = 0) -> Shape:
-    """Write a llama GGUF of about ``size_bytes`` (never more, plus its header) to ``path`` and
-    return its shape. Deterministic for a given size and seed."""
+def write(path: Path, size_bytes: int, seed: int = 0, shape: Shape | None = None) -> Shape:
+    """Write a llama GGUF of about ``size_bytes`` (never more, plus its header) to ``path``, or
+    of ``shape`` when one is given, and return its shape. Deterministic for a given size (or
+    shape) and seed."""
     import gguf
-    s = shape_for(size_bytes)
+    s = shape or shape_for(size_bytes)
+    size_bytes = s.file_bytes() if shape else size_bytes
     shapes = tensor_shapes(s)
     largest = max(int(np.prod(v)) for v in shapes.values())
     rng = np.random.default_rng(seed)

@@ -99,13 +99,13 @@ def test_the_checks_dry_run_passes_and_ignores_a_real_runs_leftovers(tmp_path):
     assert len(plumbing) == 5 and all(r["verdict"] == "pass" for r in plumbing)
     others = [r for r in rows if not r["check"].startswith("0 ")]
     assert others[0]["check"].startswith("5 ")          # the headline first
-    assert {r["check"][0] for r in others} == set("1234567")
+    assert {r["check"][0] for r in others} == set("12345678")
     assert all(r["verdict"] == "skip" and r["reason"] for r in others)
     dry = tmp_path / "work/dry-run"
     assert (dry / "models/syn-10m.gguf").stat().st_size <= 10 * 2**20
     assert (dry / "site/hypnos/service").is_symlink()
     assert not (dry / "site/llama_cpp").exists()
-    assert "5 pass, 0 fail, 10 skip" in (tmp_path / "out/gpu_check.txt").read_text()
+    assert "5 pass, 0 fail, 11 skip" in (tmp_path / "out/gpu_check.txt").read_text()
 
 
 @pytest.mark.parametrize("args", [["--bogus"], ["--build", "--bogus"], ["--fa"]])
