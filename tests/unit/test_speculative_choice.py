@@ -9,7 +9,7 @@ import pytest
 
 from hypnos.engines.llama.speculative.choose import (SpecConfig, Speculation, parse_spec,
                                                      request_kind)
-from hypnos.engines.llama.speculative.drafts import NgramDrafter, PredictionDrafter
+from hypnos.engines.llama.speculative.drafts import AnswerPool, NgramDrafter, PredictionDrafter
 from hypnos.engines.llama.speculative.tuning import (PROBE_EVERY, WARMUP, AutoDrafter,
                                                      KindStats, best_k, expected_tokens)
 from hypnos.engines.records import ChatRequest, ChatResult
@@ -179,6 +179,64 @@ def test_auto_drafter_asks_for_no_more_than_advised():
     d = AutoDrafter(NgramDrafter(), stats)
     assert d.propose([1, 2, 1], 4) == []              # not a probe step: nothing drafted
     d.on_accept(0, 0, 0.1)
+    assert stats.plain_steps == WARMUP + 1
+
+
+def _expensive(stats: KindStats) -> KindStats:
+    """Figures of a few CPU cores: a drafted position costs 0.6 of a 30 ms step, main
+    drafts 90 % taken."""
+    stats.plain_steps = stats.draft_steps = WARMUP
+    stats.plain_s, stats.per_draft_s, stats.accepted, stats.rejections = 0.03, 0.018, 9.0, 1.0
+    return stats
+
+
+def test_a_sort_refused_half_the_time_stops_where_a_position_is_dear_but_probes():
+    stats = _expensive(KindStats(n_max=64))
+    for _ in range(WARMUP):
+        stats.record(4, 1, 0.1, "gapped")
+    assert stats.sorts["gapped"].acceptance < 0.6
+    assert stats.draft_steps == WARMUP                  # the main figures are untouched
+    decisions = [stats.n_for_sort("gapped", 4) for _ in range(PROBE_EVERY * 2)]
+    assert decisions.count(4) == 2 and decisions.count(0) == len(decisions) - 2
+    assert stats.n_for_sort("", 4) > 0                  # copies go on
+    assert stats.n_for_sort("spelled", 4) == 4          # a sort not seen yet drafts: warm-up
+
+
+def test_the_same_sort_drafts_where_a_position_is_nearly_free():
+    stats = _expensive(KindStats(n_max=64))
+    stats.per_draft_s = 0.0005                          # a GPU's batch: flat
+    for _ in range(WARMUP):
+        stats.record(4, 1, 0.032, "gapped")
+    assert 0 < stats.n_for_sort("gapped", 4) <= 4
+
+
+def test_an_earlier_answer_is_drafted_though_the_kinds_other_drafts_fail():
+    """A question asked again copies the pool's answer whole, while the same key's other
+    answers guessed badly: the pool keeps its own figures, so they do not stop it."""
+    stats = _expensive(KindStats(n_max=64))
+    stats.accepted, stats.rejections = 1.0, 9.0         # main drafts: mostly refused
+    for _ in range(WARMUP):
+        stats.record(8, 8, 0.09, "pool")
+    assert [stats.n_for_sort("", 8) for _ in range(3)] == [0, 0, 0]
+    assert stats.n_for_sort("pool", 8) == 8
+
+
+def test_auto_asks_a_sorting_drafter_for_everything_and_feeds_the_sort_it_drafted():
+    pool = AnswerPool()
+    prompt, answer = list(range(90, 110)), list(range(10, 80))
+    first = NgramDrafter(pool=pool, prompt_len=len(prompt))
+    first.propose(prompt + answer, 4)
+    first.close()
+    stats = _expensive(KindStats(n_max=64))
+    stats.accepted, stats.rejections = 0.0, 9.0         # main drafts would be cut to none
+    auto = AutoDrafter(NgramDrafter(pool=pool, prompt_len=len(prompt)), stats)
+    tokens, batched = auto.plan(prompt, 64)
+    assert batched is None and tokens == answer[:4]    # the pool's, new: kept whole
+    assert auto.sort == "pool"
+    auto.on_accept(len(tokens), len(tokens), 0.06)
+    assert stats.sorts["pool"].draft_steps == 1 and stats.draft_steps == WARMUP
+    assert auto.sort == ""
+    auto.on_accept(0, 0, 0.03)                          # a plain step: the main figures
     assert stats.plain_steps == WARMUP + 1
 
 

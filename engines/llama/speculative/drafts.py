@@ -232,9 +232,10 @@ class NgramDrafter:
         self.gapped = False                 # the last draft came from a gapped match
         self.respelled_share = 1.0          # the same for drafts across a respelling
         self.spelled = False                # the last draft came from one
+        self.pooled = False                 # the last draft came from an earlier answer
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
-        self.gapped = self.spelled = False
+        self.gapped = self.spelled = self.pooled = False
         n_max = min(n_max, self.window)
         if n_max <= 0 or len(context) <= self.index.n:
             return []
@@ -244,6 +245,7 @@ class NgramDrafter:
         if self.pool is not None:
             _, draft = self.pool.continuation(context, max(need, m + 1), n_max)
             if draft:
+                self.pooled = True
                 return draft
         if m >= need:
             return agreed(context, starts, min(n_max, DRAFT_PER_MATCH * m))
@@ -263,6 +265,13 @@ class NgramDrafter:
     def plan(self, context: list[int], n_max: int) -> Plan:
         return self.propose(context, n_max), None
 
+    @property
+    def sort(self) -> str:
+        """The sort of the last draft, for ``auto`` (``tuning.SortFigures``): "pool" (an
+        earlier answer), "gapped", "spelled", or "" for a copy from the context."""
+        return ("pool" if self.pooled else "gapped" if self.gapped else
+                "spelled" if self.spelled else "")
+
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
         if drafted and self.gapped:
             self.gapped_share += FLOOR_WEIGHT * (accepted / drafted - self.gapped_share)
@@ -272,7 +281,7 @@ class NgramDrafter:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
             self.window = (min(2 * self.window, LOOKUP_WINDOW_MAX) if accepted == drafted
                            else LOOKUP_WINDOW)
-        self.gapped = self.spelled = False
+        self.gapped = self.spelled = self.pooled = False
 
     def close(self) -> None:
         if self.pool is not None:

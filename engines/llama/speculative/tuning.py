@@ -12,6 +12,14 @@ the most tokens per second, and none when no k beats plain decoding by
 bounded cost (about 1/PROBE_EVERY of a slow-down at worst). ``KindStats`` holds the running
 figures (exponential averages), ``AutoDrafter`` wraps a drafter with them. Pure but for the
 clock readings the decode loop hands in.
+
+A drafter with guesses of several sorts says which one it drafted (``sort``: prompt
+lookup's records past a differing value, "gapped", and values copied without their space,
+"spelled"; "" for its main one). Those guesses are taken far less often than copies (about
+half, against nine in ten: the fresh prompt set replayed, ``bench/spec_replay.py``), so each
+keeps an acceptance of its own (``SortFigures``, by sort) and is drafted only as far as that pays on
+the measured costs: where a drafted position is nearly free (a GPU) they all draft, where it
+costs half a step (a few CPU cores) only the copies do.
 """
 from __future__ import annotations
 
@@ -53,9 +61,31 @@ def best_k(a: float, plain_s: float, per_draft_s: float, n_max: int,
 
 
 @dataclass
+class SortFigures:
+    """The running acceptance of one kind of request's drafts of one sort."""
+    accepted: float = 0.0
+    rejections: float = 0.0
+    draft_steps: int = 0
+    since_probe: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        total = self.accepted + self.rejections
+        return self.accepted / total if total else 0.0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.draft_steps += 1
+        # Decayed counts, so the acceptance follows the recent requests.
+        self.accepted = self.accepted * (1 - ALPHA) + accepted
+        self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
+
+
+@dataclass
 class KindStats:
     """Running figures of one model's drafting for one kind of request. ``accepted`` and
-    ``rejections`` (steps that ended at a rejected draft) give the acceptance chance."""
+    ``rejections`` (steps that ended at a rejected draft) give the acceptance chance of the
+    drafter's main guesses; ``sorts`` that of its other sorts (``SortFigures``). The
+    step costs are read from every draft step, whatever its sort."""
     n_max: int
     plain_s: float = 0.0
     per_draft_s: float = 0.0
@@ -70,6 +100,7 @@ class KindStats:
     #: Of ``size_s``, the costs read often enough to be trusted (``SIZE_READINGS``): kept as
     #: they are read, so a decode step's decision builds nothing.
     trusted: dict[int, float] = field(default_factory=dict)
+    sorts: dict[str, SortFigures] = field(default_factory=dict)
 
     def measured(self) -> dict[int, float]:
         """The step costs read often enough to be trusted (``SIZE_READINGS``)."""
@@ -94,17 +125,36 @@ class KindStats:
             return self.n_max
         return 0
 
-    def record(self, drafted: int, accepted: int, step_s: float) -> None:
-        """One generating step: ``drafted`` tokens checked (0: a plain step), ``accepted``
-        of them kept, ``step_s`` seconds of llama_decode."""
+    def n_for_sort(self, sort: str, n: int) -> int:
+        """How much of a draft of ``n`` tokens of ``sort`` to keep (0: none): the main
+        figures' length for the main sort (""); for another, all while that sort is new
+        (``WARMUP`` of its steps) and on a probe, else as far as its own acceptance pays."""
+        if not sort:
+            return min(n, self.n_for_next())
+        figures = self.sorts.setdefault(sort, SortFigures())
+        if figures.draft_steps < WARMUP or self.plain_steps < WARMUP:
+            return n
+        k = best_k(figures.acceptance, self.plain_s, self.per_draft_s, n, self.trusted)
+        if k:
+            return k
+        figures.since_probe += 1
+        if figures.since_probe >= PROBE_EVERY:
+            figures.since_probe = 0
+            return n
+        return 0
+
+    def record(self, drafted: int, accepted: int, step_s: float, sort: str = "") -> None:
+        """One generating step: ``drafted`` tokens checked (0: a plain step) of ``sort``
+        ("": the drafter's main guesses), ``accepted`` of them kept, ``step_s`` seconds of
+        llama_decode."""
         if drafted == 0:
             self.plain_s = _ema(self.plain_s, step_s, self.plain_steps)
             self.plain_steps += 1
             return
         if self.plain_steps:
             extra = max(step_s - self.plain_s, 0.0) / drafted
-            self.per_draft_s = _ema(self.per_draft_s, extra, self.draft_steps)
-        self.draft_steps += 1
+            costed = self.draft_steps + sum(f.draft_steps for f in self.sorts.values())
+            self.per_draft_s = _ema(self.per_draft_s, extra, costed)
         seen = self.size_steps.get(drafted, 0)
         # A plain mean of the first readings (one slow step must not decide a length for
         # good), then the same decay as the other figures.
@@ -113,6 +163,10 @@ class KindStats:
         self.size_steps[drafted] = seen + 1
         if seen + 1 >= SIZE_READINGS:
             self.trusted[drafted] = self.size_s[drafted]
+        if sort:
+            self.sorts.setdefault(sort, SortFigures()).record(drafted, accepted)
+            return
+        self.draft_steps += 1
         # Decayed counts, so the acceptance follows the recent requests.
         self.accepted = self.accepted * (1 - ALPHA) + accepted
         self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
@@ -123,23 +177,35 @@ def _ema(old: float, new: float, n: int) -> float:
 
 
 class AutoDrafter:
-    """A drafter that drafts only as ``stats`` advise, and feeds them."""
+    """A drafter that drafts only as ``stats`` advise, and feeds them. A drafter that names
+    the sort of each draft (``sort``) is asked for all it would draft, and the draft is cut
+    to what that sort's figures pay for; any other is asked for no more than the main
+    figures pay for."""
 
     def __init__(self, inner: Drafter, stats: KindStats):
         self.inner, self.stats = inner, stats
         self.method = inner.method
+        self.sorted = hasattr(inner, "sort")
+        self.sort = ""                      # the sort of the draft in flight
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
-        k = min(n_max, self.stats.n_for_next())
-        return self.inner.propose(context, k) if k > 0 else []
+        return self.plan(context, n_max)[0] if self.sorted else \
+            self.inner.propose(context, min(n_max, self.stats.n_for_next()))
 
     def plan(self, context: list[int], n_max: int) -> Plan:
         """The inner drafter's plan within the policy's length (0 on a step it keeps plain:
         no tokens, or a batched ask for none)."""
-        return self.inner.plan(context, min(n_max, self.stats.n_for_next()))
+        if not self.sorted:
+            return self.inner.plan(context, min(n_max, self.stats.n_for_next()))
+        tokens, batched = self.inner.plan(context, n_max)
+        if not tokens:
+            return tokens, batched
+        self.sort = self.inner.sort            # type: ignore[attr-defined]
+        return tokens[:self.stats.n_for_sort(self.sort, len(tokens))], batched
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
-        self.stats.record(drafted, accepted, step_s)
+        self.stats.record(drafted, accepted, step_s, self.sort if drafted else "")
+        self.sort = ""
         self.inner.on_accept(drafted, accepted, step_s)
 
     def close(self) -> None:
