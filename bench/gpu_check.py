@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,7 +122,7 @@ def run_isolated(check: Check, ctx: Ctx, argv: list[str]) -> tuple[list[Row], bo
         return [Row(**r) for r in json.loads(rows_file.read_text())], True
 
 
-def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = None,
+def run_all(ctx: Ctx, only: Iterable[int] | None = None, argv: list[str] | None = None,
             progress=None) -> list[Row]:
     """Every check (or those in ``only``) in order, each in its own process unless ``argv``
     is None (then inline); prints each row as it comes. ``progress(rows so far, the checks
@@ -129,6 +130,9 @@ def run_all(ctx: Ctx, only: set[int] | None = None, argv: list[str] | None = Non
     rows: list[Row] = []
     todo = [c for c in checks() if (only is None or c.number in only)
             and (c.number != 0 or ctx.smoke)]   # check 1 covers 0 where there is a GPU
+    if only is not None:                        # --only's order is the run's order
+        order = list(only)
+        todo.sort(key=lambda c: order.index(c.number))
     for i, check in enumerate(todo):
         if progress:
             progress(rows, [f"{c.number} {c.name}" for c in todo[i:]])
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-record", type=Path,
                     help="the build step's build.json, copied into gpu_check.json")
     ap.add_argument("--deadline", type=float, help="unix seconds; default now + 8 minutes")
-    ap.add_argument("--only", help="check numbers, comma-separated")
+    ap.add_argument("--only", help="check numbers, comma-separated, run in that order")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: run the plumbing on the CPU, skip the GPU checks")
     ap.add_argument("--inline", action="store_true", help="all checks in this process")
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --models or --model")
     ctx = Ctx(models, args.large.resolve() if args.large else None,
               args.llama_server, args.out, args.deadline, args.cpu_smoke)
-    only = {int(x) for x in args.only.split(",")} if args.only else None
+    only = [int(x) for x in args.only.split(",")] if args.only else None
     if args.child:
         rows = run_all(ctx, only)
         args.child.write_text(json.dumps([asdict(r) for r in rows], default=str))

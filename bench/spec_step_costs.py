@@ -64,7 +64,9 @@ def measure(engine, sizes: list[int], rounds: int, at: int) -> dict[int, float]:
     loop = engine._loop
     ll, ctx, mem = loop.ll, loop.ctx, loop.mem
     seq = loop.slots[0].seq_id
-    filler = [(i * 7919) % 20000 + 100 for i in range(at + max(sizes))]
+    n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(ll.llama_get_model(ctx)))
+    span = min(20000, n_vocab - 100)                  # a small test model's vocabulary too
+    filler = [(i * 7919) % span + 100 for i in range(at + max(sizes))]
 
     def decode(tokens: list[int], pos0: int, logits_all: bool) -> float:
         batch = ll.llama_batch_init(len(tokens), 0, 1)
