@@ -203,7 +203,10 @@ find_cublas() {
 }
 
 cmake_flags() {
+  # RUNPATH $ORIGIN (not the build folder's path): the copies install_llama_cpp puts in
+  # llama_cpp/lib load each other, as a pip install's do, never the build tree's.
   local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON
+    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
     "-DGGML_CUDA=$CUDA" -DGGML_RPC=ON
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
@@ -281,6 +284,7 @@ install_llama_cpp() {
   offload=$("$PY" -c 'import llama_cpp.llama_cpp as l; print(bool(l.llama_supports_gpu_offload()))') ||
     return 1
   echo "gpu offload: $offload"; fact gpu_offload "$offload"
+  fact runpath "$(readelf -d "$SITE/llama_cpp/lib/libllama.so" 2>/dev/null | grep -io 'runpath.*' | head -1)"
 }
 
 # gguf NAME MIB SEED: bench/synthetic_gguf.py, unless a rerun finds the file already there.

@@ -1,20 +1,25 @@
-"""Why a process that loads a model through Hypnos's engine dies on a GPU (the first GPU check
-ran on 2026-12-04: every check's process died with SIGSEGV, while ``llama_cpp.Llama`` on the
-same build and model ran). Each variant loads a model through ``LlamaChatEngine`` on every GPU
-layer and times two batch sizes, in its own process with Python's fault handler on, with one
-suspect turned off by a patch:
+"""Why a process that loads a model through Hypnos's engine dies on a GPU. The first GPU run
+(2026-12-04, H200, llama.cpp 0.3.36's CUDA build for sm_90) found every check's process dead of
+SIGSEGV inside ``llama_model_load_from_file``: llama.cpp's ``print_info`` writing a number to a
+``std::stringstream``, the call landing in ``libggml-cuda.so`` (cuda-gdb's stack); a model
+loaded through ``llama_cpp.Llama`` on the same build ran. Each variant below loads a model and
+times two batch sizes, in its own process with Python's fault handler on:
 
-    python bench/gpu_probe.py MODEL.gguf [--out DIR] [--variants as-is,no-preload,...]
+    python bench/gpu_probe.py MODEL.gguf [--out DIR] [--variants as-is,direct,...]
 
-  preload   ``devices.preload_cuda_runtime`` (the pip CUDA runtime loaded RTLD_GLOBAL)
-  extra     ``extra_buffers_ok`` forced True (it is False on a CPU with AMX)
-  log       ggml's log callback into ``logging``
-  gpu0      no layer on the GPU (a control: is it the GPU path?)
+  as-is      ``LlamaChatEngine`` as it is
+  direct     ``llama_cpp.Llama`` instead (the control that ran)
+  stdcxx     libstdc++ loaded RTLD_GLOBAL first, so that no other library's copy of a C++
+             standard-library function (nvcc's objects export some) is bound in its place
+  sysinfo    ``llama_print_system_info()`` called before the load, as ``Llama`` does
+  no-preload ``devices.preload_cuda_runtime`` off (the pip CUDA runtime loaded RTLD_GLOBAL)
+  gpu0       no layer on the GPU (is it the GPU path?)
 
-Prints one line per variant (its exit status and the last stage it reached) and, last,
-``cure: NAME`` (the first patched variant that ran, or ``none``). ``apply`` is what
-``bench/gpu_patch/sitecustomize.py`` calls in every process when ``HYPNOS_GPU_PATCHES`` names
-patches, so the checks can run with the cure while the cause is fixed.
+Prints one line per variant (its exit status and the last stage it reached), the dynamic
+linker's bindings of the faulting symbols for ``as-is`` (``LD_DEBUG``), and, last, ``cure:
+NAME``: the first variant of ``CURES`` that ran (``as-is`` when nothing needs curing, ``none``
+when none ran). ``apply`` is what ``bench/gpu_patch/sitecustomize.py`` calls in every process
+when ``HYPNOS_GPU_PATCHES`` names patches, so the checks can run with the cure.
 """
 from __future__ import annotations
 
@@ -22,29 +27,48 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = {"as-is": [], "no-preload": ["preload"], "extra-bufts": ["extra"],
-            "no-log": ["log"], "gpu0": ["gpu0"], "all-three": ["preload", "extra", "log"]}
+VARIANTS = {"as-is": [], "direct": ["direct"], "stdcxx": ["stdcxx"], "sysinfo": ["sysinfo"],
+            "no-preload": ["preload"], "gpu0": ["gpu0"]}
+#: The variants that would make a cure for the checks, in the order they are tried.
+CURES = ("stdcxx", "sysinfo", "no-preload")
+#: The symbols cuda-gdb's stack named at the fault.
+FAULT_SYMBOLS = ("_ZNSo9_M_insertIlEERSoT_", "_ZNSo9_M_insertImEERSoT_", "do_unshift")
 
 
 def apply(patches: list[str]) -> None:
-    """Turn the named suspects off in this process (see the module's text)."""
+    """Apply the named patches in this process (see the module's text)."""
+    if "stdcxx" in patches:
+        import ctypes
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    if "sysinfo" in patches:
+        from llama_cpp import llama_cpp as ll
+        ll.llama_print_system_info()
     if "preload" in patches:
         from hypnos.engines import devices
         devices.preload_cuda_runtime = lambda: []
-    if "extra" in patches:
-        import importlib
-        for name in ("hypnos.engines.llama.cpu", "hypnos.engines.llama.loading",
-                     "hypnos.engines.llama.embed", "hypnos.engines.llama.rerank"):
-            try:
-                setattr(importlib.import_module(name), "extra_buffers_ok", lambda *a: True)
-            except ImportError as exc:
-                print(f"gpu_probe: {name}: {exc}", file=sys.stderr)
-    if "log" in patches:
-        from hypnos.engines.llama import log
-        log.route_once = lambda *a, **k: None
+
+
+def choose_cure(ran: dict[str, bool]) -> str:
+    """"as-is" when the unpatched load ran (or was not tried), else the first of ``CURES``
+    that ran, else "none". ``ran``: variant -> whether its process ended well."""
+    if ran.get("as-is", True):
+        return "as-is"
+    return next((v for v in CURES if ran.get(v)), "none")
+
+
+def direct(model: Path, stage) -> None:
+    """The control: the same model through llama-cpp-python's ``Llama``."""
+    from llama_cpp import Llama
+    llm = Llama(str(model), n_gpu_layers=-1, n_ctx=2048, verbose=False)
+    stage("loaded (llama_cpp.Llama)")
+    llm("a b c", max_tokens=4)
+    stage("decoded")
+    llm.close()
+    stage("unloaded")
 
 
 def child(model: Path, patches: list[str]) -> int:
@@ -52,6 +76,9 @@ def child(model: Path, patches: list[str]) -> int:
         print(f"STAGE {time.time():.2f} {name}", flush=True)
     stage("start")
     apply(patches)
+    if "direct" in patches:
+        direct(model, stage)
+        return 0
     from hypnos.engines.llama.engine import LlamaChatEngine
     from hypnos.engines.records import LoadSpec
     stage("imported")
@@ -82,7 +109,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     env.pop("HYPNOS_GPU_PATCHES", None)
-    cure = None
+    ran: dict[str, bool] = {}
     for name in args.variants.split(","):
         patches = VARIANTS[name]
         log = args.out / f"probe-{name}.log"
@@ -100,16 +127,40 @@ def main() -> int:
         last = stages[-1][1] if stages and len(stages[-1]) > 1 else "-"
         print(f"variant {name:<12} exit {rc!s:<8} {time.time() - t0:5.1f} s  last: {last}",
               flush=True)
+        ran[name] = rc == 0
         if rc != 0:
             fault = text[text.find("Fatal Python error"):] if "Fatal Python error" in text \
                 else "\n".join(text.splitlines()[-15:])
-            print("   " + "\n   ".join(fault.splitlines()[:30]), flush=True)
-        elif cure is None and patches and "gpu0" not in patches:
-            cure = name
-        if name == "as-is" and rc == 0:
-            cure = "as-is"
-    print(f"cure: {cure or 'none'}", flush=True)
+            print("   " + "\n   ".join(fault.splitlines()[:12]), flush=True)
+    if not ran.get("as-is", True):
+        bindings(args, env)
+    print(f"cure: {choose_cure(ran)}", flush=True)
     return 0
+
+
+def bindings(args, env: dict) -> None:
+    """``as-is`` again under ``LD_DEBUG=scopes,bindings``: where the faulting symbols were
+    bound, and libllama's lookup scope (written to probe-ld.txt, the first lines printed)."""
+    prefix = Path(tempfile.mkdtemp()) / "ld"
+    try:
+        subprocess.run([sys.executable, __file__, str(args.model), "--child", ""],
+                       env=dict(env, LD_DEBUG="scopes,bindings", LD_DEBUG_OUTPUT=str(prefix)),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    found = []
+    for part in sorted(prefix.parent.glob("ld.*")):
+        with part.open(errors="replace") as f:
+            for line in f:
+                if any(sym in line for sym in FAULT_SYMBOLS) or \
+                        ("scope" in line and ("libllama" in line or "scope 0" in line)) or \
+                        "object=" in line:
+                    found.append(line.rstrip())
+    (args.out / "probe-ld.txt").write_text("\n".join(found) + "\n")
+    print(f"LD_DEBUG: {len(found)} lines (probe-ld.txt); the faulting symbols' bindings:")
+    for line in [x for x in found if any(sym in x for sym in FAULT_SYMBOLS)][:8]:
+        print("   " + line, flush=True)
 
 
 if __name__ == "__main__":

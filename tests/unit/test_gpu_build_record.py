@@ -95,3 +95,12 @@ def test_the_table_is_rewritten_before_each_check(tmp_path):
         (len(done), [p.split()[0] for p in pending])))
     assert seen == [(0, ["1", "7"]), (1, ["7"])]
     assert [r.check[0] for r in rows] == ["1"] + ["7"] * 4
+
+
+def test_only_runs_the_checks_in_the_order_given(tmp_path):
+    """A short lease runs the open issue's check first: --only's order is the run's."""
+    ctx = Ctx([Path("m.gguf")], None, None, tmp_path, time.time() + 60, smoke=True)
+    seen = []
+    gpu_check.run_all(ctx, [7, 1], None, lambda done, pending: seen.append(
+        [p.split()[0] for p in pending]))
+    assert seen[0] == ["7", "1"]
