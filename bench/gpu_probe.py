@@ -14,6 +14,10 @@ times two batch sizes, in its own process with Python's fault handler on:
   sysinfo    ``llama_print_system_info()`` called before the load, as ``Llama`` does
   no-preload ``devices.preload_cuda_runtime`` off (the pip CUDA runtime loaded RTLD_GLOBAL)
   gpu0       no layer on the GPU (is it the GPU path?)
+  raw        the engine's modules imported, then ``llama_model_load_from_file`` called with
+             default parameters and every layer on the GPU (-1): the engine's imports, or
+             its load's steps?
+  raw-max    the same with ``n_gpu_layers`` 0x7FFFFFFF, the number ``Llama`` passes for -1
 
 Prints one line per variant (its exit status and the last stage it reached), the dynamic
 linker's bindings of the faulting symbols for ``as-is`` (``LD_DEBUG``), and, last, ``cure:
@@ -32,7 +36,8 @@ import time
 from pathlib import Path
 
 VARIANTS = {"as-is": [], "direct": ["direct"], "stdcxx": ["stdcxx"], "sysinfo": ["sysinfo"],
-            "no-preload": ["preload"], "gpu0": ["gpu0"]}
+            "no-preload": ["preload"], "gpu0": ["gpu0"], "raw": ["raw"],
+            "raw-max": ["raw", "max"]}
 #: The variants that would make a cure for the checks, in the order they are tried.
 CURES = ("stdcxx", "sysinfo", "no-preload")
 #: The symbols cuda-gdb's stack named at the fault.
@@ -60,6 +65,20 @@ def choose_cure(ran: dict[str, bool]) -> str:
     return next((v for v in CURES if ran.get(v)), "none")
 
 
+def raw(model: Path, stage, n_gpu_layers: int) -> None:
+    """The engine's imports, then llama.cpp's model load called directly."""
+    import hypnos.engines.llama.engine  # noqa: F401 - what the engine's process imports
+    from llama_cpp import llama_cpp as ll
+    ll.llama_backend_init()
+    params = ll.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    loaded = ll.llama_model_load_from_file(str(model).encode(), params)
+    stage(f"loaded (llama_model_load_from_file, n_gpu_layers {n_gpu_layers}): {bool(loaded)}")
+    if loaded:
+        ll.llama_model_free(loaded)
+    stage("unloaded")
+
+
 def direct(model: Path, stage) -> None:
     """The control: the same model through llama-cpp-python's ``Llama``."""
     from llama_cpp import Llama
@@ -78,6 +97,9 @@ def child(model: Path, patches: list[str]) -> int:
     apply(patches)
     if "direct" in patches:
         direct(model, stage)
+        return 0
+    if "raw" in patches:
+        raw(model, stage, 0x7FFFFFFF if "max" in patches else -1)
         return 0
     from hypnos.engines.llama.engine import LlamaChatEngine
     from hypnos.engines.records import LoadSpec
