@@ -16,7 +16,7 @@ OCR'd frame by frame then, and refused with ``off``. With the layout model docli
 RapidOCR stage runs (``on``: full-page OCR; ``auto``: docling's regions without text).
 
 docling is imported in ``load()`` only; without it ``load`` raises
-``EngineUnavailable("docling", "docs")``.
+``EngineUnavailable("docling", "docs")``. ``prepare`` does that ahead of the first load.
 """
 from __future__ import annotations
 
@@ -140,7 +140,10 @@ class DoclingConverter:
     # ------------------------------------------------------------------ lifecycle
 
     def load(self, spec: LoadSpec) -> LoadReport:
-        """Import docling and build the converters. Blocks (about a second)."""
+        """Import docling (and RapidOCR where OCR is installed); for the native pipeline, build
+        the converter and convert a blank page, since docling sets a pipeline up and imports
+        its parser and serialisers on first use, which would otherwise fall on a request.
+        Blocks: seconds the first time in a process, under a second after ``prepare``."""
         t0 = time.perf_counter()
         try:
             import docling.document_converter  # noqa: F401
@@ -150,8 +153,12 @@ class DoclingConverter:
         self._layout_path = layout_folder(spec.weights_path)
         self._ocr_files = docling_ocr.model_files()
         self._threads = spec.threads
+        if self._ocr_files is not None:
+            docling_ocr.prepare()
         with self._lock:
             self._converters, self._reader = {}, None
+            if self._layout_path is None:        # (the layout's would run its model)
+                _warm(self._converter("auto"))
         return LoadReport(load_mode="read", total_ms=(time.perf_counter() - t0) * 1e3)
 
     def unload(self) -> None:
@@ -316,6 +323,43 @@ class DoclingConverter:
 
 
 # ---------------------------------------------------------------------- helpers
+
+def prepare() -> None:
+    """Load and unload a throwaway engine: the imports and first-use set-up of ``load``, done
+    in this process ahead of any docling model's load. Start-up staging runs it in a worker
+    thread once /ready says yes (registry ``Entry.prepare``), because a model left on disk loads on
+    its first request, and importing docling (pandas, scipy, OpenCV; torch where installed)
+    holds the GIL for up to 0.3 s at a time even in a worker thread: the event loop stalled
+    0.4-0.6 s. Blocks (seconds); nothing to do without docling (the model's load says so)."""
+    engine = DoclingConverter()
+    try:
+        engine.load(LoadSpec(model_id="docling", weights_path=None))
+    except EngineUnavailable:
+        return
+    engine.unload()
+
+
+def _warm(converter) -> None:
+    """One conversion of a blank page through ``converter``, rendered as a page of a request
+    is (Markdown and JSON)."""
+    from docling.datamodel.base_models import DocumentStream
+    source = DocumentStream(name="warm-up.pdf", stream=io.BytesIO(_blank_pdf()))
+    result = converter.convert(source, raises_on_error=False)
+    _page_from(result.document, 1, DocumentRequest(b"", "warm-up.pdf", want_json=True))
+
+
+def _blank_pdf() -> bytes:
+    """A one-page US Letter PDF with nothing on it."""
+    import pypdfium2
+    pdf = pypdfium2.PdfDocument.new()
+    try:
+        pdf.new_page(612, 792)
+        buf = io.BytesIO()
+        pdf.save(buf)
+        return buf.getvalue()
+    finally:
+        pdf.close()
+
 
 def _pdf_page_count(data: bytes) -> int:
     import pypdfium2

@@ -50,6 +50,18 @@ def model_files() -> dict[str, Path] | None:
     return files if all(f.is_file() for f in files.values()) else None
 
 
+def prepare() -> None:
+    """Import what a first `RapidOcrReader` imports: RapidOCR (about a second of imports:
+    OpenCV, shapely, omegaconf) and onnxruntime, whose binding holds the GIL while it loads.
+    The docling engine calls it in ``load``, off the request path. Blocks. A failure is left
+    to that first reader, which raises it where the request reports it."""
+    try:
+        import onnxruntime  # noqa: F401
+        from rapidocr import RapidOCR  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken install must not fail the model's load
+        pass
+
+
 @dataclass(frozen=True)
 class OcrLine:
     text: str

@@ -1,6 +1,7 @@
 """(engine kind, modality) -> engine class, and what it can do. Modules are imported only when
-a model of that kind loads, so a missing optional library is a 503 naming its extra, not an
-ImportError at start-up; ``capabilities`` answers from this table without importing anything.
+a model of that kind loads (or, for an engine with ``Entry.prepare``, at start-up staging), so
+a missing optional library is a 503 naming its extra, not an ImportError at start-up;
+``capabilities`` answers from this table without importing anything.
 """
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class Entry(NamedTuple):
     cls: str
     extra: str                   # the pip extra that installs its library
     capabilities: frozenset[str]
+    # A function of ``module`` that does, once per process, what a first load does besides
+    # building the engine (imports, one-time set-up), for engines where that holds the GIL
+    # long enough to stall the event loop when it falls on a request; see ``prepare``.
+    prepare: str | None = None
 
 
 # (kind, primary modality) -> Entry; modality None matches any.
@@ -70,7 +75,7 @@ ENGINES: dict[tuple[str, str | None], Entry] = {
     ("faster_whisper", None): Entry("hypnos.engines.whisper", "WhisperTranscriber", "stt",
                                     frozenset({TRANSCRIBE})),
     ("docling", None): Entry("hypnos.engines.docling_convert", "DoclingConverter", "docs",
-                             frozenset({CONVERT})),
+                             frozenset({CONVERT}), prepare="prepare"),
     ("gliner", None): Entry("hypnos.engines.gliner_ner", "GlinerExtractor", "ner",
                             frozenset({EXTRACT})),
     ("ggml_diffusion", None): Entry("hypnos.engines.sd_diffusion", "DiffusionGenerator",
@@ -81,7 +86,7 @@ PLANNED = {
 }
 
 __all__ = ["CAPABILITIES", "ENGINES", "METHODS", "PLANNED", "EngineNotBuilt", "Entry",
-           "capabilities", "create_engine", "is_available"]
+           "capabilities", "create_engine", "is_available", "prepare"]
 
 
 def _entry(kind: str, modality: str | None) -> Entry | None:
@@ -107,6 +112,18 @@ def create_engine(kind: str, modality: str | None = None):
     if entry is None or not _module_exists(entry.module):
         raise EngineNotBuilt(kind, modality, PLANNED.get(kind, ""))
     return getattr(importlib.import_module(entry.module), entry.cls)()
+
+
+def prepare(kind: str, modality: str | None = None) -> bool:
+    """Run the ``Entry.prepare`` function of the engine for ``kind`` and ``modality``; False
+    (nothing run) for an engine without one or whose module is not there. Blocks: seconds
+    for docling. A library the function needs but cannot import is the model's load's to
+    report; the function ignores it."""
+    entry = _entry(kind, modality)
+    if entry is None or entry.prepare is None or not _module_exists(entry.module):
+        return False
+    getattr(importlib.import_module(entry.module), entry.prepare)()
+    return True
 
 
 def is_available(kind: str, modality: str | None = None) -> bool:

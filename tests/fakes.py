@@ -5,7 +5,8 @@ builds and the scheduler assigns it. ``suspend`` keeps the engine in tier 2 as a
 `KeptEngine` (the scheduler asks for it on CPU-only and unified-memory hosts); ``load`` given
 it back logs ``("resume", id)`` after ``("load", id)``.
 
-It records every effect in ``log`` and proves "a model was never unloaded while it was
+It records every effect of the scheduler in ``log`` (and staging's ``prepare`` calls, with
+the thread they ran in, in ``prepared``) and proves "a model was never unloaded while it was
 serving": a test adds a model id to ``serving`` while it runs a request, and an unload of it
 meanwhile lands in ``violations``. ``engine``: the engine a load installs (a route test's
 failing engine); else an idle stand-in. `Gated` holds chosen loads and unloads until a test
@@ -46,11 +47,19 @@ class FakePinned:
 class FakeEffects:
     def __init__(self, load_delay: float = 0.0, engine=None):
         self.log: list[tuple[str, str]] = []
+        self.prepared: list[tuple[str, int]] = []
         self.load_delay = load_delay
         self.engine = engine
         self.serving: set[str] = set()
         self.violations: list[str] = []
         self.lock = threading.Lock()
+
+    def prepare(self, st) -> bool:
+        """Records the model and the thread (kept apart from ``log``, which holds what the
+        scheduler did)."""
+        with self.lock:
+            self.prepared.append((st.id, threading.get_ident()))
+        return False
 
     def load(self, st, placement, kept) -> Loaded:
         time.sleep(self.load_delay)

@@ -1,9 +1,13 @@
 """Start-up staging: the models with an ``initial_tier`` are moved there in the background once
-the port is open (``/ready`` answers 503 until then, spec section 3)."""
+the port is open (``/ready`` answers 503 until then, spec section 3). After that, each enabled
+model's engine is prepared (``Effects.prepare``: docling's imports), so that a model left on
+disk does not do that work on its first request, while other requests wait on the GIL; after
+/ready says yes, because it takes seconds that a client waiting to start should not wait."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from sanic import Sanic
 
@@ -31,9 +35,29 @@ async def _report_rpc_workers(sched: Scheduler) -> None:
                         report.error if report else "not probed")
 
 
+async def _prepare_engines(sched: Scheduler) -> None:
+    """``Effects.prepare`` in a worker thread for each engine kind an enabled model uses, one
+    after the other (two threads importing one library at once can see it half imported). A
+    failure is logged; the model's load reports its cause."""
+    done: set[tuple[str, str]] = set()
+    for st in list(sched.models.values()):
+        kind = (st.cfg.engine, st.cfg.modality)
+        if not st.enabled or st.problem or kind in done:
+            continue
+        done.add(kind)
+        t0 = time.monotonic()
+        try:
+            if await asyncio.to_thread(sched.effects.prepare, st):
+                log.info("prepared the %s engine in %.1f s", st.cfg.engine,
+                         time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - staging goes on; the load will say why
+            log.warning("could not prepare the %s engine: %s", st.cfg.engine, exc)
+
+
 async def stage_models(app: Sanic) -> None:
     """Run ``before_stage``, then move each model with an initial tier there, in config
-    order. A model that fails is reported and left cold; staging goes on with the rest."""
+    order, then (ready by then) prepare the engines. A model that fails is reported and left
+    cold; staging goes on with the rest."""
     sched: Scheduler = state(app).scheduler
     try:
         before_stage = state(app).before_stage
@@ -54,3 +78,4 @@ async def stage_models(app: Sanic) -> None:
                 log.warning("could not stage %s in %s: %s", st.id, target, exc)
     finally:
         state(app).lifecycle.staged()       # READY, unless a drain began meanwhile
+    await _prepare_engines(sched)

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from hypnos.engines.protocols import Engine, KeepsWeights, KVChatEngine, SplitsLayers
 from hypnos.engines.records import LoadReport, LoadSpec
-from hypnos.engines.registry import create_engine
+from hypnos.engines.registry import create_engine, prepare
 from hypnos.planner.budgets import kept_engine_booking
 from hypnos.planner.context import FALLBACK_CONTEXT
 from hypnos.planner.types import Placement
@@ -38,6 +38,12 @@ class Effects(Protocol):
     in a worker thread). Each reads the model record it is given (id, config, files, shape,
     placement) and changes nothing in it: what it builds it returns, and `Residency`
     assigns that to the record on the event loop."""
+
+    def prepare(self, st: ModelState) -> bool:
+        """Do ahead, once per process, what a first load of ``st``'s engine does besides
+        building it (the registry's ``prepare``: docling's imports). Start-up staging calls
+        it once /ready says yes, so that work does not fall on a model's first request. False
+        when the engine has nothing to prepare. Raises what the preparation raises."""
 
     def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:
         """Build ``st``'s engine for ``placement``; from ``kept`` (the engine tier 2 kept,
@@ -85,6 +91,9 @@ class MachineEffects:
         self.threads = threads
         self.rpc_stall_secs = rpc_stall_secs      # hardware.rpc_stall_secs
         self.prompt_cache = prompt_cache          # given to each chat engine built here
+
+    def prepare(self, st: ModelState) -> bool:
+        return prepare(st.cfg.engine, st.cfg.modality)
 
     def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:
         engine: Engine

@@ -4,6 +4,9 @@ and a two-page text PDF with a picture on page 1 (reportlab)."""
 import base64
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -309,6 +312,54 @@ def test_engine_stops_at_the_next_page_when_cancelled():
     cancel = threading.Event()
     done = engine.convert_pages(doc, lambda page: cancel.set(), cancel)
     assert doc.pages == [1, 2] and [p.page for p in done] == [1]
+
+
+# Run in a process of its own: the modules a step imports are only new in a process where no
+# other test has converted a document yet.
+FIRST_USE = """
+import json, sys, threading
+from hypnos.engines import docling_convert
+from hypnos.engines.records import DocumentRequest, LoadSpec
+
+def imported(step):
+    before = set(sys.modules)
+    step()
+    return sorted(set(sys.modules) - before)
+
+def convert():
+    doc = engine.open(DocumentRequest(data=open(sys.argv[2], "rb").read(), filename="a.pdf"))
+    engine.convert_pages(doc, lambda _page: None, threading.Event())
+
+engine = docling_convert.DoclingConverter()
+out = {"prepare": imported(docling_convert.prepare) if sys.argv[1] == "prepare" else []}
+out["load"] = imported(lambda: engine.load(LoadSpec(model_id="docling", weights_path=None)))
+out["convert"] = imported(convert)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", ["load", "prepare"])
+def test_the_first_conversion_imports_nothing_of_docling(first, tmp_path):
+    """Regression: the first conversion after the server started held the event loop for
+    0.4-0.6 s (no answer to /health meanwhile). Importing docling's packages holds the GIL in
+    long stretches even in a worker thread (C extensions initialising), and that import came
+    with a request: the model's load on its first use, then docling's own first-use imports
+    (its serialisers, pdfium) inside the conversion. Now ``load`` converts a blank page, so a
+    conversion imports nothing of the packages the load brought in; and ``prepare`` (run by
+    start-up staging) leaves a later load and conversion nothing of its packages to import."""
+    pdf = tmp_path / "a.pdf"
+    pdf.write_bytes(make_pdf())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", FIRST_USE, first, str(pdf)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(done.stdout.strip().splitlines()[-1])
+    # PIL is left out: its file-format plugins load on the first picture, a few small modules.
+    heavy = {name.partition(".")[0] for name in steps[first]} - {"PIL"}
+    assert {"docling", "docling_core"} <= heavy
+    later = steps["convert"] + (steps["load"] if first == "prepare" else [])
+    assert [name for name in later if name.partition(".")[0] in heavy] == []
 
 
 def _pic(size: int) -> DocumentPicture:

@@ -89,6 +89,58 @@ async def test_staging_gates_inference_but_not_listing():
         gate.set()
 
 
+PREPARED = """
+models_dir = "{models}"
+[[models]]
+id = "docs"
+modality = "document_conversion"
+engine = "docling"
+[[models]]
+id = "docs-2"
+modality = "document_conversion"
+engine = "docling"
+[[models]]
+id = "broken"
+modality = "text_generation"
+engine = "ggml_llama"
+weights_path = "nowhere/missing.gguf"
+[[models]]
+id = "off"
+modality = "embeddings"
+engine = "onnx_runtime"
+weights_path = "nowhere/model.onnx"
+enabled = false
+"""
+
+
+async def test_staging_prepares_each_engine_once_in_a_thread_once_ready(tmp_path):
+    """Regression: a docling model left on disk imported docling on its first request, and
+    although the load ran in a worker thread the import held the GIL in long stretches: the
+    event loop went 0.4-0.6 s without answering /health. Staging now prepares the engines
+    (``Effects.prepare``): once per engine kind an enabled model without a problem uses, off
+    the event loop, after /ready says yes (seconds a waiting client should not wait)."""
+    import tomllib
+
+    from fakes import FakeEffects
+    from hypnos.service.lifecycle.staging import stage_models
+    from hypnos.service.state import state
+
+    class Watched(FakeEffects):
+        def prepare(self, st) -> bool:
+            self.ready_then.append(state(app).lifecycle.ready)
+            return super().prepare(st)
+
+    fx = Watched()
+    fx.ready_then = []
+    cfg = parse_config(tomllib.loads(PREPARED.format(models=tmp_path)))
+    cfg.server.state_dir = fresh_state_dir()
+    app = create_app(cfg, catalog=load_catalog(), effects=fx)
+    await stage_models(app)
+    assert [mid for mid, _thread in fx.prepared] == ["docs"]
+    assert fx.prepared[0][1] != threading.get_ident() and fx.ready_then == [True]
+    assert state(app).lifecycle.ready
+
+
 async def test_models_list_hides_disabled():
     resp = await call(app_for(), "get", "/v1/models")
     ids = [m["id"] for m in resp.json["data"]]

@@ -15,7 +15,7 @@ from hypnos.service.scheduling.effects import Effects, MachineEffects
 from hypnos.service.scheduling.pool import ModelState, Stats
 
 ROOT = Path(__file__).resolve().parents[2]
-MEMBERS = {"load", "unload", "suspend", "park", "restore", "pin", "unpin", "drop_pages",
+MEMBERS = {"prepare", "load", "unload", "suspend", "park", "restore", "pin", "unpin", "drop_pages",
            "count_eviction", "count_load_failure"}
 
 effects: Effects = FakeEffects()        # checked statically (a type checker reads this line)
