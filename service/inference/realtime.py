@@ -35,7 +35,7 @@ from hypnos.service.inference.realtime_book import SessionInfo
 from hypnos.service.inference.realtime_conversation import Conversation
 from hypnos.service.inference.realtime_hearing import Hearing, check_transcriber
 from hypnos.service.inference.realtime_response import Response, Voices
-from hypnos.service.media.realtime_audio import InputBuffer, b64_pieces, from_wire
+from hypnos.service.media.realtime_audio import InputBuffer, decode_event_audio_yielding
 from hypnos.service.media.turn_vad import SpeechTurns, TurnDetector, prepare
 from hypnos.service.wire.realtime_in import (FORMAT_RATES, Settings, apply_settings,
                                              item_audio, new_id, parse_event, parse_item)
@@ -171,7 +171,8 @@ class RealtimeSession:
     # ------------------------------------------------------------------ the input buffer
 
     async def _append(self, ev: dict) -> None:
-        pcm = await self._decoded(ev.get("audio"), "audio")
+        pcm = await decode_event_audio_yielding(ev.get("audio"),
+                                               self.settings.input_format, "audio")
         buf = self.buffer
         if buf.ms(len(buf.data) + len(pcm)) > self.deps.max_buffer_secs * 1000:
             raise InvalidRequest(
@@ -186,16 +187,6 @@ class RealtimeSession:
             if self.speech_item is not None:
                 self.hearing.listen(self._stt(), buf, responding=self.response is not None,
                                     quiet_ms=self.vad.detector.quiet_ms() if self.vad else 0)
-
-    async def _decoded(self, audio: object, param: str) -> bytes:
-        """An event's base64 audio as 16-bit PCM of the input format, the event loop let
-        run between pieces (a 16 MiB frame is 10 or more of them)."""
-        kind = self.settings.input_format
-        parts = []
-        for piece in b64_pieces(audio, param):
-            parts.append(piece)
-            await asyncio.sleep(0)
-        return from_wire(b"".join(parts), kind)
 
     def _stt(self) -> str | None:
         """The session's speech_to_text model."""
@@ -305,7 +296,7 @@ class RealtimeSession:
             return None
         index, audio = found
         at = f"item.content[{index}].audio"
-        pcm = await self._decoded(audio, at)
+        pcm = await decode_event_audio_yielding(audio, self.settings.input_format, at)
         ms = self.buffer.ms(len(pcm))
         if ms < MIN_COMMIT_MS or ms > self.deps.max_buffer_secs * 1000:
             raise InvalidRequest(

@@ -7,14 +7,12 @@ let run between them."""
 import asyncio
 import base64
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from hypnos.service.inference.realtime_hearing import partial_due
 from hypnos.service.errors import InvalidRequest
-from hypnos.service.inference.realtime import RealtimeSession
 from hypnos.service.media import g711, realtime_audio
 from hypnos.service.media.realtime_audio import (InputBuffer, b64_pieces, decode_event_audio,
                                                  from_wire, to_wire)
@@ -150,7 +148,6 @@ def test_audio_that_is_not_text_is_refused():
 def test_a_long_append_lets_the_event_loop_run_between_pieces(monkeypatch):
     monkeypatch.setattr(realtime_audio, "B64_PIECE", 64)
     raw = os.urandom(48 * 40)           # 2560 characters: 40 pieces
-    session = SimpleNamespace(settings=SimpleNamespace(input_format=PCM))
 
     async def main():
         ticks = 0
@@ -164,7 +161,8 @@ def test_a_long_append_lets_the_event_loop_run_between_pieces(monkeypatch):
 
         task = asyncio.create_task(other())
         await asyncio.sleep(0)
-        pcm = await RealtimeSession._decoded(session, base64.b64encode(raw).decode(), "audio")
+        pcm = await realtime_audio.decode_event_audio_yielding(
+            base64.b64encode(raw).decode(), PCM, "audio")
         decoding = False
         await task
         return pcm, ticks
