@@ -2,8 +2,8 @@
 docling model left on disk, /health polled every 20 ms from a thread, the worst wait
 recorded in three windows:
 
-  after ready    the seconds right after /ready says yes, while the server prepares the
-                 docling engine in a worker thread (its imports hold the GIL in stretches);
+  after ready    the seconds right after /ready says yes (the server prepared the docling
+                 engine before it, in a worker thread: nothing of it should be left here);
   first PDF      the first conversion once that is done (before the change, the model's
                  load and docling's imports fell here: 0.42-0.59 s on the 2-core machine);
   idle           the same span with nothing running: the baseline, measured in the same run.
@@ -92,7 +92,7 @@ def main() -> int:
         finally:
             poll.stop = True
             srv.stop()
-    when = f"in {prepared.group(1)} s after ready" if prepared else "not within the window"
+    when = f"in {prepared.group(1)} s, before ready" if prepared else "not (no log line)"
     print(f"ready after {ready_s:.1f} s; docling prepared {when}")
     print(f"{'window':<32}{'worst /health':>15}{'polls':>8}{'> 100 ms':>10}{'x idle':>9}")
     for name, (worst, n, slow) in (("after ready", after_ready),

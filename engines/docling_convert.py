@@ -327,7 +327,7 @@ class DoclingConverter:
 def prepare() -> None:
     """Load and unload a throwaway engine: the imports and first-use set-up of ``load``, done
     in this process ahead of any docling model's load. Start-up staging runs it in a worker
-    thread once /ready says yes (registry ``Entry.prepare``), because a model left on disk loads on
+    thread before /ready (registry ``Entry.prepare``), because a model left on disk loads on
     its first request, and importing docling (pandas, scipy, OpenCV; torch where installed)
     holds the GIL for up to 0.3 s at a time even in a worker thread: the event loop stalled
     0.4-0.6 s. Blocks (seconds); nothing to do without docling (the model's load says so)."""

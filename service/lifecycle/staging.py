@@ -1,8 +1,9 @@
 """Start-up staging: the models with an ``initial_tier`` are moved there in the background once
-the port is open (``/ready`` answers 503 until then, spec section 3). After that, each enabled
+the port is open (``/ready`` answers 503 until then, spec section 3). Before that, each enabled
 model's engine is prepared (``Effects.prepare``: docling's imports), so that a model left on
-disk does not do that work on its first request, while other requests wait on the GIL; after
-/ready says yes, because it takes seconds that a client waiting to start should not wait."""
+disk does not do that work on its first request, while other requests wait on the GIL. Not
+after /ready: run beside requests, its imports met a model's load importing the same
+libraries, and the load hung (CI, a browser test's first embeddings request)."""
 from __future__ import annotations
 
 import asyncio
@@ -55,9 +56,9 @@ async def _prepare_engines(sched: Scheduler) -> None:
 
 
 async def stage_models(app: Sanic) -> None:
-    """Run ``before_stage``, then move each model with an initial tier there, in config
-    order, then (ready by then) prepare the engines. A model that fails is reported and left
-    cold; staging goes on with the rest."""
+    """Run ``before_stage``, prepare the engines, then move each model with an initial tier
+    there, in config order. A model that fails is reported and left cold; staging goes on
+    with the rest."""
     sched: Scheduler = state(app).scheduler
     try:
         before_stage = state(app).before_stage
@@ -67,6 +68,7 @@ async def stage_models(app: Sanic) -> None:
                 if st.problem:
                     sched.add(build_state(state(app).config, st.cfg))
         await _report_rpc_workers(sched)
+        await _prepare_engines(sched)
         for st in list(sched.models.values()):
             target = st.cfg.initial_tier
             if target is Tier.SSD or not st.enabled or st.problem:
@@ -78,4 +80,3 @@ async def stage_models(app: Sanic) -> None:
                 log.warning("could not stage %s in %s: %s", st.id, target, exc)
     finally:
         state(app).lifecycle.staged()       # READY, unless a drain began meanwhile
-    await _prepare_engines(sched)

@@ -42,7 +42,7 @@ class Effects(Protocol):
     def prepare(self, st: ModelState) -> bool:
         """Do ahead, once per process, what a first load of ``st``'s engine does besides
         building it (the registry's ``prepare``: docling's imports). Start-up staging calls
-        it once /ready says yes, so that work does not fall on a model's first request. False
+        it before /ready says yes, so that work never runs while requests are served. False
         when the engine has nothing to prepare. Raises what the preparation raises."""
 
     def load(self, st: ModelState, placement: Placement, kept: Engine | None) -> Loaded:

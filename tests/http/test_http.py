@@ -113,12 +113,13 @@ enabled = false
 """
 
 
-async def test_staging_prepares_each_engine_once_in_a_thread_once_ready(tmp_path):
+async def test_staging_prepares_each_engine_once_in_a_thread_before_ready(tmp_path):
     """Regression: a docling model left on disk imported docling on its first request, and
     although the load ran in a worker thread the import held the GIL in long stretches: the
     event loop went 0.4-0.6 s without answering /health. Staging now prepares the engines
-    (``Effects.prepare``): once per engine kind an enabled model without a problem uses, off
-    the event loop, after /ready says yes (seconds a waiting client should not wait)."""
+    (``Effects.prepare``) first: once per engine kind an enabled model without a problem
+    uses, off the event loop, while /ready still says no (after it, beside requests, a
+    load importing the same libraries hung)."""
     import tomllib
 
     from fakes import FakeEffects
@@ -137,7 +138,7 @@ async def test_staging_prepares_each_engine_once_in_a_thread_once_ready(tmp_path
     app = create_app(cfg, catalog=load_catalog(), effects=fx)
     await stage_models(app)
     assert [mid for mid, _thread in fx.prepared] == ["docs"]
-    assert fx.prepared[0][1] != threading.get_ident() and fx.ready_then == [True]
+    assert fx.prepared[0][1] != threading.get_ident() and fx.ready_then == [False]
     assert state(app).lifecycle.ready
 
 
