@@ -2,8 +2,8 @@
 the port is open (``/ready`` answers 503 until then, spec section 3). Before that, each enabled
 model's engine is prepared (``Effects.prepare``: docling's imports), so that a model left on
 disk does not do that work on its first request, while other requests wait on the GIL. Not
-after /ready: run beside requests, its imports met a model's load importing the same
-libraries, and the load hung (CI, a browser test's first embeddings request)."""
+after /ready: run beside requests, a browser test's first embeddings request got no answer
+(CI; a load importing the same libraries beside it is the likely cause)."""
 from __future__ import annotations
 
 import asyncio
