@@ -145,10 +145,31 @@ def test_kind_stats_read_each_draft_length_and_trust_it_after_a_few_steps():
     assert stats.measured() == {3: pytest.approx(0.7 / 3)}
     line = KindStats(n_max=8)
     for s in (stats, line):     # plain steps of 0.1 s, 0.08 s a draft, 90 % taken
-        s.plain_steps = s.draft_steps = WARMUP
-        s.plain_s, s.per_draft_s, s.accepted, s.rejections = 0.1, 0.08, 9.0, 1.0
+        s.plain_steps = s.main.draft_steps = WARMUP
+        s.plain_s, s.per_draft_s = 0.1, 0.08
+        s.main.accepted, s.main.rejections = 9.0, 1.0
     assert line.n_for_next() == 1
     assert stats.n_for_next() == 3
+
+
+def test_a_copy_is_cut_to_a_shorter_draft_whose_batch_is_much_cheaper():
+    """This AVX-512 CPU's batches (spec_step_costs.py: 4 positions 2.43 plain steps, 5 3.31):
+    a 4-token copy drafts 3, which yields more per second even were all 4 taken; lengths
+    read too rarely keep the line, which never cuts, and a flat (GPU) batch keeps all."""
+    stats = _expensive(KindStats(n_max=64))
+    stats.per_draft_s = 0.5 * stats.plain_s
+    for _ in range(3):
+        stats.record(3, 3, 2.43 * stats.plain_s)
+        stats.record(4, 4, 3.31 * stats.plain_s)
+    assert stats.n_for_sort("", 4) == 3
+    assert stats.n_for_sort("", 3) == 3
+    assert stats.trimmed(8) == 8                        # 5..8 not read: the line
+    flat = _expensive(KindStats(n_max=64))
+    flat.per_draft_s = 0.01 * flat.plain_s
+    for k in (3, 4):
+        for _ in range(3):
+            flat.record(k, k, (1 + 0.01 * k) * flat.plain_s)
+    assert flat.n_for_sort("", 4) == 4
 
 
 def _feed(stats: KindStats, steps: int, accepted: int, drafted: int, plain_s: float,
@@ -185,8 +206,9 @@ def test_auto_drafter_asks_for_no_more_than_advised():
 def _expensive(stats: KindStats) -> KindStats:
     """Figures of a few CPU cores: a drafted position costs 0.6 of a 30 ms step, main
     drafts 90 % taken."""
-    stats.plain_steps = stats.draft_steps = WARMUP
-    stats.plain_s, stats.per_draft_s, stats.accepted, stats.rejections = 0.03, 0.018, 9.0, 1.0
+    stats.plain_steps = stats.main.draft_steps = WARMUP
+    stats.plain_s, stats.per_draft_s = 0.03, 0.018
+    stats.main.accepted, stats.main.rejections = 9.0, 1.0
     return stats
 
 
@@ -214,7 +236,7 @@ def test_an_earlier_answer_is_drafted_though_the_kinds_other_drafts_fail():
     """A question asked again copies the pool's answer whole, while the same key's other
     answers guessed badly: the pool keeps its own figures, so they do not stop it."""
     stats = _expensive(KindStats(n_max=64))
-    stats.accepted, stats.rejections = 1.0, 9.0         # main drafts: mostly refused
+    stats.main.accepted, stats.main.rejections = 1.0, 9.0    # main drafts: mostly refused
     for _ in range(WARMUP):
         stats.record(8, 8, 0.09, "pool")
     assert [stats.n_for_sort("", 8) for _ in range(3)] == [0, 0, 0]
@@ -228,7 +250,7 @@ def test_auto_asks_a_sorting_drafter_for_everything_and_feeds_the_sort_it_drafte
     first.propose(prompt + answer, 4)
     first.close()
     stats = _expensive(KindStats(n_max=64))
-    stats.accepted, stats.rejections = 0.0, 9.0         # main drafts would be cut to none
+    stats.main.accepted, stats.main.rejections = 0.0, 9.0    # main drafts: cut to none
     auto = AutoDrafter(NgramDrafter(pool=pool, prompt_len=len(prompt)), stats)
     tokens, batched = auto.plan(prompt, 64)
     assert batched is None and tokens == answer[:4]    # the pool's, new: kept whole

@@ -97,8 +97,8 @@ def test_model_drafts_go_to_the_shared_source_and_ngrams_alone():
     stats = KindStats(4)
     assert AutoDrafter(seq, stats).plan(context, 3) == ([], Batched(None, 2, 3))  # warming up
     # Figures that say drafting does not pay: the policy's 0 (a plain step) is kept.
-    stats.plain_steps = stats.draft_steps = WARMUP
-    stats.plain_s, stats.per_draft_s, stats.rejections = 0.01, 0.05, 10.0
+    stats.plain_steps = stats.main.draft_steps = WARMUP
+    stats.plain_s, stats.per_draft_s, stats.main.rejections = 0.01, 0.05, 10.0
     assert AutoDrafter(seq, stats).plan(context, 3) == ([], Batched(None, 2, 0))
 
 

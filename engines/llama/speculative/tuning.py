@@ -62,7 +62,9 @@ def best_k(a: float, plain_s: float, per_draft_s: float, n_max: int,
 
 @dataclass
 class SortFigures:
-    """The running acceptance of one kind of request's drafts of one sort."""
+    """The running acceptance of one kind of request's drafts of one sort: ``accepted``
+    tokens and ``rejections`` (steps that ended at a refused token), both decayed, so the
+    acceptance follows the recent requests; ``since_probe`` counts the steps it sat out."""
     accepted: float = 0.0
     rejections: float = 0.0
     draft_steps: int = 0
@@ -75,25 +77,28 @@ class SortFigures:
 
     def record(self, drafted: int, accepted: int) -> None:
         self.draft_steps += 1
-        # Decayed counts, so the acceptance follows the recent requests.
         self.accepted = self.accepted * (1 - ALPHA) + accepted
         self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
+
+    def probe(self) -> bool:
+        """Whether a step judged not to pay drafts anyway (one in ``PROBE_EVERY``)."""
+        self.since_probe += 1
+        if self.since_probe >= PROBE_EVERY:
+            self.since_probe = 0
+            return True
+        return False
 
 
 @dataclass
 class KindStats:
-    """Running figures of one model's drafting for one kind of request. ``accepted`` and
-    ``rejections`` (steps that ended at a rejected draft) give the acceptance chance of the
-    drafter's main guesses; ``sorts`` that of its other sorts (``SortFigures``). The
-    step costs are read from every draft step, whatever its sort."""
+    """Running figures of one model's drafting for one kind of request: ``main`` the
+    acceptance of the drafter's main guesses, ``sorts`` that of its other sorts. The step
+    costs are read from every draft step, whatever its sort."""
     n_max: int
     plain_s: float = 0.0
     per_draft_s: float = 0.0
-    accepted: float = 0.0
-    rejections: float = 0.0
     plain_steps: int = 0
-    draft_steps: int = 0
-    since_probe: int = 0
+    main: SortFigures = field(default_factory=SortFigures)
     #: Drafted tokens k -> the running seconds of a step of k drafts, and how many were read.
     size_s: dict[int, float] = field(default_factory=dict)
     size_steps: dict[int, int] = field(default_factory=dict)
@@ -108,40 +113,50 @@ class KindStats:
 
     @property
     def acceptance(self) -> float:
-        total = self.accepted + self.rejections
-        return self.accepted / total if total else 0.0
+        return self.main.acceptance
+
+    @property
+    def draft_steps(self) -> int:
+        """Steps that drafted a main guess."""
+        return self.main.draft_steps
 
     def n_for_next(self) -> int:
         """How many tokens the next step may draft (0: a plain step)."""
-        if self.plain_steps < WARMUP or self.draft_steps < WARMUP:
+        if self.plain_steps < WARMUP or self.main.draft_steps < WARMUP:
             return self.n_max
-        k = best_k(self.acceptance, self.plain_s, self.per_draft_s, self.n_max,
+        k = best_k(self.main.acceptance, self.plain_s, self.per_draft_s, self.n_max,
                    self.trusted)
         if k:
             return k
-        self.since_probe += 1
-        if self.since_probe >= PROBE_EVERY:
-            self.since_probe = 0
-            return self.n_max
-        return 0
+        return self.n_max if self.main.probe() else 0
+
+    def trimmed(self, n: int) -> int:
+        """The length up to ``n`` with the most tokens per second were every drafted token
+        taken: ``n`` unless a shorter draft's measured step is that much cheaper (a CPU's
+        kernels take positions in groups: where 5 positions cost far more than 4, a draft
+        of 4 becomes one of 3, which yields more even when all 4 would have been taken).
+        Lengths not read often enough cost the line, which never cuts."""
+        best, best_rate = n, 0.0
+        for k in range(n, 0, -1):
+            cost = self.trusted.get(k) or self.plain_s + k * max(self.per_draft_s, 0.0)
+            if cost > 0 and (k + 1) / cost > best_rate:
+                best, best_rate = k, (k + 1) / cost
+        return best
 
     def n_for_sort(self, sort: str, n: int) -> int:
-        """How much of a draft of ``n`` tokens of ``sort`` to keep (0: none): the main
-        figures' length for the main sort (""); for another, all while that sort is new
-        (``WARMUP`` of its steps) and on a probe, else as far as its own acceptance pays."""
+        """How much of a draft of ``n`` tokens of ``sort`` to keep (0: none): for the main
+        sort (""), the main figures' length, trimmed; for another, all while that sort is
+        new (``WARMUP`` of its steps) and on a probe, else as far as its own acceptance
+        pays."""
         if not sort:
-            return min(n, self.n_for_next())
+            return self.trimmed(min(n, self.n_for_next()))
         figures = self.sorts.setdefault(sort, SortFigures())
         if figures.draft_steps < WARMUP or self.plain_steps < WARMUP:
             return n
         k = best_k(figures.acceptance, self.plain_s, self.per_draft_s, n, self.trusted)
         if k:
             return k
-        figures.since_probe += 1
-        if figures.since_probe >= PROBE_EVERY:
-            figures.since_probe = 0
-            return n
-        return 0
+        return n if figures.probe() else 0
 
     def record(self, drafted: int, accepted: int, step_s: float, sort: str = "") -> None:
         """One generating step: ``drafted`` tokens checked (0: a plain step) of ``sort``
@@ -153,7 +168,7 @@ class KindStats:
             return
         if self.plain_steps:
             extra = max(step_s - self.plain_s, 0.0) / drafted
-            costed = self.draft_steps + sum(f.draft_steps for f in self.sorts.values())
+            costed = self.main.draft_steps + sum(f.draft_steps for f in self.sorts.values())
             self.per_draft_s = _ema(self.per_draft_s, extra, costed)
         seen = self.size_steps.get(drafted, 0)
         # A plain mean of the first readings (one slow step must not decide a length for
@@ -163,13 +178,8 @@ class KindStats:
         self.size_steps[drafted] = seen + 1
         if seen + 1 >= SIZE_READINGS:
             self.trusted[drafted] = self.size_s[drafted]
-        if sort:
-            self.sorts.setdefault(sort, SortFigures()).record(drafted, accepted)
-            return
-        self.draft_steps += 1
-        # Decayed counts, so the acceptance follows the recent requests.
-        self.accepted = self.accepted * (1 - ALPHA) + accepted
-        self.rejections = self.rejections * (1 - ALPHA) + (accepted < drafted)
+        figures = self.sorts.setdefault(sort, SortFigures()) if sort else self.main
+        figures.record(drafted, accepted)
 
 
 def _ema(old: float, new: float, n: int) -> float:
