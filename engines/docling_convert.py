@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from hypnos.engines import docling_ocr
+from hypnos.engines.docling_pages import page_from
 from hypnos.engines.errors import (
     BadPageRange, EngineError, EngineUnavailable, OcrUnavailable, UnsupportedDocument,
 )
 from hypnos.engines.records import (
-    ConvertedPage, DocumentPicture, DocumentRequest, LoadReport, LoadSpec, OnPage,
-    OpenedDocument,
+    ConvertedPage, DocumentRequest, LoadReport, LoadSpec, OnPage, OpenedDocument,
 )
 
 PAGED = ("pdf", "image")
@@ -270,17 +270,17 @@ class DoclingConverter:
             document = handle.done.document
             if len(document.pages) > 1:
                 document = document.filter(page_nrs={number})
-            return _page_from(document, number, req)
+            return page_from(document, number, req)
         if handle.fmt == "image":
             return self._ocr_page(handle, number, None)
         result = self._run(handle, number)
         if self._layout_path is not None:
-            page = _page_from(result.document, number, req)
+            page = page_from(result.document, number, req)
             scores = result.confidence.pages.get(number)
             page.ocr = scores is not None and not math.isnan(scores.ocr_score)
             return page
         if self.ocr_engine is None or not docling_ocr.needs_ocr(req.ocr, result.document):
-            return _page_from(result.document, number, req)
+            return page_from(result.document, number, req)
         return self._ocr_page(handle, number, result.document)
 
     def _ocr_page(self, handle: _Handle, number: int, native) -> ConvertedPage:
@@ -298,7 +298,7 @@ class DoclingConverter:
             lines = self._reader.read(image, scale)
         name = PurePath(handle.name).stem
         document = docling_ocr.ocr_document(name, number, size, lines, native)
-        page = _page_from(document, number, handle.req)
+        page = page_from(document, number, handle.req)
         page.ocr = True
         return page
 
@@ -345,7 +345,7 @@ def _warm(converter) -> None:
     from docling.datamodel.base_models import DocumentStream
     source = DocumentStream(name="warm-up.pdf", stream=io.BytesIO(_blank_pdf()))
     result = converter.convert(source, raises_on_error=False)
-    _page_from(result.document, 1, DocumentRequest(b"", "warm-up.pdf", want_json=True))
+    page_from(result.document, 1, DocumentRequest(b"", "warm-up.pdf", want_json=True))
 
 
 def _blank_pdf() -> bytes:
@@ -381,41 +381,3 @@ def _page_list(pages: tuple[int, int] | None, count: int) -> list[int]:
         raise BadPageRange(f"pages {first}-{last} asked, but the document has {count} "
                            f"page{'s' if count != 1 else ''}")
     return list(range(first, min(last, count) + 1))
-
-
-def _page_from(document, number: int, req: DocumentRequest) -> ConvertedPage:
-    from docling_core.types.doc import PictureItem, TableItem
-    pictures, tables = [], 0
-    for item, _level in document.iterate_items():
-        if isinstance(item, TableItem):
-            tables += 1
-        elif isinstance(item, PictureItem):
-            pictures.append(_picture(document, item, number, req.want_pictures))
-    return ConvertedPage(page=number, markdown=document.export_to_markdown(),
-                         pictures=pictures, tables=tables,
-                         json=document.export_to_dict() if req.want_json else None)
-
-
-def _picture(document, item, page: int, want_bytes: bool) -> DocumentPicture:
-    pic = DocumentPicture(page=page, mime="image/png", data=None, ref=item.self_ref)
-    caption = item.caption_text(document)
-    pic.caption = caption or None
-    if item.prov:
-        prov = item.prov[0]
-        b = prov.bbox
-        pic.bbox = {"l": b.l, "t": b.t, "r": b.r, "b": b.b,
-                    "coord_origin": b.coord_origin.value}
-        size = document.pages.get(prov.page_no)
-        if size is not None:
-            pic.page_size = {"width": size.size.width, "height": size.size.height}
-    if item.image is not None:
-        pic.dpi = item.image.dpi
-        pic.width, pic.height = int(item.image.size.width), int(item.image.size.height)
-    if want_bytes:
-        image = item.get_image(document)
-        if image is not None:
-            buf = io.BytesIO()
-            image.save(buf, format="PNG")
-            pic.data = buf.getvalue()
-            pic.width, pic.height = image.size
-    return pic

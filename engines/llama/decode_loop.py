@@ -33,10 +33,11 @@ from hypnos.engines.llama.checkpoints import Trimming
 from hypnos.engines.llama.compute_threads import IDLE_EXIT_S
 from hypnos.engines.llama.prompt_cache import ModelCache
 from hypnos.engines.llama.prompt_reuse import CachedPrefixes
-from hypnos.engines.llama.sampling import build_sampler, repeating
+from hypnos.engines.llama.sampling import build_sampler
 from hypnos.engines.llama.slots import Job, Slot, SlotQueue
 from hypnos.engines.llama.speculative.verify import Speculative
 from hypnos.engines.llama.token_reading import TokenReading
+from hypnos.engines.llama.token_rules import TokenRules
 
 #: How often a loop whose every job is paused (``Job.pause``) looks whether one may go on.
 PAUSE_POLL_S = 0.005
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class DecodeLoop(SlotQueue, Trimming, CachedPrefixes, TokenReading):
+class DecodeLoop(SlotQueue, Trimming, CachedPrefixes, TokenReading, TokenRules):
     """The decode thread and its slots. ``ll`` is the ``llama_cpp.llama_cpp`` module.
     A job with ``drafting`` gets its drafts checked in the same batches by ``spec`` (a
     ``verify.Speculative``); ``observer`` (an ``MtpDrafter``, or None) is shown every batch
@@ -319,53 +320,6 @@ class DecodeLoop(SlotQueue, Trimming, CachedPrefixes, TokenReading):
         token = self.ll.llama_sampler_sample(job.sampler, self.ctx, -1)
         logprob = self._logprob(-1, token, job.logprobs) if job.logprobs is not None else None
         self._on_token(slot, token, logprob)
-
-    def _on_token(self, slot: Slot, token: int, logprob=None) -> None:
-        job = slot.job
-        job.sampled += 1
-        if job.t_first is None:
-            job.t_first = time.perf_counter()
-        if self._ends_answer(token):
-            self._finish(slot, "stop")
-            return
-        rules = job.rules
-        if rules.closer is not None:
-            closing = rules.closer.offer(self._piece(token, special=True), job.generated)
-            if closing is not None:
-                self._close_call(slot, closing)
-                return
-        job.generated += 1
-        piece = self._piece(token)
-        job.events.put(("token", piece, logprob))
-        job.pending = [token]
-        think = rules.think
-        if think is not None and think.must_close(piece.decode("utf-8", "ignore")):
-            # The thinking budget is spent: the server writes the closing delimiter and
-            # the model goes on with the answer.
-            for forced in think.close_tokens:
-                self.ll.llama_sampler_accept(job.sampler, forced)
-                job.events.put(("token", self._piece(forced), None))
-            job.generated += len(think.close_tokens)
-            job.pending = [token, *think.close_tokens]
-        if rules.repetition_bound:
-            rules.history.append(token)
-            if job.generated % 4 == 0 and repeating(rules.history, rules.repetition_bound):
-                self._finish(slot, "repetition_loop")
-                return
-        if job.generated >= job.max_tokens:
-            self._finish(slot, "length")
-
-    def _close_call(self, slot: Slot, closing: list[int]) -> None:
-        """End a forced call with ``closing`` (``CallCloser.offer``) instead of the token just
-        sampled, and finish "length" (the engine reads the call and answers "tool_calls").
-        The closing is delivered, not decoded: the slot's KV and ``slot.tokens`` keep what
-        the model itself wrote, so a later prompt reuses that prefix and evaluates the rest."""
-        job = slot.job
-        for token in closing:
-            job.events.put(("token", self._piece(token), None))
-        job.generated += len(closing)
-        job.rules.closed_call = True
-        self._finish(slot, "length")
 
     def claim(self, slot: Slot, partition: str) -> None:
         """The slot's KV holds ``partition``'s tokens from now on. When it held another's, its
