@@ -10,7 +10,8 @@ from hypnos.engines.llama.speculative.accept import (accepted_prefix, point_mass
                                                      sample_compare_step, speculative_step)
 from hypnos.engines.llama.speculative import drafts
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
-                                                     NgramIndex, PredictionDrafter)
+                                                     PredictionDrafter)
+from hypnos.engines.llama.speculative.ngram_index import NgramIndex
 
 
 # ------------------------------------------------------------------ n-gram lookup
@@ -174,11 +175,30 @@ def test_the_pool_keeps_its_newest_answers_within_its_size(monkeypatch):
     for base in (100, 200, 300):
         pool.add(list(range(base, base + 15)))
     assert len(pool.index.tokens) <= 40 and pool.index.tokens[-15:] == list(range(300, 315))
-    assert pool.continuation(list(range(300, 312)), 5, 3) == (12, [312, 313, 314])
-    assert pool.continuation(list(range(300, 311)), 5, 3) == (0, [])   # under 12 tokens
-    assert pool.continuation(list(range(100, 112)), 5, 3) == (0, [])   # dropped
+    assert pool.continuation(list(range(300, 312)), 5, 3)[:2] == (12, [312, 313, 314])
+    assert pool.continuation(list(range(300, 311)), 5, 3)[:2] == (0, [])  # under 12 tokens
+    assert pool.continuation(list(range(100, 112)), 5, 3)[:2] == (0, [])  # dropped
     pool.add([1, 2])                                                    # too short to index
     assert pool.index.tokens[-1] == 314
+
+
+def test_a_job_that_left_an_earlier_answer_takes_it_up_on_a_short_match():
+    """Asked again, the answer leaves the pooled one for a word (another near tie), then
+    goes on as before: 5 matching tokens take the pool up again near where it was left,
+    where a job that never followed it needs 12."""
+    answer = list(range(100, 300))
+    pool = AnswerPool()
+    pool.add(answer)
+    prompt = [7] * 3 + answer[:12]                   # the answer's start, as a context
+    d = NgramDrafter(pool=pool, prompt_len=3)
+    assert d.propose(prompt, 8) == answer[12:16] and d.sort == "pool"   # the first window
+    d.on_accept(4, 2)                                # 112, 113 kept, then another word
+    back = prompt + answer[12:14] + [900, 901] + answer[16:21]
+    assert d.propose(back, 8) == answer[21:25] and d.sort == "pool"
+    assert NgramDrafter(pool=pool, prompt_len=3).propose(back, 8) == []
+    d.on_accept(4, 2)
+    far = back + answer[21:23] + [902] + answer[190:195]   # 70 tokens on: not taken up
+    assert d.propose(far, 8) == []
 
 
 class Guesser:

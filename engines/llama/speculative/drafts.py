@@ -7,16 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hypnos.engines.llama.speculative import Plan
+from hypnos.engines.llama.speculative.ngram_index import (ANCHOR_MIN, MATCH_CAP, MATCH_MIN,
+                                                          NgramIndex, agreed)
 from hypnos.engines.llama.speculative.respelled import RESPELLED_MIN, RespelledIndex
 
-#: Prompt lookup drafts only where the context's last ``MATCH_MIN`` tokens occurred before.
-#: A short match is a guess on free text ("of the" is followed by anything), a long one is
-#: a copy in progress (code being returned, a quote): measured on Qwen2.5-Coder-1.5B's greedy
-#: answers, a 5-token floor keeps free text at the speed of no drafting while code edits
-#: still draft nearly every copied token (``bench/speculative.py``).
-MATCH_MIN = 5
-#: How far back a match is measured (a longer one drafts no more than this says).
-MATCH_CAP = 64
 #: The draft is this many times the match's length (a copy that has held for m tokens is
 #: likely to hold for a while longer), at most the configured ``n_max``.
 DRAFT_PER_MATCH = 2
@@ -26,8 +20,6 @@ DRAFT_PER_MATCH = 2
 #: costs 1.6 plain steps, 16 cost 3.7, 64 cost 10.7), so a guess that fails must be short,
 #: while a copy that holds is drafted long within a few steps.
 LOOKUP_WINDOW, LOOKUP_WINDOW_MAX = 4, 64
-#: Earlier places of one ``MATCH_MIN``-gram compared (the latest ones).
-CANDIDATES = 8
 #: A job whose recent drafts were mostly refused (the running share of accepted drafted
 #: tokens under ``FLOOR``) needs twice the match before it drafts again.
 FLOOR, FLOOR_WEIGHT = 0.5, 0.5
@@ -37,126 +29,6 @@ FLOOR, FLOOR_WEIGHT = 0.5, 0.5
 PREDICTION_WINDOW, PREDICTION_WINDOW_MAX = 8, 64
 #: The shortest and longest suffix the prediction drafter matches (longest tried first).
 NGRAM_MAX, NGRAM_MIN = 3, 1
-#: A gapped match (``NgramIndex.gapped_matches``): at least this many tokens agree before
-#: the value, and a value is at most ``GAP_MAX`` tokens long on either side.
-ANCHOR_MIN, GAP_MAX = 3, 3
-
-
-class NgramIndex:
-    """Every ``n``-gram of a growing token list, with the positions right after its latest
-    ``CANDIDATES`` occurrences that have a continuation, and the same for every single token
-    (``gapped_matches``). Appending is O(tokens added)."""
-
-    def __init__(self, n: int = MATCH_MIN):
-        self.n = n
-        self.tokens: list[int] = []
-        self.ends: dict[tuple[int, ...], list[int]] = {}
-        self.after: dict[int, list[int]] = {}       # token -> positions right after it
-        self.indexed = 0           # n-grams ending before this position are in ``ends``
-
-    def sync(self, tokens: list[int]) -> None:
-        """Index ``tokens``: extends in place when it extends what was indexed, else rebuilds.
-        Called every decode step with the whole context, so an extension is recognised by
-        its length and its ends (O(1), not a compare of the whole list): a context that
-        differed inside but matched there would only give worse drafts, never wrong tokens
-        (the target checks every one)."""
-        old = self.tokens
-        if (len(tokens) < len(old)
-                or (old and (tokens[0] != old[0] or tokens[len(old) - 1] != old[-1]))):
-            self.ends.clear()
-            self.after.clear()
-            self.indexed = 0
-            old = self.tokens = []
-        old.extend(tokens[len(old):])
-        self._index_new()
-
-    def _index_new(self) -> None:
-        n, toks = self.n, self.tokens
-        # The n-gram ending at e (exclusive) is indexed once tokens[e] exists.
-        for e in range(max(self.indexed, n), len(toks)):
-            places = self.ends.setdefault(tuple(toks[e - n:e]), [])
-            places.append(e)
-            if len(places) > CANDIDATES:
-                del places[0]
-        for e in range(max(self.indexed, 1), len(toks)):
-            places = self.after.setdefault(toks[e - 1], [])
-            places.append(e)
-            if len(places) > CANDIDATES:
-                del places[0]
-        self.indexed = max(self.indexed, len(toks))
-
-    def longest_match(self, query: list[int] | None = None,
-                      cap: int = MATCH_CAP) -> tuple[int, int]:
-        """(match length, continuation start) of ``query``'s suffix (by default the indexed
-        list's own) at the indexed place where the most tokens agree backwards (at least
-        ``n``; the latest on a tie), or (0, -1) when its last ``n`` tokens are not there."""
-        m, starts = self.matches(query, cap)
-        return (m, starts[0]) if starts else (0, -1)
-
-    def matches(self, query: list[int] | None = None,
-                cap: int = MATCH_CAP) -> tuple[int, list[int]]:
-        """``longest_match`` with every place of that length: (length, continuation starts,
-        the latest first)."""
-        toks = self.tokens
-        query = toks if query is None else query
-        size = len(query)
-        best, starts = 0, []
-        if size < self.n:
-            return best, starts
-        for e in reversed(self.ends.get(tuple(query[size - self.n:]), ())):
-            m = self.n
-            while m < cap and e - 1 - m >= 0 and toks[e - 1 - m] == query[size - 1 - m]:
-                m += 1
-            if m > best:
-                best, starts = m, [e]
-            elif m == best:
-                starts.append(e)
-        return best, starts
-
-    def gapped_matches(self, cap: int = MATCH_CAP) -> tuple[int, list[int]]:
-        """(anchor length, continuation starts, the latest first) where the indexed list's
-        end recurs with another value in it: its last token, after a value of 1 to
-        ``GAP_MAX`` tokens, after an anchor of at least ``ANCHOR_MIN`` tokens, matches an
-        earlier place with a value of 1 to ``GAP_MAX`` tokens of its own. That is structured
-        output from prose: in ``"city": "Lagos",`` then ``"city": "Krakow",`` the key is the
-        anchor, the city the value, and what followed the first ``",`` (the next key) is the
-        draft, where an exact match never reaches ``MATCH_MIN`` tokens (the values may also be
-        equal: a short exact match). Only the longest anchor's places; (0, []) when there is
-        none."""
-        toks = self.tokens
-        last = len(toks) - 1
-        best, starts = 0, []
-        for e in reversed(self.after.get(toks[last], ()) if last >= 0 else ()):
-            m = max((self._anchor(last - 1 - g, e - 2 - h, cap)
-                     for g in range(1, GAP_MAX + 1) for h in range(1, GAP_MAX + 1)), default=0)
-            if m > best:
-                best, starts = m, [e]
-            elif m == best and m:
-                starts.append(e)
-        return (best, starts) if best >= ANCHOR_MIN else (0, [])
-
-    def _anchor(self, a: int, b: int, cap: int) -> int:
-        """How many tokens agree backwards from positions ``a`` and ``b``."""
-        toks = self.tokens
-        m = 0
-        while m < cap and a - m >= 0 and b - m >= 0 and toks[a - m] == toks[b - m]:
-            m += 1
-        return m
-
-
-def agreed(tokens: list[int], starts: list[int], size: int) -> list[int]:
-    """What follows ``starts[0]`` in ``tokens`` (``size`` tokens at most), cut where what
-    follows another of ``starts`` differs: where a match recurs, the draft is only what every
-    place agrees on. In structured output the key after a value is drafted (every record
-    has it) and the value after a key is not (each record has its own)."""
-    draft = tokens[starts[0]:starts[0] + size]
-    for s in starts[1:]:
-        other = tokens[s:s + len(draft)]
-        n = 0
-        while n < len(other) and draft[n] == other[n]:
-            n += 1
-        draft = draft[:n]
-    return draft
 
 
 class AnswerPool:
@@ -170,6 +42,7 @@ class AnswerPool:
 
     def __init__(self, match_min: int = MATCH_MIN):
         self.index = NgramIndex(match_min)
+        self.generation = 0                 # counts the times its positions moved
 
     def add(self, answer: list[int]) -> None:
         if len(answer) <= self.index.n:
@@ -177,22 +50,32 @@ class AnswerPool:
         index = self.index
         if len(index.tokens) + len(answer) > POOL_TOKENS:
             keep = index.tokens[len(index.tokens) // 2:]
+            self.generation += 1
             self.index = index = NgramIndex(index.n)
             index.tokens = keep
         index.tokens.extend([SEPARATOR, *answer])      # no n-gram spans two answers
         index._index_new()
 
-    def continuation(self, context: list[int], need: int, n_max: int) -> tuple[int, list[int]]:
-        """(match length, draft) from the pool for ``context``'s suffix: ``n_max`` at most,
-        twice the match, never past the answer it is in; (0, []) under ``need`` or
-        ``POOL_MATCH_MIN``."""
+    def continuation(self, context: list[int], need: int, n_max: int,
+                     near: int | None = None) -> tuple[int, list[int], int]:
+        """(match length, draft, where the draft starts in the pool) for ``context``'s
+        suffix: ``n_max`` at most, twice the match, never past the answer it is in;
+        (0, [], -1) under ``need`` or ``POOL_MATCH_MIN``. ``near``: where in the pool the
+        answer this job was following would go on (``NgramDrafter``); a match from
+        ``RESYNC_BACK`` before it to ``RESYNC_AHEAD`` after it, in the same answer, needs only
+        ``need`` tokens: the job's answer left that one for a few words and came back."""
         m, start = self.index.longest_match(context)
-        if m < max(need, POOL_MATCH_MIN):
-            return 0, []
-        draft = self.index.tokens[start:start + min(n_max, DRAFT_PER_MATCH * m)]
+        if m < need or start < 0:
+            return 0, [], -1
+        toks = self.index.tokens
+        resync = (near is not None and near - RESYNC_BACK <= start <= near + RESYNC_AHEAD
+                  and SEPARATOR not in toks[min(start, near):max(start, near)])
+        if m < POOL_MATCH_MIN and not resync:
+            return 0, [], -1
+        draft = toks[start:start + min(n_max, DRAFT_PER_MATCH * m)]
         if SEPARATOR in draft:
             draft = draft[:draft.index(SEPARATOR)]
-        return m, draft
+        return m, draft, start
 
 
 #: One partition's ``AnswerPool`` holds this many tokens at most.
@@ -201,6 +84,11 @@ POOL_TOKENS = 16384
 #: 5 tokens before every answer) must not draft the start of some other answer.
 POOL_MATCH_MIN = 12
 SEPARATOR = -1                      # between two answers in the pool: never a token
+#: A job that was drafting an earlier answer and left it (its own answer differs for a few
+#: words: a question asked again, answered with other batch shapes, tips differently at a
+#: near tie) takes it up again on a match of ``MATCH_MIN`` tokens, not ``POOL_MATCH_MIN``,
+#: where the match lies this far before or after the place it left (same answer only).
+RESYNC_BACK, RESYNC_AHEAD = 8, 64
 
 
 class NgramDrafter:
@@ -233,6 +121,9 @@ class NgramDrafter:
         self.respelled_share = 1.0          # the same for drafts across a respelling
         self.spelled = False                # the last draft came from one
         self.pooled = False                 # the last draft came from an earlier answer
+        self.pool_start = -1                # where in the pool that draft started
+        self.pool_next: int | None = None   # where the answer followed would go on
+        self.pool_generation = 0
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
         self.gapped = self.spelled = self.pooled = False
@@ -243,9 +134,12 @@ class NgramDrafter:
         m, starts = self.index.matches()
         need = self.index.n * (1 if self.share >= FLOOR else 2)
         if self.pool is not None:
-            _, draft = self.pool.continuation(context, max(need, m + 1), n_max)
+            near = (self.pool_next if self.pool_generation == self.pool.generation
+                    else None)
+            _, draft, start = self.pool.continuation(context, max(need, m + 1), n_max, near)
             if draft:
-                self.pooled = True
+                self.pooled, self.pool_start = True, start
+                self.pool_generation = self.pool.generation
                 return draft
         if m >= need:
             return agreed(context, starts, min(n_max, DRAFT_PER_MATCH * m))
@@ -273,6 +167,8 @@ class NgramDrafter:
                 "spelled" if self.spelled else "")
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        if drafted and self.pooled:
+            self.pool_next = self.pool_start + accepted
         if drafted and self.gapped:
             self.gapped_share += FLOOR_WEIGHT * (accepted / drafted - self.gapped_share)
         elif drafted and self.spelled:
