@@ -68,9 +68,9 @@ class AnswerPool:
         if m < need or start < 0:
             return 0, [], -1
         toks = self.index.tokens
-        resync = (near is not None and near - RESYNC_BACK <= start <= near + RESYNC_AHEAD
-                  and SEPARATOR not in toks[min(start, near):max(start, near)])
-        if m < POOL_MATCH_MIN and not resync:
+        if m < POOL_MATCH_MIN and not (
+                near is not None and near - RESYNC_BACK <= start <= near + RESYNC_AHEAD
+                and SEPARATOR not in toks[min(start, near):max(start, near)]):
             return 0, [], -1
         draft = toks[start:start + min(n_max, DRAFT_PER_MATCH * m)]
         if SEPARATOR in draft:
