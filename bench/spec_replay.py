@@ -130,9 +130,11 @@ def replay_set(record: dict, prompts: list[FreshPrompt], costs: StepCosts,
     """Every prompt of ``prompts`` replayed once a run (``default``) and priced plainly
     (``off``), a session a run."""
     answers, names = record["answers"], {int(t): n for t, n in record["names"].items()}
+    controls = frozenset(record.get("controls", ()))
     results = {p.name: PromptResult(p) for p in prompts}
     for run in range(runs):
-        spec = Speculation(parse_spec("auto"), can_rollback=True, spelling=names.__getitem__)
+        spec = Speculation(parse_spec("auto"), can_rollback=True, spelling=names.__getitem__,
+                           controls=controls)
         for p in session_order(prompts, run):
             got = answers[p.name]
             if p.kind == "again":                  # the first ask: not measured
@@ -165,12 +167,13 @@ def print_prompts(results: list[PromptResult], plain_s: float) -> None:
 
 def record_answers(weights: Path, threads: int, out: Path, prompts: list[FreshPrompt]) -> None:
     """The model's greedy answers (speculation off, the server's loop bound) to ``prompts``,
-    as token ids after the prompt's (the server's chat template), and the spelling names of
-    every token in them (``respelled.llama_spelling``), so that the replay needs no model."""
+    as token ids after the prompt's (the server's chat template), the spelling names of
+    every token in them (``vocabulary.llama_spelling``) and the control tokens among them
+    (``vocabulary.control_tokens``), so that the replay needs no model."""
     import threading
 
     from hypnos.engines.llama.engine import LlamaChatEngine
-    from hypnos.engines.llama.speculative.respelled import llama_spelling
+    from hypnos.engines.llama.speculative.vocabulary import control_tokens, llama_spelling
     from hypnos.engines.records import LoadSpec
     from hypnos.service.config.schema import LimitsConfig
     loop_bound = LimitsConfig().repetition_loop_tokens     # as the server asks (chat.py)
@@ -195,10 +198,12 @@ def record_answers(weights: Path, threads: int, out: Path, prompts: list[FreshPr
             print(f"  {p.name:34} {len(answer):4d} tokens", flush=True)
         seen = {t for a in answers.values() for t in a["prompt"] + a["answer"]}
         names = {str(t): spelling(t) for t in sorted(seen)}
+        controls = sorted(seen & control_tokens(loop.ll, loop.vocab))
     finally:
         engine.unload()
     out.write_text(json.dumps({"model": weights.name, "threads": threads, "tokens": TOKENS,
-                               "answers": answers, "names": names}, separators=(",", ":"))
+                               "answers": answers, "names": names, "controls": controls},
+                              separators=(",", ":"))
                    + "\n")
     print(f"wrote {out} ({len(answers)} answers, {out.stat().st_size // 1024} KiB)")
 

@@ -198,3 +198,20 @@ def test_the_engine_names_spaced_tokens_by_their_bare_twins(ngram):
     for word in ("data", "value", "Paris"):
         assert name(one(" " + word)) == one(word)
         assert name(one(word)) == one(word)
+
+
+@pytest.mark.real
+def test_the_engine_knows_the_chat_templates_control_tokens(ngram, plain):
+    """No prompt lookup draft crosses a control token (a copy of the prompt's last message
+    ends where it did): the engine reads them from the vocabulary. SmolLM2's template marks
+    its messages with ``<|im_start|>`` and ``<|im_end|>``, both control tokens; a word is
+    not one. With speculation off nothing is read."""
+    from hypnos.engines.llama.prompt import tokenize
+    controls = ngram._spec.controls
+    vocab = ngram._loop.vocab
+    for marker in ("<|im_start|>", "<|im_end|>"):
+        ids = tokenize(ngram._ll, vocab, marker, True)
+        assert len(ids) == 1 and ids[0] in controls, (marker, ids)
+    assert ngram._ll.llama_vocab_eos(vocab) in controls
+    assert not set(tokenize(ngram._ll, vocab, " data value", False)) & controls
+    assert plain._spec.controls == frozenset()

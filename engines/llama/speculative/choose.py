@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from hypnos.engines.llama.speculative import Drafter, Drafting, SpecStats
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
                                                      PredictionDrafter)
-from hypnos.engines.llama.speculative.respelled import llama_spelling
+from hypnos.engines.llama.speculative.vocabulary import control_tokens, llama_spelling
 from hypnos.engines.llama.speculative.tuning import AutoDrafter, KindStats
 
 MODES = ("off", "auto", "ngram", "draft", "mtp")
@@ -105,13 +105,16 @@ class Speculation:
 
     def __init__(self, config: SpecConfig, can_rollback: bool,
                  draft_source: DraftSource | None = None, observer=None,
-                 spelling: Callable[[int], int] | None = None):
+                 spelling: Callable[[int], int] | None = None,
+                 controls: frozenset[int] = frozenset()):
         self.config = config
         self.can_rollback = can_rollback
         self.draft_source = draft_source
         #: The vocabulary's names of tokens (``respelled.Spelling``) prompt lookup matches
         #: values copied without their space by; None: exact tokens only.
         self.spelling = spelling
+        #: The vocabulary's control tokens, which no prompt lookup draft crosses.
+        self.controls = controls
         #: What the decode loop shows every target batch to (``MtpDrafter.observe_batch``).
         self.observer = observer
         #: Partition -> what its answers taught, least recently used first (``PARTITIONS``).
@@ -150,12 +153,14 @@ class Speculation:
         stats = (learnt.kinds.setdefault(kind, KindStats(n)) if "auto" in layers
                  else None)
         wrap = {"auto": lambda d: AutoDrafter(d, stats),
-                "lookup": lambda d: LookupFirst(d, n, learnt.pool, prompt_len, self.spelling)}
+                "lookup": lambda d: LookupFirst(d, n, learnt.pool, prompt_len, self.spelling,
+                                                self.controls)}
         wrappers = [wrap[layer] for layer in layers[1:]]
         figures = SpecStats(method, n, lookup_max=NGRAM_N_MAX if "lookup" in layers else 0)
         if layers[0] == "ngram":
             return compose(NgramDrafter(pool=learnt.pool, prompt_len=prompt_len,
-                                        spelling=self.spelling), wrappers), None, figures
+                                        spelling=self.spelling, controls=self.controls),
+                           wrappers), None, figures
         source = self.draft_source
         assert source is not None               # a "model" row needs one (``recipe``)
         if not wrappers:
@@ -266,7 +271,8 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
             "mtp_path"), gpu_layers=spec.gpu_layers, n_seq_max=spec.slots,
             n_ctx=n_ctx_seq * spec.slots, n_threads=threads, n_batch=n_batch)
         return Speculation(config, can_rollback, mtp.for_seq, observer=mtp,
-                           spelling=llama_spelling(ll, vocab)), mtp
+                           spelling=llama_spelling(ll, vocab),
+                           controls=control_tokens(ll, vocab)), mtp
     draft = None
     path = spec.files.get("draft_path")
     if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:
@@ -279,5 +285,6 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
         draft = DraftModel(ll, path, config.draft, vocab, spec.slots, n_ctx_seq, threads,
                            n_batch, gpu_layers=spec.gpu_layers,
                            extra_bufts=bool(spec.options.get("extra_buffers", extra_buffers_ok())))
+    controls = control_tokens(ll, vocab) if config.mode != "off" else frozenset()
     return Speculation(config, can_rollback, draft.for_seq if draft else None,
-                       spelling=llama_spelling(ll, vocab)), draft
+                       spelling=llama_spelling(ll, vocab), controls=controls), draft

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hypnos.engines.llama.speculative import Plan
+from hypnos.engines.llama.speculative.copy_trail import CopyTrail
 from hypnos.engines.llama.speculative.ngram_index import (ANCHOR_MIN, MATCH_CAP, MATCH_MIN,
                                                           NgramIndex, agreed)
 from hypnos.engines.llama.speculative.respelled import RESPELLED_MIN, RespelledIndex
@@ -89,6 +90,9 @@ SEPARATOR = -1                      # between two answers in the pool: never a t
 #: near tie) takes it up again on a match of ``MATCH_MIN`` tokens, not ``POOL_MATCH_MIN``,
 #: where the match lies this far before or after the place it left (same answer only).
 RESYNC_BACK, RESYNC_AHEAD = 8, 64
+#: A match this long wins over resuming a copy past an edit (``CopyTrail``): the copy was
+#: found again. A shorter one (` 8081` in an instruction to set the port to 8081) loses.
+EDIT_MATCH = 2 * MATCH_MIN
 
 
 class NgramDrafter:
@@ -99,7 +103,11 @@ class NgramDrafter:
     agree on (``agreed``). Without such a match, a record's end drafts what followed the
     last one's (``NgramIndex.gapped_matches``, an anchor of ``ANCHOR_MIN``), and, given the
     vocabulary's ``spelling``, a value copied from the prompt without its space drafts the
-    rest of it (``respelled.RespelledIndex``). Pays where
+    rest of it (``respelled.RespelledIndex``). Where the answer has just left a copy of its
+    context (an edit), the source past the edit is drafted first (``copy_trail.CopyTrail``)
+    unless a long match says the copy was found again. No draft crosses one of
+    ``controls`` (the chat template's message markers: a copy of the prompt's last message
+    ends where that message did). Pays where
     the answer repeats its input or an earlier answer (code edits, quotes, structured output,
     a question asked again) and, by the length floor, drafts almost nowhere else. Its
     answer joins the pool when its job ends, after its prompt's last ``MATCH_CAP`` tokens."""
@@ -107,8 +115,10 @@ class NgramDrafter:
     method = "ngram"
 
     def __init__(self, match_min: int = MATCH_MIN, pool: AnswerPool | None = None,
-                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None):
+                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None,
+                 controls: frozenset[int] = frozenset()):
         self.index = NgramIndex(match_min)
+        self.controls = controls
         self.pool, self.prompt_len = pool, prompt_len
         self.respelled = (RespelledIndex(spelling, prompt_len) if spelling is not None
                           else None)
@@ -124,9 +134,23 @@ class NgramDrafter:
         self.pool_start = -1                # where in the pool that draft started
         self.pool_next: int | None = None   # where the answer followed would go on
         self.pool_generation = 0
+        self.trail = CopyTrail()
+        self.edited = False                 # the last draft resumed a copy past an edit
+        self.source: int | None = None      # where in the context the last draft was copied
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
-        self.gapped = self.spelled = self.pooled = False
+        """The draft, cut before the first control token."""
+        draft = self._propose(context, n_max)
+        if self.controls:
+            for i, token in enumerate(draft):
+                if token in self.controls:
+                    return draft[:i]
+        return draft
+
+    def _propose(self, context: list[int], n_max: int) -> list[int]:
+        self.gapped = self.spelled = self.pooled = self.edited = False
+        self.source = None
+        self.trail.observe(context)
         n_max = min(n_max, self.window)
         if n_max <= 0 or len(context) <= self.index.n:
             return []
@@ -141,7 +165,12 @@ class NgramDrafter:
                 self.pooled, self.pool_start = True, start
                 self.pool_generation = self.pool.generation
                 return draft
+        resumed = self.trail.resume(context) if m < EDIT_MATCH else None
+        if resumed is not None:
+            self.edited, self.source = True, resumed
+            return context[resumed:resumed + min(n_max, LOOKUP_WINDOW)]
         if m >= need:
+            self.source = starts[0]
             return agreed(context, starts, min(n_max, DRAFT_PER_MATCH * m))
         if len(context) <= self.prompt_len:     # the prompt's end: no record in the answer
             return []
@@ -162,22 +191,29 @@ class NgramDrafter:
     @property
     def sort(self) -> str:
         """The sort of the last draft, for ``auto`` (``tuning.SortFigures``): "pool" (an
-        earlier answer), "gapped", "spelled", or "" for a copy from the context."""
-        return ("pool" if self.pooled else "gapped" if self.gapped else
-                "spelled" if self.spelled else "")
+        earlier answer), "gapped", "spelled", "edited" (a copy resumed past an edit), or ""
+        for a copy from the context."""
+        return ("pool" if self.pooled else "edited" if self.edited else
+                "gapped" if self.gapped else "spelled" if self.spelled else "")
 
     def on_accept(self, drafted: int, accepted: int, step_s: float = 0.0) -> None:
+        # A copy's trail: a main copy or a resumed one that held for a token (a refused
+        # resumption is not a copy to leave again).
+        copied = drafted and self.source is not None and (accepted or not self.edited)
+        self.trail.drafted(self.source if copied else None, accepted,
+                           len(self.index.tokens), self.edited)
         if drafted and self.pooled:
             self.pool_next = self.pool_start + accepted
         if drafted and self.gapped:
             self.gapped_share += FLOOR_WEIGHT * (accepted / drafted - self.gapped_share)
         elif drafted and self.spelled:
             self.respelled_share += FLOOR_WEIGHT * (accepted / drafted - self.respelled_share)
-        elif drafted:
+        elif drafted and not self.edited:
             self.share += FLOOR_WEIGHT * (accepted / drafted - self.share)
             self.window = (min(2 * self.window, LOOKUP_WINDOW_MAX) if accepted == drafted
                            else LOOKUP_WINDOW)
-        self.gapped = self.spelled = self.pooled = False
+        self.gapped = self.spelled = self.pooled = self.edited = False
+        self.source = None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -258,8 +294,10 @@ class LookupFirst:
     to the model."""
 
     def __init__(self, model, n_model: int, pool: AnswerPool | None = None,
-                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None):
-        self.lookup = NgramDrafter(pool=pool, prompt_len=prompt_len, spelling=spelling)
+                 prompt_len: int = 0, spelling: Callable[[int], int] | None = None,
+                 controls: frozenset[int] = frozenset()):
+        self.lookup = NgramDrafter(pool=pool, prompt_len=prompt_len, spelling=spelling,
+                                   controls=controls)
         self.model, self.n_model = model, n_model
         self.method = model.method
         self.copied = False                 # the last draft came from the lookup

@@ -4,12 +4,11 @@ token: the prompt's `` data`` `` engineer`` comes back as ``data`` `` engineer``
 match ever starts there. ``Spelling`` names each token by its text without a leading space
 (`` data`` and ``data`` are one name), and ``RespelledIndex`` finds the prompt's places
 where the answer's last tokens stand under those names; the draft is what followed there
-(`` engineer``, the rest of the value). Pure but for ``llama_spelling``, which asks the
-model's vocabulary.
+(`` engineer``, the rest of the value). Pure: ``vocabulary.llama_spelling`` builds a
+``Spelling`` over a loaded model's vocabulary.
 """
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 
 #: The answer's last tokens must agree, by name, with this many at a prompt place (one more
@@ -36,25 +35,6 @@ class Spelling:
             bare = self.single(text[1:]) if len(text) > 1 and text[:1] == b" " else None
             name = self.names[token] = token if bare is None else bare
         return name
-
-
-def llama_spelling(ll, vocab) -> Spelling:
-    """A ``Spelling`` over a loaded llama.cpp vocabulary (``ll``: ``llama_cpp.llama_cpp``).
-
-    Threading: one caller at a time. Every call shares the two ctypes buffers below (and the
-    ``Spelling``'s cache); the engine's decode thread, which drafts, is the only caller."""
-    buf = ctypes.create_string_buffer(256)
-    ids = (ll.llama_token * 4)()
-
-    def piece(token: int) -> bytes:
-        n = ll.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:n] if n > 0 else b""
-
-    def single(text: bytes) -> int | None:
-        n = ll.llama_tokenize(vocab, text, len(text), ids, len(ids), False, False)
-        return ids[0] if n == 1 else None
-
-    return Spelling(piece, single)
 
 
 class RespelledIndex:

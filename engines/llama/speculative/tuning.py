@@ -14,12 +14,13 @@ figures (exponential averages), ``AutoDrafter`` wraps a drafter with them. Pure 
 clock readings the decode loop hands in.
 
 A drafter with guesses of several sorts says which one it drafted (``sort``: prompt
-lookup's records past a differing value, "gapped", and values copied without their space,
-"spelled"; "" for its main one). Those guesses are taken far less often than copies (about
-half, against nine in ten: the fresh prompt set replayed, ``bench/spec_replay.py``), so each
-keeps an acceptance of its own (``SortFigures``, by sort) and is drafted only as far as that pays on
-the measured costs: where a drafted position is nearly free (a GPU) they all draft, where it
-costs half a step (a few CPU cores) only the copies do.
+lookup's records past a differing value, "gapped", values copied without their space,
+"spelled", and copies taken up past an edit, "edited"; "" for its main one). Those guesses
+are taken far less often than copies (about half, against nine in ten: the fresh prompt set
+replayed, ``bench/spec_replay.py``), so each keeps an acceptance of its own
+(``SortFigures``, by sort) and is drafted only as far as that pays on the measured costs:
+where a drafted position is nearly free (a GPU) they all draft, where it costs half a step
+(a few CPU cores) only the copies do.
 """
 from __future__ import annotations
 
