@@ -92,3 +92,14 @@ def test_no_draft_crosses_a_control_token():
     assert draft and END not in draft and draft == FILE[35:35 + len(draft)]
     free = NgramDrafter(prompt_len=len(prompt)).propose(prompt + FILE[34:], 64)
     assert END in free                                    # without the set, it would
+
+
+def test_a_copy_that_reached_its_messages_end_is_no_edit():
+    """The answer copied the whole file, then closed with its own token where the prompt's
+    message ended (a control token): nothing is drafted past the message's end."""
+    prompt = prompt_with(FILE)
+    answer = FILE + [900, 901]                            # e.g. a closing fence, then more
+    steps = decode(NgramDrafter(prompt_len=len(prompt), controls=frozenset({END})), prompt,
+                   answer)
+    assert all(s[2] != "edited" for s in steps)
+    assert all(END not in s[0] and 4 not in s[0] for s in steps)

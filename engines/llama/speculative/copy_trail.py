@@ -24,7 +24,10 @@ class CopyTrail:
     token the target wrote after the accepted ones differs from the source's there) and
     says where the source goes on (``resume``)."""
 
-    def __init__(self):
+    def __init__(self, controls: frozenset[int] = frozenset()):
+        #: Control tokens (``drafts.NgramDrafter``'s): a copy that reached one reached its
+        #: message's end, which is no edit, and the trail never looks past one.
+        self.controls = controls
         # (source position of the token after the accepted ones, context position where
         # the target wrote its own), resolved by the next ``observe``.
         self.pending: tuple[int, int] | None = None
@@ -51,7 +54,8 @@ class CopyTrail:
         if self.pending is not None and len(context) > self.pending[1]:
             at, wrote = self.pending
             self.pending = None
-            if at < wrote and context[at] != context[wrote] and self.held >= HELD_MIN:
+            if (at < wrote and context[at] != context[wrote] and self.held >= HELD_MIN
+                    and context[at] not in self.controls):
                 self.left = (at, wrote + 1)
             else:                               # the copy goes on (or there was none)
                 self.left = None
@@ -69,6 +73,10 @@ class CopyTrail:
             start = at + 1
         else:
             ahead = context[at + 1:min(at + 1 + EDIT_AHEAD, since - 1)]
+            for i, token in enumerate(ahead):
+                if token in self.controls:
+                    ahead = ahead[:i]
+                    break
             if context[-1] not in ahead:
                 return None
             start = at + 2 + ahead.index(context[-1])

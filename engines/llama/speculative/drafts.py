@@ -134,7 +134,7 @@ class NgramDrafter:
         self.pool_start = -1                # where in the pool that draft started
         self.pool_next: int | None = None   # where the answer followed would go on
         self.pool_generation = 0
-        self.trail = CopyTrail()
+        self.trail = CopyTrail(controls)
         self.edited = False                 # the last draft resumed a copy past an edit
         self.source: int | None = None      # where in the context the last draft was copied
 
