@@ -103,3 +103,32 @@ def test_a_copy_that_reached_its_messages_end_is_no_edit():
                    answer)
     assert all(s[2] != "edited" for s in steps)
     assert all(END not in s[0] and 4 not in s[0] for s in steps)
+
+
+def test_control_tokens_are_read_once_per_weights_file(tmp_path):
+    """A model swapped back in does not walk its vocabulary again: the control tokens are
+    kept by weights file, and a file that changed is read anew. (llama.cpp's two calls
+    stand in here as a vocabulary of 10 tokens, 3 of them control tokens.)"""
+    from hypnos.engines.llama.speculative import vocabulary
+
+    class Vocab:
+        calls = 0
+
+        def llama_vocab_n_tokens(self, vocab):
+            return 10
+
+        def llama_vocab_is_control(self, vocab, token):
+            self.calls += 1
+            return token in (0, 7, 9)
+
+    ll, weights = Vocab(), tmp_path / "m.gguf"
+    weights.write_bytes(b"one")
+    assert vocabulary.control_tokens(ll, None, weights) == {0, 7, 9}
+    assert vocabulary.control_tokens(ll, None, weights) == {0, 7, 9}
+    assert ll.calls == 10
+    weights.write_bytes(b"other weights")               # another size: read again
+    vocabulary.control_tokens(ll, None, weights)
+    assert ll.calls == 20
+    vocabulary.control_tokens(ll, None)                 # no file: never kept
+    vocabulary.control_tokens(ll, None)
+    assert ll.calls == 40

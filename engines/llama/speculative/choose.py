@@ -272,7 +272,7 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
             n_ctx=n_ctx_seq * spec.slots, n_threads=threads, n_batch=n_batch)
         return Speculation(config, can_rollback, mtp.for_seq, observer=mtp,
                            spelling=llama_spelling(ll, vocab),
-                           controls=control_tokens(ll, vocab)), mtp
+                           controls=control_tokens(ll, vocab, spec.weights_path)), mtp
     draft = None
     path = spec.files.get("draft_path")
     if config.draft is not None and config.mode in ("draft", "auto") and can_rollback:
@@ -285,6 +285,7 @@ def build_speculation(ll, model, vocab, spec, n_ctx_seq: int, n_batch: int, thre
         draft = DraftModel(ll, path, config.draft, vocab, spec.slots, n_ctx_seq, threads,
                            n_batch, gpu_layers=spec.gpu_layers,
                            extra_bufts=bool(spec.options.get("extra_buffers", extra_buffers_ok())))
-    controls = control_tokens(ll, vocab) if config.mode != "off" else frozenset()
+    controls = (control_tokens(ll, vocab, spec.weights_path) if config.mode != "off"
+                else frozenset())
     return Speculation(config, can_rollback, draft.for_seq if draft else None,
                        spelling=llama_spelling(ll, vocab), controls=controls), draft
