@@ -9,6 +9,8 @@ longer one), what follows it there. Pure: positions in the context, no model.
 """
 from __future__ import annotations
 
+from hypnos.engines.llama.speculative.ngram_index import before_control
+
 #: How far past the token it replaced the answer's last token is looked for in the source.
 EDIT_AHEAD = 16
 #: For how many answer tokens after leaving the copy the trail is followed.
@@ -72,11 +74,8 @@ class CopyTrail:
         if len(context) == since:
             start = at + 1
         else:
-            ahead = context[at + 1:min(at + 1 + EDIT_AHEAD, since - 1)]
-            for i, token in enumerate(ahead):
-                if token in self.controls:
-                    ahead = ahead[:i]
-                    break
+            ahead = before_control(context[at + 1:min(at + 1 + EDIT_AHEAD, since - 1)],
+                                   self.controls)
             if context[-1] not in ahead:
                 return None
             start = at + 2 + ahead.index(context[-1])

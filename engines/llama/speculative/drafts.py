@@ -9,7 +9,7 @@ from collections.abc import Callable
 from hypnos.engines.llama.speculative import Plan
 from hypnos.engines.llama.speculative.copy_trail import CopyTrail
 from hypnos.engines.llama.speculative.ngram_index import (ANCHOR_MIN, MATCH_CAP, MATCH_MIN,
-                                                          NgramIndex, agreed)
+                                                          NgramIndex, agreed, before_control)
 from hypnos.engines.llama.speculative.respelled import RESPELLED_MIN, RespelledIndex
 
 #: The draft is this many times the match's length (a copy that has held for m tokens is
@@ -140,12 +140,7 @@ class NgramDrafter:
 
     def propose(self, context: list[int], n_max: int) -> list[int]:
         """The draft, cut before the first control token."""
-        draft = self._propose(context, n_max)
-        if self.controls:
-            for i, token in enumerate(draft):
-                if token in self.controls:
-                    return draft[:i]
-        return draft
+        return before_control(self._propose(context, n_max), self.controls)
 
     def _propose(self, context: list[int], n_max: int) -> list[int]:
         self.gapped = self.spelled = self.pooled = self.edited = False

@@ -1,6 +1,7 @@
 """The index prompt lookup searches (``NgramIndex``: every n-gram of a growing token list,
 and every single token, with the places right after their latest occurrences) and the rule
-that cuts a draft where its places disagree (``agreed``). Used by ``drafts.NgramDrafter`` over
+that cuts a draft where its places disagree (``agreed``), and the cut at a message's end
+(``before_control``). Used by ``drafts.NgramDrafter`` over
 the context and by ``drafts.AnswerPool`` over a partition's recent answers. Pure.
 """
 from __future__ import annotations
@@ -120,6 +121,15 @@ class NgramIndex:
         while m < cap and a - m >= 0 and b - m >= 0 and toks[a - m] == toks[b - m]:
             m += 1
         return m
+
+
+def before_control(tokens: list[int], controls: frozenset[int]) -> list[int]:
+    """``tokens`` up to the first of ``controls`` (the chat template's message markers):
+    a copy of a message ends where the message did."""
+    for i, token in enumerate(tokens):
+        if token in controls:
+            return tokens[:i]
+    return tokens
 
 
 def agreed(tokens: list[int], starts: list[int], size: int) -> list[int]:
