@@ -276,7 +276,8 @@ class Servers:
         return (hypnos_flags(self.hypnos.base, self.hypnos.log_path, self.hypnos.proc.pid,
                              self.entry.id, SLOTS),
                 llama_server_flags(self.ref.base, self.tmp / "llama-server-lv4.log",
-                                   self.ref.log_path, self.threads, SLOTS))
+                                   self.ref.log_path, self.threads, SLOTS,
+                                   self.ref.proc.pid))
 
     def stop(self) -> None:
         for p in (self.hypnos, self.ref):

@@ -30,12 +30,17 @@ def context_flags(log_text: str, slots: int) -> dict[str, Flag]:
     """The batch sizes, attention kernel, KV types and context of the last llama.cpp context
     built with ``slots`` sequences (the serving one; the last of any when none has), as
     llama.cpp logged it, and how many contexts were built in all (more than one: rebuilt)."""
-    blocks = log_text.split("constructing llama_context")[1:]
+    parts = log_text.split("constructing llama_context")
+    blocks = parts[1:]
     if not blocks:
         return {k: Flag(NOT_REPORTED, "no llama_context lines in the log")
-                for k in ("batch", "flash_attn", "kv_types", "context", "contexts")}
+                for k in ("batch", "flash_attn", "kv_types", "context", "contexts", "weights")}
     serving = [b for b in blocks if _field(b, "n_seq_max") == str(slots)] or blocks
     block = serving[-1]
+    # The weights it serves: the last model load logged before its context.
+    at = len(blocks) - blocks[::-1].index(block)
+    before = "constructing llama_context".join(parts[:at])
+    loaded = before.rsplit("llama_model_loader: loaded meta data", 1)[-1]
     src = "log: llama_context"
     fa = _field(block, "flash_attn") or "?"
     resolved = re.search(r"Flash Attention (enabled|not supported, set to disabled)", block)
@@ -52,18 +57,46 @@ def context_flags(log_text: str, slots: int) -> dict[str, Flag]:
                         f"{_field(block, 'n_ctx')}, kv_unified {_field(block, 'kv_unified')}",
                         src + " (n_ctx_seq x n_seq_max = n_ctx)"),
         "contexts": Flag(str(len(blocks)), "log: 'constructing llama_context' lines"),
+        "weights": weights_flag(loaded),
     }
 
 
+def weights_flag(load_lines: str) -> Flag:
+    """How the weights are held, from llama.cpp's load lines of the model the serving
+    context was built on: CPU_Mapped is the file mapped, CPU the weights read into
+    memory, CPU_REPACK the tensors repacked for this CPU (always in memory)."""
+    found = re.findall(r"load_tensors:\s+(\S+) model buffer size\s*=\s*([\d.]+) MiB",
+                       load_lines)
+    if not found:
+        return Flag(NOT_REPORTED, "no load_tensors lines for the serving model")
+    names = {"CPU_Mapped": "mapped", "CPU": "read", "CPU_REPACK": "repacked"}
+    value = ", ".join(f"{names.get(name, name)} {float(mib):.0f} MiB" for name, mib in found)
+    return Flag(value, "log: load_tensors (CPU_Mapped: the file mapped; CPU: read in)")
+
+
+def huge_pages(pid: int) -> Flag:
+    """The process's anonymous memory in transparent huge pages (weights read in, KV cache,
+    compute buffers), from /proc/PID/smaps_rollup."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return Flag(NOT_REPORTED, "/proc/PID/smaps_rollup unreadable")
+    got = dict(re.findall(r"^(AnonHugePages|Anonymous):\s+(\d+) kB", text, re.M))
+    if "AnonHugePages" not in got:
+        return Flag(NOT_REPORTED, "/proc/PID/smaps_rollup has no AnonHugePages")
+    return Flag(f"{int(got['AnonHugePages']) // 1024} of {int(got.get('Anonymous', 0)) // 1024}"
+                " MiB", "/proc/PID/smaps_rollup AnonHugePages of Anonymous")
+
+
 def llama_server_flags(base: str, probe_log: Path, log_path: Path, threads: int,
-                       slots: int) -> dict[str, Flag]:
+                       slots: int, pid: int) -> dict[str, Flag]:
     """llama-server's settings. It logs llama.cpp's context lines and its system_info only at
     verbosity 4 (trace), so ``probe_log`` is the log of a start with ``-lv 4`` and otherwise
     the same arguments; the measured one (default verbosity, ``log_path``) confirms its
     slots, context and threads, and its /props its slots, context and build."""
     probe = probe_log.read_text(errors="replace")
     flags = context_flags(probe, slots)
-    for flag in ("batch", "flash_attn", "kv_types", "context", "contexts"):
+    for flag in ("batch", "flash_attn", "kv_types", "context", "contexts", "weights"):
         flags[flag] = Flag(flags[flag].value, flags[flag].source + " (-lv 4 start)")
     m = re.search(r"system_info: n_threads = (\d+)(?: \(n_threads_batch = (\d+)\))?", probe)
     flags["threads"] = (Flag(f"{m.group(1)} / {m.group(2) or m.group(1)}",
@@ -82,6 +115,7 @@ def llama_server_flags(base: str, probe_log: Path, log_path: Path, threads: int,
         str(props.get("default_generation_settings", {}).get("n_ctx")),
         "/props default_generation_settings.n_ctx")
     flags["build"] = Flag(str(props.get("build_info")), "/props build_info")
+    flags["huge_pages"] = huge_pages(pid)
     return flags
 
 
@@ -107,6 +141,7 @@ def hypnos_flags(base: str, log_path: Path, pid: int, model_id: str,
     import llama_cpp
     flags["build"] = Flag(f"llama-cpp-python {llama_cpp.__version__}",
                           "the engine's bindings, imported here (same environment)")
+    flags["huge_pages"] = huge_pages(pid)
     return flags
 
 
@@ -114,6 +149,7 @@ ROWS = (("threads", "threads (gen / batch)"), ("batch", "n_batch / n_ubatch"),
         ("flash_attn", "flash attention"), ("kv_types", "KV cache K / V"),
         ("slots", "slots"), ("slot_context", "context per slot"),
         ("context", "llama.cpp context"), ("contexts", "contexts built"),
+        ("weights", "weights"), ("huge_pages", "anon huge pages"),
         ("served", "as it served"), ("build", "build"))
 
 

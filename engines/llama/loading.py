@@ -13,7 +13,7 @@ from hypnos.engines import devices
 from hypnos.engines.chat_format.detect import detect
 from hypnos.engines.errors import EngineError
 from hypnos.engines.llama import log as ggml_log
-from hypnos.engines.llama.cpu import extra_buffers_ok
+from hypnos.engines.llama.cpu import extra_buffers_ok, reads_weights
 from hypnos.engines.llama.prompt_cache import ModelCache, PromptCache
 from hypnos.engines.llama.prompt_cache_file import cache_identity
 from hypnos.engines.llama.speculative.choose import rs_snapshots, uses_mtp
@@ -51,18 +51,22 @@ class LoadingMixin:
         st = os.stat(path) if path is not None and path.is_file() else None
         return (str(path), st.st_size if st else 0, st.st_mtime_ns if st else 0,
                 spec.gpu_layers, bool(spec.options.get("extra_buffers", extra_buffers_ok())),
-                repr(spec.options.get("rpc_split")), uses_mtp(spec))
+                repr(spec.options.get("rpc_split")), spec.options.get("read_weights"),
+                uses_mtp(spec))
 
     def _load_model(self, spec: LoadSpec):
         ll = self._ll
         params = ll.llama_model_default_params()
         params.n_gpu_layers = spec.gpu_layers
-        params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
+        split = spec.options.get("rpc_split")
+        self.weights_read = bool(spec.options.get(
+            "read_weights", reads_weights(devices.llama_backend(), rpc_split=bool(split))))
+        params.load_mode = ll.LLAMA_LOAD_MODE_NONE if self.weights_read \
+            else ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = bool(spec.options.get("extra_buffers", extra_buffers_ok()))
         if uses_mtp(spec):                  # its nextn layers too
             from hypnos.engines.llama.speculative.mtp import enable_mtp_loading
             enable_mtp_loading(params)
-        split = spec.options.get("rpc_split")
         if split:       # RPC workers hold the last layers (a split engine's child only)
             from hypnos.engines.llama.rpc import RpcDevices, RpcShare
             self._rpc = RpcDevices(ll, [RpcShare(e, n) for e, n in split],

@@ -4,6 +4,7 @@ context; the promotion builds only a context; an eviction to tier 3 frees it all
 (``LlamaChatEngine.model_loads``, the load report's mode), never timed."""
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -18,7 +19,7 @@ from hypnos.service.scheduling.build import model_shape
 from hypnos.service.scheduling.effects import MachineEffects
 from hypnos.service.scheduling.pool import KeptEngine, ModelState
 from hypnos.service.scheduling.scheduler import Scheduler
-from conftest import SMOLLM2, require_smollm2
+from conftest import SMOLLM2, read_load_mode, require_smollm2
 
 pytestmark = [pytest.mark.real]
 
@@ -41,7 +42,7 @@ def test_release_context_keeps_the_weights_and_the_next_load_builds_only_a_conte
     eng = LlamaChatEngine()
     try:
         first = eng.load(spec())
-        assert first.load_mode == "mmap" and eng.model_loads == 1
+        assert first.load_mode == read_load_mode() and eng.model_loads == 1
         before = answer(eng)
         assert eng.release_context() is True
         # Tier 2: the model object kept, no context (KV cache, compute buffers) and no decode
@@ -61,11 +62,39 @@ def test_release_context_keeps_the_weights_and_the_next_load_builds_only_a_conte
         assert answer(eng) == before
         # Other load parameters for the weights (GPU layers) read them in again.
         eng.release_context()
-        assert eng.load(spec(gpu_layers=0)).load_mode == "mmap" and eng.model_loads == 2
+        assert eng.load(spec(gpu_layers=0)).load_mode == read_load_mode() and eng.model_loads == 2
     finally:
         eng.unload()
     assert not eng.holds_weights and eng._ctx is None
     assert eng.release_context() is False                 # nothing left to keep
+
+
+def mapped(path) -> bool:
+    """Whether ``path`` is mapped into this process (Linux's /proc/self/maps)."""
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+        return any(line.rstrip("\n").endswith(str(path)) for line in f)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_the_weights_are_read_into_memory_where_the_rule_says_and_mapped_otherwise():
+    """``cpu.reads_weights``: on a Linux CPU build the weights lie in the process's own memory
+    (in huge pages under `hypnos serve`), and the file is not mapped; ``read_weights`` False
+    maps it, as llama-server does. What each is, not how fast (bench/README.md)."""
+    require_smollm2()
+    eng = LlamaChatEngine()
+    try:
+        read = eng.load(spec())
+        assert read.load_mode == read_load_mode()
+        assert mapped(SMOLLM2) is (read.load_mode == "mmap")
+        first = answer(eng)
+        eng.unload()
+        assert not mapped(SMOLLM2)
+        assert eng.load(spec(options={"read_weights": False})).load_mode == "mmap"
+        assert mapped(SMOLLM2)
+        # The same weights, kernels, batch shape and thread: the same greedy answer.
+        assert answer(eng) == first
+    finally:
+        eng.unload()
 
 
 def two_models_cpu_host():
@@ -92,7 +121,7 @@ async def test_scheduler_keeps_the_engine_in_tier_2_and_frees_it_in_tier_3():
     a, b = sched.models["a"], sched.models["b"]
     try:
         async with sched.lease("a") as lease:
-            assert lease.phases.load_mode == "mmap"
+            assert lease.phases.load_mode == read_load_mode()
             engine = a.engine
             placement = a.placement
             before = answer(engine)                       # a conversation to park
