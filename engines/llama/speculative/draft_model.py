@@ -17,7 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hypnos.engines.devices import llama_backend
 from hypnos.engines.errors import EngineError
+from hypnos.engines.llama.cpu import reads_weights
 from hypnos.engines.llama.slots import common_prefix
 from hypnos.engines.llama.speculative import Batched, Plan
 from hypnos.engines.llama.speculative.shared_weights import DRAFT_WEIGHTS
@@ -58,7 +60,10 @@ class DraftModel:
         self.ll, self.draft_id, self.n_batch = ll, draft_id, n_batch
         params = ll.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
-        params.load_mode = ll.LLAMA_LOAD_MODE_MMAP
+        # Read into memory where the target's are (``cpu.reads_weights``): a draft decodes
+        # a token at a time, where the mapped file's small pages cost the most.
+        params.load_mode = ll.LLAMA_LOAD_MODE_NONE if reads_weights(llama_backend()) \
+            else ll.LLAMA_LOAD_MODE_MMAP
         params.use_extra_bufts = extra_bufts      # the target's (see ``cpu``)
         # One load per process, whatever the number of targets drafting with it.
         self.model = DRAFT_WEIGHTS.acquire(
