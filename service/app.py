@@ -38,6 +38,7 @@ from hypnos.service.observe.workflows import Workflows
 from hypnos.service.scheduling.build import build_state
 from hypnos.service.routes import ROUTES
 from hypnos.service.scheduling.readiness import Lifecycle
+from hypnos.service.lifecycle.shutdown import PAST_GRACE_SECS
 from hypnos.service.lifecycle.staging import stage_models
 from hypnos.service.state import AppState, state
 
@@ -96,6 +97,7 @@ def create_app(config: Config, *, catalog: Catalog | None = None,
     app.config.REQUEST_TIMEOUT = config.limits.request_timeout_secs
     app.config.RESPONSE_TIMEOUT = config.limits.request_timeout_secs
     app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = PAST_GRACE_SECS      # after server.shutdown_grace_secs
     app.config.WEBSOCKET_MAX_SIZE = WEBSOCKET_MAX_FRAME_BYTES
     app.config.NOISY_EXCEPTIONS = False
     for m in config.models:

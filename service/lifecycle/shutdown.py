@@ -5,7 +5,9 @@ On SIGTERM the server stops admitting work (every inference and placement route 
 port open, so a client gets a clear answer instead of a refused connection. It waits until no
 request holds a lease (streams included) or ``server.shutdown_grace_secs`` has passed, then
 stops Sanic, which closes the idle connections, gives the busy ones (a stream past the grace)
-its GRACEFUL_SHUTDOWN_TIMEOUT (15 s) before aborting them, waits (at most ENGINE_STOP_SECS)
+``PAST_GRACE_SECS`` (its GRACEFUL_SHUTDOWN_TIMEOUT, 15 s by Sanic's default: the grace
+was already given, and a supervisor's own timeout counts from the same signal) before
+aborting them, waits (at most ENGINE_STOP_SECS)
 for the aborted requests' engine threads to stop at their next token, unloads the engines
 and exits 0. A second
 SIGTERM (or SIGINT) stops at once.
@@ -24,6 +26,8 @@ from hypnos.service.state import state
 log = logging.getLogger("hypnos.shutdown")
 POLL_SECS = 0.05
 ENGINE_STOP_SECS = 10.0
+#: What Sanic gives a connection still busy once the grace has passed, before aborting it.
+PAST_GRACE_SECS = 1.0
 
 
 def in_flight(app: Sanic) -> int:
