@@ -35,11 +35,11 @@ def context_flags(log_text: str, slots: int) -> dict[str, Flag]:
     if not blocks:
         return {k: Flag(NOT_REPORTED, "no llama_context lines in the log")
                 for k in ("batch", "flash_attn", "kv_types", "context", "contexts", "weights")}
-    serving = [b for b in blocks if _field(b, "n_seq_max") == str(slots)] or blocks
-    block = serving[-1]
+    serving = [i for i, b in enumerate(blocks) if _field(b, "n_seq_max") == str(slots)]
+    at = serving[-1] if serving else len(blocks) - 1
+    block = blocks[at]
     # The weights it serves: the last model load logged before its context.
-    at = len(blocks) - blocks[::-1].index(block)
-    before = "constructing llama_context".join(parts[:at])
+    before = "constructing llama_context".join(parts[:at + 1])
     loaded = before.rsplit("llama_model_loader: loaded meta data", 1)[-1]
     src = "log: llama_context"
     fa = _field(block, "flash_attn") or "?"
