@@ -54,7 +54,9 @@ def test_greedy_answer_streams_the_final_text(engine):
                          max_tokens=40, temperature=0)
     # What the 135M model answers depends on this CPU's arithmetic: only its shape is checked.
     assert result.text.strip()
-    assert result.finish_reason == "stop"
+    # It ends, or it is cut at max_tokens and says so (how long it runs is the path's too).
+    assert result.finish_reason == "stop" or (result.finish_reason == "length"
+                                              and result.completion_tokens == 40)
     assert "".join(pieces) == result.text
     assert "<|im_end|>" not in result.text                # special tokens stripped
     assert result.prompt_tokens > 10
