@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from hypnos.engines.llama.slots import Job
+from hypnos.engines.llama.speculative.accept import greedy_or_drafted
 
 
 class TokenReading:
@@ -38,13 +39,23 @@ class TokenReading:
             return self._greedy(index)
         return self.ll.llama_sampler_sample(job.sampler, self.ctx, index)
 
+    def _greedy_or_drafted(self, index: int, drafted: int) -> int:
+        """A plain greedy job's token at a drafted position (``accept.greedy_or_drafted``:
+        the drafted token where it is within ``NEAR_TIE`` of the argmax)."""
+        return greedy_or_drafted(self._logits(index), drafted)
+
     def _greedy(self, index: int) -> int:
         """The argmax of the raw logits at batch ``index`` (the first on a tie), which is what
         a plain greedy chain picks; its accept does nothing. ``llama_sampler_sample`` would
         first copy the whole vocabulary into a candidate array (~50 us a token at 49k)."""
+        return int(self._logits(index).argmax())
+
+    def _logits(self, index: int) -> np.ndarray:
+        """The raw logits at batch ``index``, a view of llama.cpp's buffer (valid until the
+        next decode)."""
         row = self.ll.llama_get_logits_ith(self.ctx, index)
-        return int(np.frombuffer(self._logits_row.from_address(ctypes.addressof(row.contents)),
-                                 dtype=np.float32).argmax())
+        return np.frombuffer(self._logits_row.from_address(ctypes.addressof(row.contents)),
+                             dtype=np.float32)
 
     def _logprob(self, index: int, token: int, top: int):
         """(logprob of ``token``, [(bytes, logprob) of the ``top`` likeliest]) from the raw

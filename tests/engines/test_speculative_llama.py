@@ -1,7 +1,8 @@
 """Speculative decoding on the real SmolLM2-135M (issue 30): n-gram drafts and predicted
 outputs are checked by the target in its own batches, so every kept token is the one the
-target picks from the logits it computed at that position, drafts leave no trace in the KV,
-and a grammar still holds. Texts are never asserted: only what holds on any machine."""
+target picks from the logits it computed at that position (or a draft within a near tie of
+it), drafts leave no trace in the KV, and a grammar still holds. Texts are never asserted:
+only what holds on any machine."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 from conftest import SMOLLM2, require_smollm2
 from near_tie import assert_same_or_a_near_tie
 
+from hypnos.engines.llama.speculative.accept import NEAR_TIE
 from hypnos.engines.records import ChatRequest, LoadSpec
 
 CODE = "\n".join(f"def function_{i}(x):\n    return x * {i} + {i * 3}\n" for i in range(8))
@@ -61,10 +63,11 @@ def kv_matches_tokens(engine) -> bool:
 
 def assert_target_picked_each(result):
     """Greedy with no grammar: each token is the argmax of the raw logits the target
-    computed at its position (its own logprob is the top one)."""
+    computed at its position, or a drafted token within ``NEAR_TIE`` of it (its own logprob
+    is at most that under the top one). A draft kept past the tolerance fails."""
     assert result.logprobs
     for lp in result.logprobs:
-        assert lp.logprob >= lp.top[0][2] - 1e-6, (lp.token, lp.logprob, lp.top[0])
+        assert lp.logprob >= lp.top[0][2] - NEAR_TIE - 1e-5, (lp.token, lp.logprob, lp.top[0])
 
 
 @pytest.mark.real

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hypnos.engines.llama.speculative import SpecStats
-from hypnos.engines.llama.speculative.accept import (accepted_prefix, point_mass, residual,
+from hypnos.engines.llama.speculative.accept import (NEAR_TIE, accepted_prefix,
+                                                     greedy_or_drafted, point_mass, residual,
                                                      sample_compare_step, speculative_step)
 from hypnos.engines.llama.speculative import drafts
 from hypnos.engines.llama.speculative.drafts import (AnswerPool, LookupFirst, NgramDrafter,
@@ -287,6 +288,19 @@ def test_accepted_prefix_is_the_greedy_exact_match():
     assert accepted_prefix([1, 2, 3], [1, 5, 3, 4]) == 1
     assert accepted_prefix([1, 2, 3], [7, 2, 3, 4]) == 0
     assert accepted_prefix([], [7]) == 0
+
+
+def test_greedy_keeps_a_drafted_token_within_the_near_tie_and_the_argmax_past_it():
+    logits = np.array([1.0, 3.0, 3.0 - NEAR_TIE, 3.0 - NEAR_TIE - 0.01, 2.9], dtype=np.float32)
+    assert greedy_or_drafted(logits, 1) == 1                  # the argmax drafted
+    assert greedy_or_drafted(logits, 4) == 4                  # 0.1 under it
+    assert greedy_or_drafted(logits, 2) == 2                  # exactly the tolerance under
+    assert greedy_or_drafted(logits, 3) == 1                  # past it: the argmax
+    assert greedy_or_drafted(logits, 0) == 1
+    assert greedy_or_drafted(logits, 4, tolerance=0.0) == 1   # exact greedy
+    tied = np.array([2.0, 5.0, 5.0], dtype=np.float32)
+    assert greedy_or_drafted(tied, 0, tolerance=0.0) == 1     # the first on a tie
+    assert greedy_or_drafted(tied, 2, tolerance=0.0) == 2     # a tie with the draft keeps it
 
 
 def test_residual_removes_the_draft_and_renormalises():

@@ -13,13 +13,15 @@ slot, not one per slot). Nothing here looks at what type a drafter is.
 Verification samples the target's token at every drafted position with the job's own sampler
 chain (``llama_sampler_sample``: grammar, penalties and the seeded RNG advance exactly as
 without speculation, one draw per kept token) and keeps a draft token iff the target picked
-it. Greedy, that is exact match; sampled, it is speculative sampling for a point-mass draft
-(``accept``), so the answer's distribution is the target's; a grammar-refused draft token is
-never picked, so it ends the draft. Every kept token goes through ``_on_token`` in order
-(EOG, a forced call's closer, the thinking budget, loops, max_tokens, stop), which stops the
-acceptance when the job ends. The rejected tail is removed from the slot's KV at once (before
-a job that ended inside the verify is reported done), so no trace of it stays: the KV and
-``slot.tokens`` hold what decoding without a draft would.
+it. Sampled, that is speculative sampling for a point-mass draft (``accept``), so the
+answer's distribution is the target's; a grammar-refused draft token is never picked, so it
+ends the draft. Plain greedy (no sampler chain), the target picks the drafted token where its
+logit is within ``accept.NEAR_TIE`` of the argmax's, a gap the batch shape alone moves. Every
+kept token goes through ``_on_token`` in order (EOG, a forced call's closer, the thinking
+budget, loops, max_tokens, stop), which stops the acceptance when the job ends. The rejected
+tail is removed from the slot's KV at once (before a job that ended inside the verify is
+reported done), so no trace of it stays: the KV and ``slot.tokens`` hold the kept tokens
+only, as decoding them without a draft would.
 """
 from __future__ import annotations
 
@@ -122,7 +124,9 @@ class Speculative:
         held = self.held = Held(slot, len(slot.tokens), draft, step_s)
         try:
             for i in range(len(draft) + 1):
-                token = loop._sample(job, at + i)
+                token = (loop._greedy_or_drafted(at + i, draft[i])
+                         if i < len(draft) and job.sampling.plain_greedy
+                         else loop._sample(job, at + i))
                 logprob = (loop._logprob(at + i, token, job.logprobs)
                            if job.logprobs is not None else None)
                 hit = i < len(draft) and token == draft[i]
