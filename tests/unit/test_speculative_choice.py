@@ -10,8 +10,9 @@ import pytest
 from hypnos.engines.llama.speculative.choose import (SpecConfig, Speculation, parse_spec,
                                                      request_kind)
 from hypnos.engines.llama.speculative.drafts import AnswerPool, NgramDrafter, PredictionDrafter
-from hypnos.engines.llama.speculative.tuning import (PROBE_EVERY, WARMUP, AutoDrafter,
-                                                     KindStats, best_k, expected_tokens)
+from hypnos.engines.llama.speculative.tuning import (GUESS_PRIOR, PROBE_EVERY, WARMUP,
+                                                     AutoDrafter, KindStats, best_k,
+                                                     expected_tokens)
 from hypnos.engines.records import ChatRequest, ChatResult
 from hypnos.service.config.load import ConfigError, load_config
 from hypnos.service.config.schema import LimitsConfig
@@ -221,7 +222,26 @@ def test_a_sort_refused_half_the_time_stops_where_a_position_is_dear_but_probes(
     decisions = [stats.n_for_sort("gapped", 4) for _ in range(PROBE_EVERY * 2)]
     assert decisions.count(4) == 2 and decisions.count(0) == len(decisions) - 2
     assert stats.n_for_sort("", 4) > 0                  # copies go on
-    assert stats.n_for_sort("spelled", 4) == 4          # a sort not seen yet drafts: warm-up
+    assert stats.n_for_sort("spelled", 4) == 1          # a sort not seen yet: one token
+
+
+def test_a_new_guess_drafts_one_token_where_a_position_is_dear_and_all_where_it_is_free():
+    """While a sort is new (WARMUP of its steps) its own acceptance is read: a guess is
+    drafted as far as GUESS_PRIOR pays on the costs read so far, at least one token; an
+    earlier answer (a copy) whole."""
+    dear = _expensive(KindStats(n_max=64))
+    for _ in range(3):                  # this CPU's batches: 2 positions 1.9 steps, 5 3.6
+        dear.record(1, 1, 1.9 * dear.plain_s, "gapped")
+        dear.record(4, 2, 3.6 * dear.plain_s, "gapped")
+    assert dear.sorts["gapped"].draft_steps < WARMUP
+    assert best_k(GUESS_PRIOR, dear.plain_s, dear.per_draft_s, 4, dear.trusted) == 0
+    assert [dear.n_for_sort(sort, 4) for sort in ("gapped", "spelled", "edited")] == [1, 1, 1]
+    assert dear.n_for_sort("pool", 8) == 8
+    free = _expensive(KindStats(n_max=64))
+    free.per_draft_s = 0.0005                           # a GPU's batch: flat
+    assert free.n_for_sort("spelled", 4) == 4
+    unread = KindStats(n_max=64)                        # no plain step timed yet
+    assert unread.n_for_sort("gapped", 4) == 4
 
 
 def test_the_same_sort_drafts_where_a_position_is_nearly_free():

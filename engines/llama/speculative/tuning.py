@@ -37,6 +37,9 @@ WARMUP = 8
 ALPHA = 0.1            # weight of a new reading in the averages
 #: Steps of one draft length read before their own cost is used instead of the line's.
 SIZE_READINGS = 3
+#: The acceptance a guess (a sort other than the copies, "" and "pool") is drafted for while
+#: it is new: about half, as the fresh prompt set's replay found them taken.
+GUESS_PRIOR = 0.5
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -146,18 +149,29 @@ class KindStats:
 
     def n_for_sort(self, sort: str, n: int) -> int:
         """How much of a draft of ``n`` tokens of ``sort`` to keep (0: none): for the main
-        sort (""), the main figures' length, trimmed; for another, all while that sort is
-        new (``WARMUP`` of its steps) and on a probe, else as far as its own acceptance
-        pays."""
+        sort (""), the main figures' length, trimmed; for another, ``warming``'s length
+        while that sort is new (``WARMUP`` of its steps), all on a probe, else as far as its
+        own acceptance pays."""
         if not sort:
             return self.trimmed(min(n, self.n_for_next()))
         figures = self.sorts.setdefault(sort, SortFigures())
         if figures.draft_steps < WARMUP or self.plain_steps < WARMUP:
-            return n
+            return self.warming(sort, n)
         k = best_k(figures.acceptance, self.plain_s, self.per_draft_s, n, self.trusted)
         if k:
             return k
         return n if figures.probe() else 0
+
+    def warming(self, sort: str, n: int) -> int:
+        """How much of a draft of ``n`` tokens a sort still new drafts: an earlier answer
+        ("pool", a copy) all of it; a guess as far as ``GUESS_PRIOR`` pays on the costs read
+        so far, and at least one token, so that its own acceptance gets read. Where a
+        position costs half a step (a few CPU cores) that is one token, not the four that
+        cost 3.6 plain steps for about two kept; where it is nearly free (a GPU), all.
+        Before a plain step was timed, all of it."""
+        if sort == "pool" or not self.plain_s:
+            return n
+        return max(1, best_k(GUESS_PRIOR, self.plain_s, self.per_draft_s, n, self.trusted))
 
     def record(self, drafted: int, accepted: int, step_s: float, sort: str = "") -> None:
         """One generating step: ``drafted`` tokens checked (0: a plain step) of ``sort``
