@@ -127,7 +127,7 @@ def main() -> None:
                     - np.take_along_axis(got, top[:, 1:2], 1)
                 gap_moved[k].append(np.abs(first - second).ravel())
                 flips[k] += int((ref.argmax(1) != got.argmax(1)).sum())
-            print(f"  {p.kind}/{p.name}: {len(ref)} positions", flush=True)
+            print(f"  {p.name}: {len(ref)} positions", flush=True)
     finally:
         engine.unload()
     n = sum(len(g) for g in gaps)

@@ -15,11 +15,11 @@ import numpy as np
 #: How far under the argmax's logit a drafted token's may lie and still be kept by a plain
 #: greedy job. llama.cpp's CPU sums depend on the batch shape: between a step of one token and
 #: one of four or more (a verify with drafts, other slots in the batch), the gap between the
-#: two likeliest logits of Qwen2.5-Coder-0.5B moved by up to 0.24 at the 99th percentile
-#: (0.49 at most) over 1,059 positions, and the argmax changed at 1 % of them (bench/README.md,
-#: "near ties"). Under this, which token is the argmax is the batch shape's choice, not the
-#: model's; the draft's keeps the answer on what was drafted (a question asked again, a file
-#: returned, a prediction).
+#: two likeliest logits of Qwen2.5-Coder-0.5B moved by 0.25-0.26 at the 99th percentile
+#: (0.49 at most) over 1,049 positions, and the argmax changed at 1 % of them
+#: (``bench/near_ties.py``). Under this, which token is the argmax is the batch shape's
+#: choice, not the model's; the draft's keeps the answer on what was drafted (a question
+#: asked again, a file returned, a prediction).
 NEAR_TIE = 0.25
 
 
