@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spec_step_costs import default_weights  # noqa: E402
+from spec_step_costs import decode_sequence, default_weights  # noqa: E402
 from speculative_fresh_prompts import PROMPTS  # noqa: E402
 
 from hypnos.engines.llama.speculative.accept import NEAR_TIE  # noqa: E402
@@ -44,21 +44,11 @@ def evaluate(loop, tokens: list[int], start: int, k: int,
     tokens = list(tokens)
 
     def decode(pos0: int, part: list[int], want: bool) -> list[np.ndarray]:
-        batch = ll.llama_batch_init(len(part), 0, 1)
-        try:
-            batch.n_tokens = len(part)
-            for i, t in enumerate(part):
-                batch.token[i], batch.pos[i] = t, pos0 + i
-                batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
-                batch.logits[i] = int(want or i == len(part) - 1)
-            if ll.llama_decode(ctx, batch) != 0:
-                raise RuntimeError("llama_decode failed")
-            if not want:
-                return []
-            return [np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, i),
-                                          shape=(n_vocab,)).copy() for i in range(len(part))]
-        finally:
-            ll.llama_batch_free(batch)
+        decode_sequence(ll, ctx, seq, part, pos0, want)
+        if not want:
+            return []
+        return [np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, i),
+                                      shape=(n_vocab,)).copy() for i in range(len(part))]
 
     def run():
         ll.llama_memory_seq_rm(mem, seq, 0, -1)

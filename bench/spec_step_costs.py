@@ -58,6 +58,25 @@ def break_even(k: int, cost: float) -> float:
     return hi
 
 
+def decode_sequence(ll, ctx, seq: int, tokens: list[int], pos0: int,
+                    logits_all: bool) -> float:
+    """One ``llama_decode`` of ``tokens`` at positions ``pos0``.. of sequence ``seq``, with
+    logits at every position (``logits_all``) or at the last; its seconds."""
+    batch = ll.llama_batch_init(len(tokens), 0, 1)
+    try:
+        batch.n_tokens = len(tokens)
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i] = t, pos0 + i
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
+            batch.logits[i] = int(logits_all or i == len(tokens) - 1)
+        t0 = time.perf_counter()
+        if ll.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        return time.perf_counter() - t0
+    finally:
+        ll.llama_batch_free(batch)
+
+
 def measure(engine, sizes: list[int], rounds: int, at: int) -> dict[int, float]:
     """Median seconds of one ``llama_decode`` of b positions (logits at each), per b, run on
     the engine's decode thread with slot 0's sequence ``at`` tokens long."""
@@ -69,19 +88,7 @@ def measure(engine, sizes: list[int], rounds: int, at: int) -> dict[int, float]:
     filler = [(i * 7919) % span + 100 for i in range(at + max(sizes))]
 
     def decode(tokens: list[int], pos0: int, logits_all: bool) -> float:
-        batch = ll.llama_batch_init(len(tokens), 0, 1)
-        try:
-            batch.n_tokens = len(tokens)
-            for i, t in enumerate(tokens):
-                batch.token[i], batch.pos[i] = t, pos0 + i
-                batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
-                batch.logits[i] = int(logits_all or i == len(tokens) - 1)
-            t0 = time.perf_counter()
-            if ll.llama_decode(ctx, batch) != 0:
-                raise RuntimeError("llama_decode failed")
-            return time.perf_counter() - t0
-        finally:
-            ll.llama_batch_free(batch)
+        return decode_sequence(ll, ctx, seq, tokens, pos0, logits_all)
 
     def run() -> dict[int, list[float]]:
         ll.llama_memory_seq_rm(mem, seq, 0, -1)
