@@ -26,7 +26,9 @@ Measures, the servers taking turns (their order flips every run), medians over `
   (b) completion tokens / wall time of 4 concurrent requests
   (e) prefill of a prompt of each ``--prefill-sizes`` size that neither server has seen (a
       fresh filler text per run, server and size): each server's own prompt rate (Hypnos
-      ``prefill_tokens_per_s``, llama-server ``timings.prompt_per_second``) and client TTFT
+      ``prefill_tokens_per_s``, llama-server ``timings.prompt_per_second``) and client TTFT;
+      and where each server's CPU time went meanwhile (``thread_cpu``): its busiest threads,
+      as many as it computes with, as a share of the wall time, and its other threads' seconds
   (f) the same while 3 other slots decode long answers (streamed): the prefill's rate and
       TTFT, and the decoders' tokens/s during it (the text they streamed between the
       prefill's send and its first token, counted with the model's tokenizer)
@@ -49,6 +51,8 @@ import httpx
 from harness import ServerProcess
 from llama_server import LlamaServer, Prompts, aggregate_rate, chat, decode_rate
 from server_flags import hypnos_flags, llama_server_flags, print_flags
+from thread_cpu import read as read_thread_cpu
+from thread_cpu import split as split_thread_cpu
 
 HERE = Path(__file__).resolve().parent
 SLOTS = 4
@@ -69,6 +73,7 @@ class Side:
     name: str
     base: str
     extra: dict
+    pid: int = 0                     # the server process (its threads' CPU time)
     samples: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def median(self, key: str) -> float:
@@ -179,8 +184,21 @@ def prefill_prompts(prompts: Prompts, runs: int, n_sides: int,
     return out
 
 
+def idle_prefill(side: Side, messages: list[dict], threads: int, key: str) -> None:
+    """(e): the prompt alone, with the server's threads' CPU time read around it
+    (``thread_cpu``): its ``threads`` compute threads' share of the wall time, and the
+    seconds its other threads ran meanwhile."""
+    before, t0 = read_thread_cpu(side.pid), time.perf_counter()
+    streamed = stream(side, messages, 4)
+    busy, rest = split_thread_cpu(before, read_thread_cpu(side.pid),
+                                  time.perf_counter() - t0, threads)
+    record_prefill(side, key, streamed)
+    side.samples[f"{key}_compute_busy"].append(100 * busy)
+    side.samples[f"{key}_other_cpu"].append(rest)
+
+
 def measure(sides: list[Side], prompts: Prompts, engine, runs: int, tokens: int,
-            sizes: list[int]) -> None:
+            sizes: list[int], threads: int) -> None:
     """(a), (b), (e), (f), the sides taking turns measure by measure, their order flipping
     every run (a load change on a shared machine then falls on both)."""
     t0 = time.perf_counter()
@@ -198,7 +216,7 @@ def measure(sides: list[Side], prompts: Prompts, engine, runs: int, tokens: int,
             s.samples["aggregate"].append(aggregate_rate(s.base, tokens, s.extra))
         for size in sizes:
             for i, s in order:
-                record_prefill(s, f"idle{size}", stream(s, asks["idle", run, i, size], 4))
+                idle_prefill(s, asks["idle", run, i, size], threads, f"idle{size}")
         for size in sizes:
             for i, s in order:
                 streamed, decode, ended = busy_prefill(s, asks["busy", run, i, size], engine)
@@ -264,8 +282,9 @@ class Servers:
         except BaseException:
             self.stop()
             raise
-        self.sides = [Side("hypnos", self.hypnos.base, {"model": entry.id, "num_ctx": PER_SLOT}),
-                      Side("llama-server", self.ref.base, {})]
+        self.sides = [Side("hypnos", self.hypnos.base, {"model": entry.id, "num_ctx": PER_SLOT},
+                           self.hypnos.proc.pid),
+                      Side("llama-server", self.ref.base, {}, self.ref.proc.pid)]
 
     def _llama_server(self, log: str, extra: tuple[str, ...] = ()) -> LlamaServer:
         return LlamaServer(self.binary, self.weights, self.threads, self.tmp / log,
@@ -316,7 +335,8 @@ def run(binary: Path, args) -> None:
         print("hypnos requests carry num_ctx", PER_SLOT, "(its per-slot context, so it "
               "never sizes one from a prompt); llama-server runs",
               " ".join(servers.ref.proc.args[1:]), flush=True)
-        measure(servers.sides, Prompts(engine), engine, args.runs, args.tokens, sizes)
+        measure(servers.sides, Prompts(engine), engine, args.runs, args.tokens, sizes,
+                threads)
         flags = servers.flags()         # again: a context rebuilt meanwhile would show
     except BaseException:
         print(f"the servers' logs are kept in {tmp}")
@@ -328,7 +348,7 @@ def run(binary: Path, args) -> None:
     print()
     print(head)
     print_flags(*flags)
-    report(servers.sides, sizes, args.runs)
+    report(servers.sides, sizes, args.runs, threads)
     if args.json:
         args.json.write_text(json.dumps({
             "model": entry.id, "threads": threads, "slots": SLOTS, "per_slot": PER_SLOT,
@@ -340,7 +360,7 @@ def run(binary: Path, args) -> None:
 
 # --------------------------------------------------------------------------- report
 
-def report(sides: list[Side], sizes: list[int], runs: int) -> None:
+def report(sides: list[Side], sizes: list[int], runs: int, threads: int) -> None:
     hyp, ref = sides
 
     def rate(title: str, key: str, target: str = ">= 0.97") -> None:
@@ -364,6 +384,11 @@ def report(sides: list[Side], sizes: list[int], runs: int) -> None:
         rate(f"(e) prefill {size:,}-token prompt, tokens/s (own figures)", f"idle{size}_rate")
         ttft(f"idle{size}_ttft")
         tokens(f"idle{size}")
+        print(f"    threads meanwhile: hypnos's {threads} busiest "
+              f"{hyp.median(f'idle{size}_compute_busy'):.1f} % busy, the others "
+              f"{hyp.median(f'idle{size}_other_cpu'):.1f} s; llama-server's "
+              f"{ref.median(f'idle{size}_compute_busy'):.1f} %, "
+              f"{ref.median(f'idle{size}_other_cpu'):.1f} s")
     for size in sizes:
         key = f"busy{size}"
         rate(f"(f) prefill {size:,}-token prompt while 3 slots decode, tokens/s (own figures)",
