@@ -26,6 +26,7 @@ import statistics
 from pathlib import Path
 
 from hypnos.bench.spec_step_costs import decode_sequence, default_weights
+from hypnos.engines.llama.cpu import cpu_flags
 
 #: Quantisation types llama.cpp 0.3.36 repacks on x86, and the CPU feature each needs.
 REPACKED_X86 = {"Q4_0": "avx2", "Q4_K": "avx2", "IQ4_NL": "avx2", "MXFP4": "avx2",
@@ -33,17 +34,18 @@ REPACKED_X86 = {"Q4_0": "avx2", "Q4_K": "avx2", "IQ4_NL": "avx2", "MXFP4": "avx2
 CTX = 4096
 
 
-def repacked(tensors, cpu_flags: set[str]) -> tuple[list[str], int, int]:
+def repacked(tensors, flags: set[str]) -> tuple[list[str], int, int]:
     """Of ``tensors`` ((name, type name, shape in ggml's order, bytes) each), the names of
-    the layer matrices this CPU's repack takes, their bytes, and all layer matrices' bytes.
-    A matrix outside the layers (the token embedding, read by rows) is never repacked."""
+    the layer matrices the repack takes on a CPU with ``flags``, their bytes, and all layer
+    matrices' bytes. A matrix outside the layers (the token embedding, read by rows) is
+    never repacked."""
     names, taken, total = [], 0, 0
     for name, kind, shape, size in tensors:
         if not name.startswith("blk.") or len(shape) != 2:
             continue
         total += size
         need = REPACKED_X86.get(kind)
-        if need in cpu_flags and shape[1] % 8 == 0:
+        if need in flags and shape[1] % 8 == 0:
             names.append(name)
             taken += size
     return names, taken, total
@@ -55,17 +57,6 @@ def gguf_tensors(weights: Path) -> list[tuple[str, str, tuple[int, ...], int]]:
             for t in GGUFReader(str(weights)).tensors]
 
 
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 class _Override(ctypes.Structure):
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
 
@@ -73,19 +64,13 @@ class _Override(ctypes.Structure):
 def repack_buffer_type():
     """llama.cpp's ``CPU_REPACK`` buffer type (a pointer), from the CPU backend's extra
     buffer types; None when this build has none."""
-    import llama_cpp
-    ggml = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml.so"))
-    for name, args, res in [
-            ("ggml_backend_dev_by_type", [ctypes.c_int], ctypes.c_void_p),
-            ("ggml_backend_dev_backend_reg", [ctypes.c_void_p], ctypes.c_void_p),
-            ("ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p],
-             ctypes.c_void_p),
-            ("ggml_backend_buft_name", [ctypes.c_void_p], ctypes.c_char_p)]:
-        fn = getattr(ggml, name)
-        fn.argtypes, fn.restype = args, res
-    cpu = ggml.ggml_backend_dev_by_type(0)                  # GGML_BACKEND_DEVICE_TYPE_CPU
-    address = ggml.ggml_backend_reg_get_proc_address(
-        ggml.ggml_backend_dev_backend_reg(cpu), b"ggml_backend_dev_get_extra_bufts")
+    from hypnos.engines.llama.rpc import ggml_library
+    ggml = ggml_library()
+    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+    reg = ggml.ggml_backend_reg_by_name(b"CPU")
+    cpu = ggml.ggml_backend_reg_dev_get(reg, 0)
+    address = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
     if not address:
         return None
     extra = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)(cpu)

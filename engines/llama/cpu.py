@@ -4,20 +4,29 @@ from __future__ import annotations
 import sys
 
 
-def extra_buffers_ok(cpuinfo: str | None = None) -> bool:
-    """Whether llama.cpp may keep CPU weights in its extra buffer types (repacked layouts,
-    AMX tiles). Not on a CPU with AMX: the AMX matmul of the llama.cpp in llama-cpp-python
-    0.3.36, built with -march=native there, dies with SIGSEGV on the first prompt of a few
-    tokens (seen on a Sapphire Rapids host). ``cpuinfo`` is /proc/cpuinfo's text (read when
-    None; a host without it, such as macOS, has no AMX)."""
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo's ``flags`` lines (``cpuinfo``: that
+    file's text, read when None); empty where there is none (macOS, an ARM host's
+    ``Features``, no /proc)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
                 cpuinfo = f.read()
         except OSError:
-            return True
-    return not any("amx_tile" in line.split() for line in cpuinfo.splitlines()
-                   if line.startswith("flags"))
+            return set()
+    return {flag for line in cpuinfo.splitlines() if line.startswith("flags")
+            for flag in line.partition(":")[2].split()}
+
+
+def extra_buffers_ok(cpuinfo: str | None = None) -> bool:
+    """Whether llama.cpp may keep CPU weights in its extra buffer types (repacked layouts,
+    AMX tiles). Not on a CPU with AMX: the AMX matmul of the llama.cpp in llama-cpp-python
+    0.3.36, built with -march=native there, dies with SIGSEGV on the first prompt of a few
+    tokens (seen on a Sapphire Rapids host). That also leaves out the repacked layouts,
+    which would trade prefill for decode speed there (``bench/cpu_repack.py``). ``cpuinfo``
+    is /proc/cpuinfo's text (read when None; a host without it, such as macOS, has no
+    AMX)."""
+    return "amx_tile" not in cpu_flags(cpuinfo)
 
 
 def reads_weights(backend: str, rpc_split: bool = False, platform: str = sys.platform) -> bool:

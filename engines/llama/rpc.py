@@ -38,7 +38,9 @@ class RpcShare:
     layers: int
 
 
-def _ggml():
+def ggml_library():
+    """libggml of the installed llama-cpp-python, with the backend-registry calls the RPC
+    split (and ``bench/cpu_repack.py``) use typed."""
     import llama_cpp
     lib = Path(llama_cpp.__file__).parent / "lib" / "libggml.so"
     if not lib.is_file():
@@ -84,7 +86,7 @@ class RpcDevices:
         if not ll.llama_supports_rpc():
             raise EngineError("this llama-cpp-python build has no RPC backend (build it with "
                               "CMAKE_ARGS=-DGGML_RPC=ON: ./run.sh does)")
-        ggml = _ggml()
+        ggml = ggml_library()
         reg = ggml.ggml_backend_reg_by_name(b"RPC")
         add = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") \
             if reg else None
