@@ -74,6 +74,20 @@ class StepCosts:
                    record["plain_ms"] / 1000)
 
 
+def load_costs(path: Path | str | None, weights: Path | None = None,
+               threads: int | None = None) -> tuple[StepCosts, str]:
+    """The step costs of a record at ``path`` (``spec_step_costs.py --json``), else measured
+    here on ``weights`` (the lineup's chat model) with ``threads``; and where they were
+    measured."""
+    if path is not None:
+        record = json.loads(Path(path).read_text())
+    else:
+        weights = weights or default_weights()
+        threads = threads or len(os.sched_getaffinity(0))
+        record = costs_record(measure_costs(weights, threads, SIZES), weights, threads)
+    return StepCosts.from_record(record), record.get("where", "?")
+
+
 # ------------------------------------------------------------------ the replay
 
 @dataclass
@@ -93,11 +107,14 @@ class Replayed:
 
 
 def replay(spec: Speculation, partition: str, prompt: list[int], answer: list[int],
-           costs: StepCosts, max_tokens: int = TOKENS) -> Replayed:
+           costs: StepCosts, max_tokens: int = TOKENS,
+           perfect_stop: bool = False) -> Replayed:
     """``answer`` decoded after ``prompt`` with ``spec``'s drafter for ``partition``, as the
     decode loop (``verify.Verifier``) drives it: a draft of at most the figures' cap and
     ``max_tokens - generated - 1``, kept up to the first token the answer disagrees with,
-    plus that one; every step priced by ``costs``."""
+    plus that one; every step priced by ``costs``. ``perfect_stop``: every draft is cut
+    where the answer leaves it before it is priced (a bound: the drafter's own guesses with
+    none ever refused, ``spec_bounds.py``)."""
     drafter, _, stats = spec.for_job(None, len(prompt), "text", partition)
     if drafter is None or stats is None:
         return Replayed(len(answer), float(len(answer)))
@@ -112,6 +129,8 @@ def replay(spec: Speculation, partition: str, prompt: list[int], answer: list[in
             while (matched < len(draft) and i + matched < len(answer)
                    and draft[matched] == answer[i + matched]):
                 matched += 1
+            if perfect_stop:
+                draft = draft[:matched]
             cost = costs.of(len(draft) + 1)
             done.steps += cost
             done.drafted += len(draft)
@@ -126,9 +145,9 @@ def replay(spec: Speculation, partition: str, prompt: list[int], answer: list[in
 
 
 def replay_set(record: dict, prompts: list[FreshPrompt], costs: StepCosts,
-               runs: int) -> list[PromptResult]:
+               runs: int, perfect_stop: bool = False) -> list[PromptResult]:
     """Every prompt of ``prompts`` replayed once a run (``default``) and priced plainly
-    (``off``), a session a run."""
+    (``off``), a session a run (``perfect_stop``: as ``replay`` says)."""
     answers, names = record["answers"], {int(t): n for t, n in record["names"].items()}
     controls = frozenset(record.get("controls", ()))
     results = {p.name: PromptResult(p) for p in prompts}
@@ -138,8 +157,10 @@ def replay_set(record: dict, prompts: list[FreshPrompt], costs: StepCosts,
         for p in session_order(prompts, run):
             got = answers[p.name]
             if p.kind == "again":                  # the first ask: not measured
-                replay(spec, "run", got["prompt"], got["answer"], costs)
-            done = replay(spec, "run", got["prompt"], got["answer"], costs)
+                replay(spec, "run", got["prompt"], got["answer"], costs,
+                       perfect_stop=perfect_stop)
+            done = replay(spec, "run", got["prompt"], got["answer"], costs,
+                          perfect_stop=perfect_stop)
             off = Replayed(len(got["answer"]), float(len(got["answer"])))
             results[p.name].asks.setdefault("default", []).append(done.ask(costs.plain_s, True))
             results[p.name].asks.setdefault("off", []).append(off.ask(costs.plain_s, False))
@@ -228,14 +249,9 @@ def main() -> None:
     if not args.answers.is_file():
         sys.exit(f"no recorded answers at {args.answers}: run with --record first")
     record = json.loads(args.answers.read_text())
-    if args.costs is not None:
-        cost_record = json.loads(args.costs.read_text())
-    else:
-        cost_record = costs_record(measure_costs(weights, args.threads, SIZES), weights,
-                                   args.threads)
-    costs = StepCosts.from_record(cost_record)
+    costs, where = load_costs(args.costs, weights, args.threads)
     print(f"answers: {args.answers.name} ({record['model']}, {len(record['answers'])} "
-          f"prompts); costs: {cost_record.get('where', '?')}; {args.runs} runs")
+          f"prompts); costs: {where}; {args.runs} runs")
     print("plain steps per batch: " + ", ".join(f"{b}: {c:.2f}" for b, c in
                                                 sorted(costs.steps.items())))
     results = replay_set(record, prompts, costs, args.runs)
