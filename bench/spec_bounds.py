@@ -184,7 +184,10 @@ def main() -> None:
         sys.exit(str(e))
     with open(args.answers) as f:
         record = json.load(f)
-    costs, where = load_costs(args.costs)
+    try:
+        costs, where = load_costs(args.costs)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"--costs {args.costs}: not a step-cost record ({e})")
     print(f"costs: {where}; plain steps per batch: "
           + ", ".join(f"{b}: {c:.2f}" for b, c in sorted(costs.steps.items())))
     drafter, stopped = ({r.prompt.name: r.ratio("default") or 1.0
