@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +42,7 @@ from dataclasses import dataclass
 from hypnos.bench.spec_replay import ANSWERS, load_costs, replay_set
 from hypnos.bench.speculative_fresh import select
 from hypnos.bench.speculative_fresh_prompts import FAMILIES, PROMPTS
-from hypnos.bench.speculative_fresh_report import TARGETS
+from hypnos.bench.speculative_fresh_report import TARGETS, fmt, geomean
 from hypnos.engines.llama.speculative.choose import NGRAM_N_MAX
 
 #: The longest context suffix ``latest_runs`` matches.
@@ -145,10 +143,6 @@ def bounds_of(record: dict, names: list[str], cost: Callable[[int], float],
     return out
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def print_bounds(rows: list[Bounds]) -> None:
     print(f"\n{'kind':11} {'half':4} {'prompt':28} {'tokens':>6} {'drafter':>7} "
           f"{'stopped':>7} {'latest':>6} {'copied':>6}")
@@ -165,7 +159,7 @@ def print_bounds(rows: list[Bounds]) -> None:
             cells = []
             for field in FIGURES:
                 values = [getattr(r, field) for r in chosen]
-                cells.append(f"{_geomean(values):6.2f} ({min(values):4.2f})")
+                cells.append(f"{fmt(geomean(values), 6, 2)} ({min(values):4.2f})")
             print(f"{kind:11} {len(chosen):2d} " + " ".join(f"{c:>13}" for c in cells)
                   + f"  {TARGETS[family]}x")
 
